@@ -1,0 +1,40 @@
+# Every target bootstraps its own virtualenv, so a fresh machine needs only python3 and make.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: venv test lint typecheck pytest demo run bench docs clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+lint: venv
+	$(VENV)/bin/ruff check sentinel_cache tests benchmarks example_project
+	$(VENV)/bin/ruff format --check sentinel_cache
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+pytest: venv
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+demo: venv
+	$(PY) -m example_project.demo
+
+run: venv
+	$(PY) -m example_project.run
+
+bench: venv
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .cache

@@ -1,0 +1,59 @@
+"""One exception root, with categories that also subclass the natural builtin or redis-py class.
+
+Callers that already catch ``ValueError`` or ``redis.ConnectionError`` keep working; callers that
+want everything from this library catch :class:`SentinelCacheError`.
+"""
+
+from __future__ import annotations
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+
+class SentinelCacheError(Exception):
+    """Root of every error raised by sentinel_cache."""
+
+
+class ConfigurationError(SentinelCacheError, ValueError):
+    """A configuration value is missing or invalid; the message names the field and the value."""
+
+
+class DiscoveryError(SentinelCacheError, RedisConnectionError):
+    """A shard's master could not be found through the sentinels."""
+
+
+class NoSentinelReachableError(DiscoveryError):
+    """Every configured sentinel failed to answer (refused, timed out, or errored)."""
+
+
+class MasterNotFoundError(DiscoveryError):
+    """Sentinels answered, but none of them monitors this master name (or its node is no master)."""
+
+
+class ShardUnavailableError(SentinelCacheError, RedisConnectionError):
+    """An operation on one shard failed because its master cannot be reached right now."""
+
+
+class PoolExhaustedError(SentinelCacheError, RedisConnectionError):
+    """No free connection to a shard within the configured wait (Jedis ``maxWaitMillis``)."""
+
+
+class FailoverInProgressError(SentinelCacheError, RedisTimeoutError):
+    """Writes to a shard were held during a failover for longer than the configured bound."""
+
+
+class SerializationError(SentinelCacheError, ValueError):
+    """A value cannot be serialized with the configured serializer."""
+
+
+__all__ = [
+    "ConfigurationError",
+    "DiscoveryError",
+    "FailoverInProgressError",
+    "MasterNotFoundError",
+    "NoSentinelReachableError",
+    "PoolExhaustedError",
+    "SentinelCacheError",
+    "SerializationError",
+    "ShardUnavailableError",
+]
