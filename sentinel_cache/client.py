@@ -1,0 +1,314 @@
+"""Cache operations over the sharded core, shared by the Django and Flask adapters.
+
+Adapters make keys and timeouts and hand every call here (as Django's ``RedisCache`` hands them
+to its client). Keys arrive final, exactly as stored, so placement matches Jedis. Multi-key calls
+are grouped per shard and scattered: every shard's batch is sent before any reply is read, so
+four shards cost about one round trip, not four.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import redis
+from redis.exceptions import ResponseError
+
+from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool
+from sentinel_cache.serializers import Codec, InvalidValueError
+
+logger = logging.getLogger("sentinel_cache")
+
+Command = tuple[Any, ...]
+
+# redis-py < 5.3 requires a command name when borrowing a connection; later ones warn on it.
+_BORROW_ARGS: tuple[str, ...] = (
+    ("_",)
+    if inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"].default
+    is inspect.Parameter.empty
+    else ()
+)
+
+# Atomic "increment only if present": INCRBY alone would create a missing key (without a TTL).
+_INCR_IF_EXISTS = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+    return redis.call('INCRBY', KEYS[1], ARGV[1])
+end
+return false
+"""
+
+
+def _ok(reply: Any) -> bool:
+    return reply is True or reply == b"OK" or reply == "OK"
+
+
+def _expiry(timeout: float | None) -> tuple[Any, ...]:
+    """``SET`` arguments for a timeout in seconds (None: no expiry)."""
+    if timeout is None:
+        return ()
+    return ("PX", max(1, int(timeout * 1000)))
+
+
+class CacheClient:
+    """Framework-free cache operations; ``timeout`` is seconds, None means never expire, and
+    zero or less means the value expires at once (as in Django)."""
+
+    def __init__(
+        self,
+        pool: ShardedSentinelPool,
+        codec: Codec,
+        *,
+        durable_replicas: int = 0,
+        durable_timeout_ms: int = 100,
+    ) -> None:
+        self.pool = pool
+        self.codec = codec
+        self.durable_replicas = durable_replicas
+        self.durable_timeout_ms = durable_timeout_ms
+        self._incr_scripts: dict[int, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<CacheClient {self.pool!r} codec={self.codec!r}>"
+
+    # -- encoding ----------------------------------------------------------------------------
+    def encode(self, value: Any) -> bytes | int:
+        return self.codec.dumps(value)
+
+    def decode(self, data: Any, key: Any = None) -> Any:
+        """Stored bytes to a value; data that fails to decode or verify is a miss, logged."""
+        try:
+            return self.codec.loads(data)
+        except InvalidValueError as exc:
+            logger.warning("unreadable value at key %r treated as a miss: %s", key, exc)
+            raise KeyError(key) from None
+
+    # -- single key --------------------------------------------------------------------------
+    def _run(
+        self, key: Any, operation: Callable[[redis.Redis], Any], *, write: bool, idempotent=True
+    ) -> Any:
+        shard = self.pool.shard_for(key)
+        return self.pool.execute(shard, operation, write=write, idempotent=idempotent)
+
+    def _durable(self, client: redis.Redis, *command: Any) -> Any:
+        """Run one write; with ``durable_replicas`` also ``WAIT`` on the same connection."""
+        if not self.durable_replicas:
+            return client.execute_command(*command)
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(*command)
+        pipe.execute_command("WAIT", self.durable_replicas, self.durable_timeout_ms)
+        reply, acked = pipe.execute()
+        if acked < self.durable_replicas:
+            logger.warning(
+                "write to %r acknowledged by %d of %d replicas within %d ms",
+                command[1] if len(command) > 1 else command,
+                acked,
+                self.durable_replicas,
+                self.durable_timeout_ms,
+            )
+        return reply
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        data = self._run(key, lambda c: c.execute_command("GET", key), write=False)
+        if data is None:
+            return default
+        try:
+            return self.decode(data, key)
+        except KeyError:
+            return default
+
+    def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
+        if timeout is not None and timeout <= 0:
+            if nx:
+                return False
+            self.delete(key)
+            return True
+        command: tuple[Any, ...] = ("SET", key, self.encode(value), *_expiry(timeout))
+        if nx:
+            command += ("NX",)
+        reply = self._run(key, lambda c: self._durable(c, *command), write=True, idempotent=not nx)
+        return _ok(reply)
+
+    def add(self, key: Any, value: Any, timeout: float | None) -> bool:
+        return self.set(key, value, timeout, nx=True)
+
+    def touch(self, key: Any, timeout: float | None) -> bool:
+        if timeout is None:
+            return bool(self._run(key, lambda c: c.execute_command("PERSIST", key), write=True))
+        if timeout <= 0:
+            return self.delete(key)
+        ms = max(1, int(timeout * 1000))
+        return bool(self._run(key, lambda c: c.execute_command("PEXPIRE", key, ms), write=True))
+
+    def delete(self, key: Any) -> bool:
+        return bool(self._run(key, lambda c: c.execute_command("DEL", key), write=True))
+
+    def has_key(self, key: Any) -> bool:
+        return bool(self._run(key, lambda c: c.execute_command("EXISTS", key), write=False))
+
+    def incr(self, key: Any, delta: int = 1) -> int:
+        """Atomic and TTL-preserving; ValueError if the key is missing (Django semantics)."""
+
+        def run(client: redis.Redis) -> Any:
+            return client.execute_command("EVAL", _INCR_IF_EXISTS, 1, key, delta)
+
+        value = self._run(key, run, write=True, idempotent=False)
+        if value is None:
+            raise ValueError(f"Key {key!r} not found")
+        return int(value)
+
+    def ttl(self, key: Any) -> float | None:
+        """Seconds left; None for no expiry; 0 for a missing key."""
+        ms = self._run(key, lambda c: c.execute_command("PTTL", key), write=False)
+        if ms == -1:
+            return None
+        return 0 if ms < 0 else ms / 1000
+
+    def expire(self, key: Any, timeout: float) -> bool:
+        return self.touch(key, timeout)
+
+    def persist(self, key: Any) -> bool:
+        return self.touch(key, None)
+
+    def get_client(self, key: Any, *, write: bool = True) -> redis.Redis:
+        return self.pool.client_for(key, write=write)
+
+    def lock(self, key: Any, **kwargs: Any) -> Any:
+        """A redis-py lock held on the key's shard (its current master)."""
+        return self.pool.client_for(key, write=True).lock(key, **kwargs)
+
+    # -- many keys ---------------------------------------------------------------------------
+    def scatter(
+        self, plan: Mapping[Shard, Sequence[Command]], *, write: bool
+    ) -> dict[Shard, list[Any]]:
+        """Send every shard's batch before reading any reply; failures take the safe path."""
+        replies: dict[Shard, list[Any]] = {}
+        if len(plan) == 1:
+            fallback = list(plan)
+        else:
+            fallback = []
+            for shard in plan:
+                self.pool._ready(shard, write)
+            in_flight: list[tuple[Shard, Any, Sequence[Command]]] = []
+            try:
+                for shard, commands in plan.items():
+                    connection = shard.pool.get_connection(*_BORROW_ARGS)
+                    in_flight.append((shard, connection, commands))
+                    try:
+                        connection.send_packed_command(connection.pack_commands(commands))
+                    except MASTER_ERRORS:
+                        connection.disconnect()
+                        fallback.append(shard)
+                for shard, connection, commands in in_flight:
+                    if shard in fallback:
+                        continue
+                    try:
+                        replies[shard] = [connection.read_response() for _ in commands]
+                    except (*MASTER_ERRORS, ResponseError):
+                        connection.disconnect()
+                        fallback.append(shard)
+            finally:
+                for shard, connection, _ in in_flight:
+                    shard.pool.release(connection)
+        for shard in fallback:
+            commands = plan[shard]
+            replies[shard] = self.pool.execute(
+                shard, lambda c, cmds=commands: _pipeline(c, cmds), write=write
+            )
+        return replies
+
+    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        groups = self.pool.group_by_shard(dict.fromkeys(keys))
+        if not groups:
+            return {}
+        plan = {shard: [("MGET", *group)] for shard, group in groups.items()}
+        found: dict[Any, Any] = {}
+        for shard, (values,) in self.scatter(plan, write=False).items():
+            for key, data in zip(groups[shard], values, strict=True):
+                if data is not None:
+                    try:
+                        found[key] = self.decode(data, key)
+                    except KeyError:
+                        pass
+        return found
+
+    def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
+        """Returns the keys that failed (Django's contract)."""
+        if not mapping:
+            return []
+        if timeout is not None and timeout <= 0:
+            self.delete_many(list(mapping))
+            return []
+        groups = self.pool.group_by_shard(mapping)
+        expiry = _expiry(timeout)
+        plan: dict[Shard, list[Command]] = {}
+        for shard, group in groups.items():
+            commands: list[Command] = [
+                ("SET", key, self.encode(mapping[key]), *expiry) for key in group
+            ]
+            if self.durable_replicas:
+                commands.append(("WAIT", self.durable_replicas, self.durable_timeout_ms))
+            plan[shard] = commands
+        failed: list[Any] = []
+        for shard, replies in self.scatter(plan, write=True).items():
+            for key, reply in zip(groups[shard], replies, strict=False):
+                if not _ok(reply):
+                    failed.append(key)
+        return failed
+
+    def delete_many(self, keys: Iterable[Any]) -> int:
+        groups = self.pool.group_by_shard(dict.fromkeys(keys))
+        if not groups:
+            return 0
+        plan = {shard: [("DEL", *group)] for shard, group in groups.items()}
+        return sum(int(r[0]) for r in self.scatter(plan, write=True).values())
+
+    # -- whole cache -------------------------------------------------------------------------
+    def iter_keys(self, pattern: str, *, count: int = 1000) -> Iterator[bytes]:
+        """Every key matching ``pattern`` on every shard (``SCAN``, never ``KEYS``)."""
+        for shard in self.pool.shards:
+            client = self.pool.execute(shard, lambda c: c, write=False)
+            yield from client.scan_iter(match=pattern, count=count)
+
+    def delete_pattern(self, pattern: str, *, count: int = 1000) -> int:
+        deleted = 0
+        for shard in self.pool.shards:
+            deleted += self.pool.execute(
+                shard, lambda c: _unlink_matching(c, pattern, count), write=True
+            )
+        return deleted
+
+    def clear(self, prefix: str | None) -> None:
+        """With a prefix: SCAN + UNLINK of this cache's keys on every shard. Without one: the
+        whole database of every shard is flushed, as Django's RedisCache does."""
+        if prefix:
+            self.delete_pattern(escape_pattern(prefix) + "*")
+            return
+        for shard in self.pool.shards:
+            self.pool.execute(shard, lambda c: c.execute_command("FLUSHDB", "ASYNC"), write=True)
+
+
+def escape_pattern(text: str) -> str:
+    """Escape glob characters so a key prefix matches only itself in ``SCAN MATCH``."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def _pipeline(client: redis.Redis, commands: Sequence[Command]) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return pipe.execute()
+
+
+def _unlink_matching(client: redis.Redis, pattern: str, count: int) -> int:
+    deleted = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=pattern, count=count):
+        batch.append(key)
+        if len(batch) >= count:
+            deleted += client.execute_command("UNLINK", *batch)
+            batch.clear()
+    if batch:
+        deleted += client.execute_command("UNLINK", *batch)
+    return deleted

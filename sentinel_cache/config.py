@@ -1,0 +1,508 @@
+"""Configuration, parsed and validated in exactly one place into frozen, hashable objects.
+
+Two front doors lead here: the core's Python constructor (redis-py style keyword arguments) and
+the adapters' option mappings (Django ``OPTIONS`` / Flask ``CACHE_OPTIONS``, upper-case names).
+Both end in :class:`PoolConfig` (what the shared core needs; it keys the process-wide registry)
+and :class:`CacheOptions` (what a cache front end needs). Every error names the field and value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import redis.connection
+
+from sentinel_cache.exceptions import ConfigurationError
+
+
+class Address(NamedTuple):
+    """A ``(host, port)`` pair; formats as ``host:port`` (``[v6]:port`` for IPv6)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        if ":" in self.host:
+            return f"[{self.host}]:{self.port}"
+        return f"{self.host}:{self.port}"
+
+
+def _bad(field_name: str, value: Any, why: str) -> ConfigurationError:
+    return ConfigurationError(f"{field_name}: {why} (got {value!r})")
+
+
+def parse_address(value: Any, field_name: str = "sentinels") -> Address:
+    """Parse ``"host:port"``, ``"[v6]:port"`` or a ``(host, port)`` pair."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise _bad(field_name, value, "an address pair must be (host, port)")
+        host, port = value
+        if not isinstance(host, str) or not host.strip():
+            raise _bad(field_name, value, "the host must be a non-empty string")
+        return Address(host.strip(), _parse_port(port, field_name, value))
+    if not isinstance(value, str):
+        raise _bad(field_name, value, 'expected "host:port" or (host, port)')
+    text = value.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0 or text[end + 1 : end + 2] != ":":
+            raise _bad(field_name, value, 'an IPv6 address must look like "[::1]:26379"')
+        host, port_text = text[1:end], text[end + 2 :]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise _bad(field_name, value, "not a valid IPv6 address") from None
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host:
+            raise _bad(field_name, value, 'expected "host:port"')
+        if ":" in host:
+            raise _bad(field_name, value, 'write an IPv6 address as "[addr]:port"')
+    return Address(host, _parse_port(port_text, field_name, value))
+
+
+def _parse_port(port: Any, field_name: str, whole: Any) -> int:
+    if isinstance(port, bool):
+        raise _bad(field_name, whole, "the port must be an integer from 1 to 65535")
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        raise _bad(field_name, whole, "the port must be an integer from 1 to 65535") from None
+    if not 1 <= number <= 65535 or (isinstance(port, float) and port != number):
+        raise _bad(field_name, whole, "the port must be an integer from 1 to 65535")
+    return number
+
+
+def parse_sentinels(value: Any, field_name: str = "sentinels") -> tuple[Address, ...]:
+    """Accept a list of addresses, or one comma-separated string of them; no duplicates."""
+    if isinstance(value, str):
+        items: list[Any] = [part for part in value.split(",") if part.strip()]
+    elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int):
+        items = [value]  # a single (host, port) pair
+    elif isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
+        items = list(value)
+    else:
+        raise _bad(field_name, value, "expected a list of sentinel addresses")
+    if not items:
+        raise _bad(field_name, value, "at least one sentinel address is required")
+    addresses = tuple(parse_address(item, field_name) for item in items)
+    seen: set[Address] = set()
+    for address in addresses:
+        if address in seen:
+            raise _bad(field_name, value, f"sentinel {address} is listed twice")
+        seen.add(address)
+    return addresses
+
+
+def parse_masters(value: Any, field_name: str = "masters") -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",")]
+    if not isinstance(value, Iterable) or isinstance(value, (bytes, Mapping)):
+        raise _bad(field_name, value, "expected an ordered list of master names")
+    names = list(value)
+    if not names:
+        raise _bad(field_name, value, "at least one master name is required")
+    seen: set[str] = set()
+    for name in names:
+        if not isinstance(name, str) or not name.strip():
+            raise _bad(field_name, value, f"every master name must be a non-empty string: {name!r}")
+        if name != name.strip() or any(ch.isspace() for ch in name):
+            raise _bad(field_name, value, f"master name {name!r} contains white space")
+        if name in seen:
+            raise _bad(field_name, value, f"master name {name!r} is listed twice")
+        seen.add(name)
+    return tuple(names)
+
+
+def parse_weights(
+    value: Any, masters: Sequence[str], field_name: str = "weights"
+) -> tuple[int, ...]:
+    if value is None:
+        return (1,) * len(masters)
+    if isinstance(value, Mapping):
+        unknown = set(value) - set(masters)
+        if unknown:
+            raise _bad(field_name, value, f"names no configured master: {sorted(unknown)}")
+        value = [value.get(name, 1) for name in masters]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise _bad(field_name, value, "expected a list of positive integers, one per master")
+    weights = list(value)
+    if len(weights) != len(masters):
+        raise _bad(
+            field_name, value, f"{len(weights)} weights for {len(masters)} masters; they must match"
+        )
+    for weight in weights:
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+            raise _bad(field_name, value, f"every weight must be a positive integer: {weight!r}")
+    return tuple(weights)
+
+
+def _connection_parameters() -> frozenset[str]:
+    names: set[str] = set()
+    for cls in (redis.connection.Connection, redis.connection.SSLConnection):
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None:
+                continue
+            for parameter in inspect.signature(init).parameters.values():
+                if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+                    names.add(parameter.name)
+    names.discard("self")
+    return frozenset(names)
+
+
+# What redis-py's Connection/SSLConnection accept; host and port come from the sentinels.
+CONNECTION_PARAMETERS = (_connection_parameters() - {"host", "port", "connection_pool"}) | {"ssl"}
+
+
+def connection_class_and_kwargs(
+    kwargs: Mapping[str, Any],
+) -> tuple[type[redis.connection.Connection], dict[str, Any]]:
+    """Turn our ``ssl`` flag into redis-py's connection class, as ``redis.Redis`` does."""
+    options = dict(kwargs)
+    if options.pop("ssl", False):
+        return redis.connection.SSLConnection, options
+    return redis.connection.Connection, options
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _check_connection_kwargs(kwargs: Mapping[str, Any], field_name: str) -> None:
+    for name in kwargs:
+        if name not in CONNECTION_PARAMETERS:
+            hint = difflib.get_close_matches(name, sorted(CONNECTION_PARAMETERS), n=1)
+            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise _bad(field_name, name, f"unknown redis connection option{suggestion}")
+
+
+def _check_number(
+    name: str, value: Any, *, minimum: float = 0.0, allow_none: bool = False, integer: bool = False
+) -> None:
+    if value is None and allow_none:
+        return
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
+        what = "an integer" if integer else "a number"
+        raise _bad(name, value, f"must be {what} >= {minimum:g}")
+
+
+DEFAULT_CONNECTION_KWARGS: Mapping[str, Any] = {
+    "socket_timeout": 5.0,
+    "socket_connect_timeout": 2.0,
+}
+DEFAULT_SENTINEL_KWARGS: Mapping[str, Any] = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5}
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Everything the shared core needs; equal configurations share one core per process.
+
+    ``connection_kwargs`` go to the data nodes, ``sentinel_kwargs`` to the sentinels: the two
+    sides often have different passwords, ACL users and TLS settings.
+    """
+
+    masters: tuple[str, ...]
+    sentinels: tuple[Address, ...]
+    weights: tuple[int, ...]
+    connection_kwargs: tuple[tuple[str, Any], ...] = ()
+    sentinel_kwargs: tuple[tuple[str, Any], ...] = ()
+    max_connections: int = 50
+    pool_timeout: float = 2.0
+    health_check_interval: float = 0.0
+    read_from_replicas: bool = False
+    discovery_timeout: float = 5.0
+    failover_hold: float = 2.0
+    listeners: bool = True
+    reresolve_interval: float = 0.2
+
+    def __post_init__(self) -> None:
+        _check_number("max_connections", self.max_connections, minimum=1, integer=True)
+        _check_number("pool_timeout", self.pool_timeout)
+        _check_number("health_check_interval", self.health_check_interval)
+        _check_number("discovery_timeout", self.discovery_timeout)
+        _check_number("failover_hold", self.failover_hold)
+        _check_number("reresolve_interval", self.reresolve_interval)
+        for name in ("read_from_replicas", "listeners"):
+            if not isinstance(getattr(self, name), bool):
+                raise _bad(name, getattr(self, name), "must be True or False")
+
+    @classmethod
+    def create(
+        cls,
+        masters: Any,
+        sentinels: Any,
+        *,
+        weights: Any = None,
+        sentinel_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> PoolConfig:
+        """Build from the core constructor's arguments: pool options, then redis-py kwargs."""
+        master_names = parse_masters(masters)
+        pool_fields = {f.name for f in dataclasses.fields(cls)} - {
+            "masters",
+            "sentinels",
+            "weights",
+            "connection_kwargs",
+            "sentinel_kwargs",
+        }
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in pool_fields}
+        _check_connection_kwargs(kwargs, "connection_kwargs")
+        sentinel_kwargs = dict(sentinel_kwargs or {})
+        _check_connection_kwargs(sentinel_kwargs, "sentinel_kwargs")
+        connection = {**DEFAULT_CONNECTION_KWARGS, **kwargs}
+        sentinel = {**DEFAULT_SENTINEL_KWARGS, **sentinel_kwargs}
+        for side, values in (("connection_kwargs", connection), ("sentinel_kwargs", sentinel)):
+            for name in ("socket_timeout", "socket_connect_timeout"):
+                _check_number(f"{side}.{name}", values.get(name), minimum=0.001, allow_none=True)
+        return cls(
+            masters=master_names,
+            sentinels=parse_sentinels(sentinels),
+            weights=parse_weights(weights, master_names),
+            connection_kwargs=_freeze(connection),
+            sentinel_kwargs=_freeze(sentinel),
+            **options,
+        )
+
+    def connection_options(self) -> dict[str, Any]:
+        return _thaw(self.connection_kwargs)
+
+    def sentinel_options(self) -> dict[str, Any]:
+        return _thaw(self.sentinel_kwargs)
+
+    def __repr__(self) -> str:
+        secret = {"password", "ssl_password"}
+        conn = {k: ("***" if k in secret and v else v) for k, v in self.connection_kwargs}
+        sent = {k: ("***" if k in secret and v else v) for k, v in self.sentinel_kwargs}
+        return (
+            f"PoolConfig(masters={list(self.masters)}, "
+            f"sentinels={[str(a) for a in self.sentinels]}, weights={list(self.weights)}, "
+            f"connection_kwargs={conn}, sentinel_kwargs={sent}, "
+            f"max_connections={self.max_connections}, read_from_replicas={self.read_from_replicas})"
+        )
+
+
+def _thaw(items: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    return {k: (dict(v) if _looks_frozen_mapping(v) else v) for k, v in items}
+
+
+def _looks_frozen_mapping(value: Any) -> bool:
+    return (
+        isinstance(value, tuple)
+        and bool(value)
+        and all(isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], str) for i in value)
+    )
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """Front-end options shared by the Django and Flask adapters."""
+
+    serializer: str = "pickle"
+    compressor: str | None = None
+    compress_min_length: int = 1024
+    signing_key: bytes | None = None
+    ignore_exceptions: bool = False
+    log_ignored_exceptions_interval: float = 10.0
+    durable_replicas: int = 0
+    durable_timeout_ms: int = 100
+
+
+# Option name (as written in Django OPTIONS / Flask CACHE_OPTIONS) -> (where it goes, name there).
+_POOL, _CONN, _SENT, _CACHE = "pool", "connection", "sentinel", "cache"
+OPTION_NAMES: Mapping[str, tuple[str, str]] = {
+    "MASTERS": ("masters", "masters"),
+    "WEIGHTS": ("weights", "weights"),
+    "DB": (_CONN, "db"),
+    "USERNAME": (_CONN, "username"),
+    "PASSWORD": (_CONN, "password"),
+    "SOCKET_TIMEOUT": (_CONN, "socket_timeout"),
+    "SOCKET_CONNECT_TIMEOUT": (_CONN, "socket_connect_timeout"),
+    "SOCKET_KEEPALIVE": (_CONN, "socket_keepalive"),
+    "SSL": ("ssl", "ssl"),
+    "SSL_CA_CERTS": (_CONN, "ssl_ca_certs"),
+    "SSL_CERTFILE": (_CONN, "ssl_certfile"),
+    "SSL_KEYFILE": (_CONN, "ssl_keyfile"),
+    "SSL_CERT_REQS": (_CONN, "ssl_cert_reqs"),
+    "SSL_CHECK_HOSTNAME": (_CONN, "ssl_check_hostname"),
+    "SENTINEL_USERNAME": (_SENT, "username"),
+    "SENTINEL_PASSWORD": (_SENT, "password"),
+    "SENTINEL_SOCKET_TIMEOUT": (_SENT, "socket_timeout"),
+    "SENTINEL_SOCKET_CONNECT_TIMEOUT": (_SENT, "socket_connect_timeout"),
+    "SENTINEL_SSL": ("sentinel_ssl", "ssl"),
+    "SENTINEL_SSL_CA_CERTS": (_SENT, "ssl_ca_certs"),
+    "SENTINEL_SSL_CERTFILE": (_SENT, "ssl_certfile"),
+    "SENTINEL_SSL_KEYFILE": (_SENT, "ssl_keyfile"),
+    "SENTINEL_SSL_CERT_REQS": (_SENT, "ssl_cert_reqs"),
+    "SENTINEL_SSL_CHECK_HOSTNAME": (_SENT, "ssl_check_hostname"),
+    "MAX_CONNECTIONS": (_POOL, "max_connections"),
+    "POOL_TIMEOUT": (_POOL, "pool_timeout"),
+    "HEALTH_CHECK_INTERVAL": (_POOL, "health_check_interval"),
+    "READ_FROM_REPLICAS": (_POOL, "read_from_replicas"),
+    "DISCOVERY_TIMEOUT": (_POOL, "discovery_timeout"),
+    "FAILOVER_HOLD": (_POOL, "failover_hold"),
+    "LISTENERS": (_POOL, "listeners"),
+    "RERESOLVE_INTERVAL": (_POOL, "reresolve_interval"),
+    "CONNECTION_KWARGS": ("connection_kwargs", "connection_kwargs"),
+    "SENTINEL_KWARGS": ("sentinel_kwargs", "sentinel_kwargs"),
+    "SERIALIZER": (_CACHE, "serializer"),
+    "COMPRESSOR": (_CACHE, "compressor"),
+    "COMPRESS_MIN_LENGTH": (_CACHE, "compress_min_length"),
+    "SIGNING_KEY": (_CACHE, "signing_key"),
+    "IGNORE_EXCEPTIONS": (_CACHE, "ignore_exceptions"),
+    "LOG_IGNORED_EXCEPTIONS_INTERVAL": (_CACHE, "log_ignored_exceptions_interval"),
+    "DURABLE_REPLICAS": (_CACHE, "durable_replicas"),
+    "DURABLE_TIMEOUT_MS": (_CACHE, "durable_timeout_ms"),
+}
+
+
+def _lookup_option(name: Any) -> tuple[str, str]:
+    key = str(name).upper()
+    if key in OPTION_NAMES:
+        return OPTION_NAMES[key]
+    hint = difflib.get_close_matches(key, sorted(OPTION_NAMES), n=1, cutoff=0.5)
+    suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+    valid = ", ".join(sorted(OPTION_NAMES))
+    raise ConfigurationError(f"OPTIONS: unknown option {name!r}{suggestion} (valid: {valid})")
+
+
+def parse_url(url: str) -> tuple[tuple[Address, ...], tuple[str, ...], dict[str, Any]]:
+    """``sentinel://[user:pass@]h1:26379,h2:26379/shard_a,shard_b?db=0`` for twelve-factor apps.
+
+    The credentials in the URL are the data nodes'; query parameters are option names.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("sentinel", "sentinels"):
+        raise _bad("LOCATION", url, 'a URL must use the "sentinel://" scheme')
+    netloc = parts.netloc
+    options: dict[str, Any] = {}
+    if "@" in netloc:
+        userinfo, netloc = netloc.rsplit("@", 1)
+        user, sep, password = userinfo.partition(":")
+        if user:
+            options["USERNAME"] = unquote(user)
+        if sep:
+            options["PASSWORD"] = unquote(password)
+    sentinels = parse_sentinels(netloc, "LOCATION")
+    masters_text = parts.path.lstrip("/")
+    if masters_text:
+        options["MASTERS"] = [unquote(m) for m in masters_text.split(",")]
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        options[name.upper()] = _coerce_query_value(value)
+    if parts.scheme == "sentinels":
+        options.setdefault("SSL", True)
+    return sentinels, tuple(options.get("MASTERS", ())), options
+
+
+def _coerce_query_value(value: str) -> Any:
+    lowered = value.lower()
+    if lowered in ("true", "yes", "on"):
+        return True
+    if lowered in ("false", "no", "off"):
+        return False
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def parse_cache_config(
+    location: Any, options: Mapping[str, Any] | None
+) -> tuple[PoolConfig, CacheOptions]:
+    """The one parser of adapter settings (Django LOCATION/OPTIONS, Flask keys/CACHE_OPTIONS)."""
+    merged: dict[str, Any] = {}
+    if isinstance(location, str) and "://" in location:
+        sentinels, _masters, url_options = parse_url(location)
+        merged.update(url_options)
+    else:
+        sentinels = parse_sentinels(location, "LOCATION")
+    for name, value in (options or {}).items():
+        _lookup_option(name)
+        merged[str(name).upper()] = value
+    if "MASTERS" not in merged:
+        raise ConfigurationError("OPTIONS: MASTERS is required (the ordered list of master names)")
+
+    connection: dict[str, Any] = {}
+    sentinel: dict[str, Any] = {}
+    pool: dict[str, Any] = {}
+    cache: dict[str, Any] = {}
+    for name, value in merged.items():
+        target, attr = _lookup_option(name)
+        if target == _CONN:
+            connection[attr] = value
+        elif target == _SENT:
+            sentinel[attr] = value
+        elif target == _POOL:
+            pool[attr] = value
+        elif target == _CACHE:
+            cache[attr] = value
+        elif target == "ssl":
+            if value:
+                connection["ssl"] = True
+        elif target == "sentinel_ssl":
+            if value:
+                sentinel["ssl"] = True
+        elif target in ("connection_kwargs", "sentinel_kwargs"):
+            if not isinstance(value, Mapping):
+                raise _bad(name, value, "must be a dict of redis-py connection options")
+            (connection if target == "connection_kwargs" else sentinel).update(value)
+    config = PoolConfig.create(
+        merged["MASTERS"],
+        sentinels,
+        weights=merged.get("WEIGHTS"),
+        sentinel_kwargs=sentinel,
+        **pool,
+        **connection,
+    )
+    return config, _cache_options(cache)
+
+
+def _cache_options(values: dict[str, Any]) -> CacheOptions:
+    serializer = values.get("serializer", "pickle")
+    if not isinstance(serializer, str) and not callable(serializer):
+        raise _bad(
+            "SERIALIZER", serializer, 'expected "pickle", "json", "msgpack" or a dotted path'
+        )
+    compressor = values.get("compressor")
+    if compressor is not None and not isinstance(compressor, str):
+        raise _bad("COMPRESSOR", compressor, 'expected "zlib", "zstd" or a dotted path')
+    signing_key = values.get("signing_key")
+    if isinstance(signing_key, str):
+        signing_key = signing_key.encode()
+    if signing_key is not None and (not isinstance(signing_key, bytes) or len(signing_key) < 16):
+        raise _bad("SIGNING_KEY", "***", "must be a str or bytes of at least 16 characters")
+    ignore = values.get("ignore_exceptions", False)
+    if not isinstance(ignore, bool):
+        raise _bad("IGNORE_EXCEPTIONS", ignore, "must be True or False")
+    for name, integer in (
+        ("compress_min_length", True),
+        ("durable_replicas", True),
+        ("durable_timeout_ms", True),
+        ("log_ignored_exceptions_interval", False),
+    ):
+        if name in values:
+            _check_number(name.upper(), values[name], integer=integer)
+    return CacheOptions(
+        serializer=serializer,
+        compressor=compressor,
+        compress_min_length=values.get("compress_min_length", 1024),
+        signing_key=signing_key,
+        ignore_exceptions=ignore,
+        log_ignored_exceptions_interval=values.get("log_ignored_exceptions_interval", 10.0),
+        durable_replicas=values.get("durable_replicas", 0),
+        durable_timeout_ms=values.get("durable_timeout_ms", 100),
+    )

@@ -1,0 +1,281 @@
+"""One thread per sentinel following failovers on pub/sub: the push path.
+
+Events are hints. ``+switch-master`` is confirmed with ``ROLE`` before a shard moves; the
+promotion announcements raise the shard's write fence so no write lands on a master that is
+about to be abandoned; after every (re)subscribe every shard is re-checked through the sentinels,
+because events sent while we were away are lost. The pull path in ``pools`` stays as the net.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from sentinel_cache.config import Address, connection_class_and_kwargs
+
+if TYPE_CHECKING:
+    from sentinel_cache.pools import ShardedSentinelPool
+
+logger = logging.getLogger("sentinel_cache")
+
+SWITCH = "+switch-master"
+# Announced by the failover leader before and while it promotes a replica: hold writes.
+FENCE_EVENTS = ("+selected-slave", "+failover-state-send-slaveof-noone", "+promoted-slave")
+# The failover will not happen (or ended without a switch): release the writes.
+ABORT_EVENTS = (
+    "-failover-abort-not-elected",
+    "-failover-abort-no-good-slave",
+    "-failover-abort-slave-timeout",
+    "-failover-abort-master-is-not-waiting",
+    "-failover-abort-waiting-for-replication-ack",  # not in every server version; harmless
+    "+failover-end-for-timeout",
+)
+CHANNELS = (SWITCH, *FENCE_EVENTS, *ABORT_EVENTS)
+# A fence the events never lifted (messages lost) is re-checked through the sentinels after this.
+STALE_FENCE_SECONDS = 5.0
+
+
+def _keepalive_options() -> dict[int, int]:
+    options: dict[int, int] = {}
+    for name, value in (("TCP_KEEPIDLE", 2), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, name):
+            options[getattr(socket, name)] = value
+    return options
+
+
+def parse_switch(data: str) -> tuple[str, Address, Address]:
+    """``<name> <old-ip> <old-port> <new-ip> <new-port>``; ValueError if malformed."""
+    fields = data.split()
+    if len(fields) != 5:
+        raise ValueError(f"expected 5 fields, got {len(fields)}")
+    name, old_ip, old_port, new_ip, new_port = fields
+    return name, Address(old_ip, _port(old_port)), Address(new_ip, _port(new_port))
+
+
+def parse_instance_event(data: str) -> str:
+    """The master name in ``<type> <name> <ip> <port> [@ <master> <ip> <port>]``."""
+    fields = data.split()
+    if "@" in fields:
+        at = fields.index("@")
+        if len(fields) < at + 4:
+            raise ValueError("truncated '@ <master> <ip> <port>' part")
+        _port(fields[at + 3])
+        return fields[at + 1]
+    if len(fields) < 4 or fields[0] != "master":
+        raise ValueError("expected '<type> <name> <ip> <port>'")
+    _port(fields[3])
+    return fields[1]
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port out of range: {text!r}")
+    return port
+
+
+class SentinelListener:
+    """Subscribes to one sentinel and forwards failover events to the core."""
+
+    def __init__(
+        self,
+        core: ShardedSentinelPool,
+        address: Address,
+        sentinel_kwargs: Mapping[str, Any],
+        *,
+        ping_interval: float = 1.0,
+    ) -> None:
+        self.core = core
+        self.address = address
+        self._kwargs = dict(sentinel_kwargs)
+        self._ping_interval = ping_interval
+        self._stop = threading.Event()
+        self.connected = False
+        self.connects = 0
+        self.last_error: str | None = None
+        self._client: redis.Redis | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"sentinel_cache-listener-{address}", daemon=True
+        )
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else f"disconnected ({self.last_error})"
+        return f"<SentinelListener {self.address} {state} connects={self.connects}>"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        client = self._client
+        if client is not None:
+            client.connection_pool.disconnect()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _connect(self) -> Any:
+        connection_class, options = connection_class_and_kwargs(self._kwargs)
+        options["socket_timeout"] = max(float(options.get("socket_timeout") or 0), 2.0)
+        options.update(socket_keepalive=True, socket_keepalive_options=_keepalive_options())
+        pool = redis.ConnectionPool(
+            host=self.address.host,
+            port=self.address.port,
+            connection_class=connection_class,
+            max_connections=2,
+            **options,
+        )
+        self._client = redis.Redis(connection_pool=pool)
+        pubsub = self._client.pubsub()
+        pubsub.subscribe(*CHANNELS)
+        return pubsub
+
+    def _run(self) -> None:
+        backoff = 0.05
+        while not self._stop.is_set():
+            pubsub = None
+            try:
+                pubsub = self._connect()
+                self._listen(pubsub)
+                backoff = 0.05
+            except Exception as exc:  # any failure: note it, back off, reconnect
+                if self._stop.is_set():
+                    break
+                if self.connected or self.last_error is None:
+                    logger.warning(
+                        "listener on sentinel %s disconnected: %s: %s",
+                        self.address,
+                        type(exc).__name__,
+                        exc,
+                    )
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            finally:
+                self.connected = False
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):  # already failing; closing is best effort
+                        pubsub.close()
+                if self._client is not None:
+                    self._client.connection_pool.disconnect()
+            self._stop.wait(backoff * random.uniform(0.5, 1.5))
+            backoff = min(backoff * 2, 2.0)
+
+    def _listen(self, pubsub: Any) -> None:
+        last_seen = time.monotonic()
+        last_ping = 0.0
+        subscribed = 0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now - last_ping >= self._ping_interval and subscribed:
+                pubsub.ping()
+                last_ping = now
+            if subscribed and now - last_seen > 2 * self._ping_interval + 1.0:
+                raise TimeoutError(f"no answer for {now - last_seen:.1f}s")
+            message = pubsub.get_message(timeout=min(0.2, self._ping_interval))
+            self.core.check_fences()
+            if message is None:
+                continue
+            last_seen = time.monotonic()
+            kind = message.get("type")
+            if kind == "subscribe":
+                subscribed += 1
+                if subscribed == len(CHANNELS):
+                    self._on_subscribed()
+            elif kind == "message":
+                self.handle(message.get("channel"), message.get("data"), received=last_seen)
+
+    def _on_subscribed(self) -> None:
+        self.connected = True
+        self.connects += 1
+        self.last_error = None
+        if self.connects > 1:
+            logger.info("listener on sentinel %s reconnected", self.address)
+        # Events sent while we were away are gone: ask the sentinels again.
+        self.core.recheck(source=f"resync after subscribing to {self.address}")
+
+    def handle(self, channel: Any, data: Any, *, received: float | None = None) -> None:
+        """Dispatch one pub/sub message; malformed or foreign ones are logged and dropped."""
+        received = time.monotonic() if received is None else received
+        try:
+            channel_text = channel.decode() if isinstance(channel, bytes) else str(channel)
+            text = data.decode() if isinstance(data, bytes) else str(data)
+            if channel_text == SWITCH:
+                name, _old, new = parse_switch(text)
+                shard = self.core.shard_by_name(name)
+                if shard is not None:
+                    self.core.on_switch_announced(
+                        shard, new, source=f"+switch-master from {self.address}", received=received
+                    )
+            elif channel_text in FENCE_EVENTS or channel_text in ABORT_EVENTS:
+                name = parse_instance_event(text)
+                shard = self.core.shard_by_name(name)
+                if shard is None:
+                    return
+                if channel_text in FENCE_EVENTS:
+                    if not shard.fenced:
+                        logger.info("shard %s: %s, holding writes", shard.label, channel_text)
+                    shard.raise_fence(channel_text)
+                elif shard.fenced:
+                    logger.warning("shard %s: %s, releasing writes", shard.label, channel_text)
+                    shard.lower_fence()
+        except (ValueError, UnicodeDecodeError) as exc:
+            logger.warning(
+                "ignoring malformed %r message from sentinel %s: %r (%s)",
+                channel,
+                self.address,
+                data,
+                exc,
+            )
+
+
+class ListenerGroup:
+    """The listeners of one core: one per known sentinel."""
+
+    def __init__(self, core: ShardedSentinelPool, sentinel_kwargs: Mapping[str, Any]) -> None:
+        self._core = core
+        self._kwargs = dict(sentinel_kwargs)
+        self._lock = threading.Lock()
+        self._listeners: dict[Address, SentinelListener] = {}
+        self._stopped = False
+
+    def __repr__(self) -> str:
+        return f"<ListenerGroup {list(self._listeners.values())}>"
+
+    def ensure(self, addresses: Sequence[Address]) -> None:
+        """Start a listener for every sentinel that has none (learned sentinels included)."""
+        started = []
+        with self._lock:
+            if self._stopped:
+                return
+            for address in addresses:
+                if address not in self._listeners:
+                    listener = SentinelListener(self._core, address, self._kwargs)
+                    self._listeners[address] = listener
+                    started.append(listener)
+        for listener in started:
+            listener.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            listeners = list(self._listeners.values())
+        for listener in listeners:
+            listener._stop.set()
+        for listener in listeners:
+            listener.stop()
+
+    def status(self) -> dict[str, bool]:
+        return {str(a): listener.connected for a, listener in self._listeners.items()}
+
+    def listeners(self) -> list[SentinelListener]:
+        return list(self._listeners.values())

@@ -1,0 +1,701 @@
+"""Per-shard connection pools that follow their master, and the sharded core that owns them.
+
+Each shard has one redis-py client for its whole life. Its connections resolve the shard's
+current address when they connect (redis-py's ``SentinelManagedConnection`` idea), and carry the
+generation of the address they were made for; a switch bumps the shard's generation, so stale
+connections (idle now, or checked out and coming back later) reconnect to the new master on their
+next use. Only the switching shard is touched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from queue import Empty
+from typing import Any, TypeVar
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from sentinel_cache.config import Address, PoolConfig, connection_class_and_kwargs
+from sentinel_cache.discovery import Discovery, Resolution, SentinelSet, check_role
+from sentinel_cache.exceptions import (
+    FailoverInProgressError,
+    PoolExhaustedError,
+    ShardUnavailableError,
+)
+from sentinel_cache.listener import STALE_FENCE_SECONDS, ListenerGroup
+from sentinel_cache.ring import HashRing
+
+logger = logging.getLogger("sentinel_cache")
+
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+# Errors that mean "this node may no longer be the shard's master".
+MASTER_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
+
+SwitchCallback = Callable[["SwitchEvent"], None]
+
+
+class SwitchEvent:
+    """What a switch callback receives: which shard moved, from where to where, learned how."""
+
+    __slots__ = ("shard_index", "name", "old", "new", "source", "lag", "at")
+
+    def __init__(
+        self,
+        shard_index: int,
+        name: str,
+        old: Address | None,
+        new: Address,
+        source: str,
+        lag: float | None,
+    ) -> None:
+        self.shard_index = shard_index
+        self.name = name
+        self.old = old
+        self.new = new
+        self.source = source
+        self.lag = lag
+        self.at = time.time()
+
+    def __repr__(self) -> str:
+        lag = "" if self.lag is None else f" lag={self.lag * 1000:.1f}ms"
+        return (
+            f"<SwitchEvent shard={self.shard_index} {self.name} {self.old} -> {self.new} "
+            f"via {self.source}{lag}>"
+        )
+
+
+class _ShardConnectionMixin:
+    """Looks up the shard's current master at connect time; a stale socket is dropped first."""
+
+    _shard: Shard
+    _generation: int
+    host: str
+    port: int
+
+    def __init__(self, *, shard: Shard, **kwargs: Any) -> None:
+        self._shard = shard
+        address, self._generation = shard.current()
+        host, port = address if address is not None else ("unresolved", 0)
+        super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
+
+    def _follow(self) -> None:
+        shard = self._shard
+        if self._generation != shard.generation:
+            self.disconnect()  # type: ignore[attr-defined]
+            address, self._generation = shard.current()
+            if address is None:
+                raise ShardUnavailableError(f"shard {shard.label}: master not resolved")
+            self.host, self.port = address
+
+    def connect(self) -> None:
+        self._follow()
+        super().connect()  # type: ignore[misc]
+
+    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        self._follow()
+        super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except ReadOnlyError:
+            # A demoted master answers writes with READONLY: drop the socket so the next use
+            # reconnects to wherever the shard points by then.
+            self.disconnect()  # type: ignore[attr-defined]
+            raise
+
+
+class ShardConnection(_ShardConnectionMixin, redis.connection.Connection):
+    pass
+
+
+class ShardSSLConnection(_ShardConnectionMixin, redis.connection.SSLConnection):
+    pass
+
+
+class ShardConnectionPool(redis.BlockingConnectionPool):
+    """A blocking pool (Jedis ``maxTotal`` + ``maxWaitMillis``) whose exhaustion names the shard."""
+
+    def __init__(self, shard: Shard, **kwargs: Any) -> None:
+        self._shard_label = shard.label
+        super().__init__(shard=shard, **kwargs)
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().get_connection(*args, **kwargs)
+        except RedisConnectionError as exc:
+            if str(exc) == "No connection available.":
+                raise PoolExhaustedError(
+                    f"shard {self._shard_label}: no free connection within {self.timeout}s "
+                    f"(max_connections={self.max_connections})"
+                ) from None
+            raise
+
+    def retire_idle(self) -> int:
+        """Close every idle connection now (they would reconnect lazily anyway)."""
+        taken: list[Any] = []
+        while True:
+            try:
+                taken.append(self.pool.get_nowait())
+            except Empty:
+                break
+        closed = 0
+        for connection in taken:
+            if connection is not None:
+                connection.disconnect()
+                closed += 1
+        for connection in taken:
+            self.pool.put_nowait(connection)
+        return closed
+
+    def in_use(self) -> int:
+        idle = sum(1 for c in list(self.pool.queue) if c is not None)
+        return len(self._connections) - idle
+
+
+class Shard:
+    """One master name at one ring position: its address, pool, fence and history."""
+
+    def __init__(self, index: int, name: str, weight: int, config: PoolConfig) -> None:
+        self.index = index
+        self.name = name
+        self.weight = weight
+        self.label = f"{index} ({name})"
+        self._lock = threading.Lock()
+        self._resolve_lock = threading.Lock()
+        self.address: Address | None = None
+        self.generation = 0
+        self.replicas: tuple[Address, ...] = ()
+        self.agreeing = 0
+        self.error: BaseException | None = None
+        self.switch_count = 0
+        self.last_switch: float | None = None
+        self.last_switch_source: str | None = None
+        self._last_resolve = 0.0
+        self._fence_open = threading.Event()
+        self._fence_open.set()
+        self.fence_reason: str | None = None
+        self.fence_since: float | None = None
+        connection_class, kwargs = connection_class_and_kwargs(config.connection_options())
+        if config.health_check_interval:
+            kwargs.setdefault("health_check_interval", config.health_check_interval)
+        ssl = issubclass(connection_class, redis.connection.SSLConnection)
+        self.pool = ShardConnectionPool(
+            self,
+            connection_class=ShardSSLConnection if ssl else ShardConnection,
+            max_connections=config.max_connections,
+            timeout=config.pool_timeout,
+            **kwargs,
+        )
+        self.client = redis.Redis(connection_pool=self.pool)
+        self._replica_kwargs = (connection_class, kwargs, config.max_connections)
+        self._replica_clients: list[tuple[Address, redis.Redis]] = []
+        self._replica_turn = itertools.count()
+
+    def __repr__(self) -> str:
+        fence = f" fenced({self.fence_reason})" if not self._fence_open.is_set() else ""
+        return (
+            f"<Shard {self.label} master={self.address} gen={self.generation} "
+            f"replicas={len(self.replicas)} switches={self.switch_count}{fence}>"
+        )
+
+    def current(self) -> tuple[Address | None, int]:
+        with self._lock:
+            return self.address, self.generation
+
+    def switch(self, address: Address, *, source: str) -> Address | None:
+        """Point this shard at ``address``; returns the old address, or None if nothing changed."""
+        with self._lock:
+            old = self.address
+            if old == address:
+                return None
+            self.address = address
+            self.generation += 1
+            self.error = None
+            if old is not None:
+                self.switch_count += 1
+                self.last_switch = time.time()
+                self.last_switch_source = source
+        self.pool.retire_idle()  # network I/O outside the lock
+        return old if old is not None else address
+
+    # -- write fence -------------------------------------------------------------------------
+    @property
+    def fenced(self) -> bool:
+        return not self._fence_open.is_set()
+
+    def raise_fence(self, reason: str) -> None:
+        with self._lock:
+            if self._fence_open.is_set():
+                self.fence_since = time.monotonic()
+            self.fence_reason = reason
+            self._fence_open.clear()
+
+    def lower_fence(self) -> None:
+        with self._lock:
+            self.fence_reason = None
+            self.fence_since = None
+            self._fence_open.set()
+
+    def wait_fence(self, hold: float) -> None:
+        if self._fence_open.is_set() or self._fence_open.wait(hold):
+            return
+        raise FailoverInProgressError(
+            f"shard {self.label}: writes held for {hold:g}s while a failover is in progress "
+            f"({self.fence_reason}); the new master was not confirmed in time"
+        )
+
+    # -- replicas ----------------------------------------------------------------------------
+    def set_replicas(self, replicas: Sequence[Address]) -> None:
+        replicas = tuple(replicas)
+        if replicas == self.replicas:
+            return
+        connection_class, kwargs, max_connections = self._replica_kwargs
+        clients = [
+            (
+                address,
+                redis.Redis(
+                    connection_pool=redis.BlockingConnectionPool(
+                        host=address.host,
+                        port=address.port,
+                        connection_class=connection_class,
+                        max_connections=max_connections,
+                        **kwargs,
+                    )
+                ),
+            )
+            for address in replicas
+        ]
+        with self._lock:
+            old, self._replica_clients = self._replica_clients, clients
+            self.replicas = replicas
+        for _, client in old:
+            client.connection_pool.disconnect()
+
+    def read_client(self) -> redis.Redis:
+        clients = self._replica_clients
+        if not clients:
+            return self.client
+        return clients[next(self._replica_turn) % len(clients)][1]
+
+    def close(self) -> None:
+        self.pool.disconnect()
+        for _, client in self._replica_clients:
+            client.connection_pool.disconnect()
+
+
+class ShardedSentinelPool:
+    """The framework-free core: ring, discovery, one pool per shard, and (later) listeners.
+
+    Nothing connects in the constructor; the first use discovers every shard at once.
+    """
+
+    def __init__(
+        self,
+        masters: Sequence[str] | str,
+        sentinels: Any,
+        *,
+        weights: Sequence[int] | None = None,
+        sentinel_kwargs: dict[str, Any] | None = None,
+        **connection_kwargs: Any,
+    ) -> None:
+        config = PoolConfig.create(
+            masters,
+            sentinels,
+            weights=weights,
+            sentinel_kwargs=sentinel_kwargs,
+            **connection_kwargs,
+        )
+        self._setup(config)
+
+    @classmethod
+    def from_config(cls, config: PoolConfig) -> ShardedSentinelPool:
+        pool = cls.__new__(cls)
+        pool._setup(config)
+        return pool
+
+    def _setup(self, config: PoolConfig) -> None:
+        self.config = config
+        self.ring = HashRing(config.weights)
+        self.shards: tuple[Shard, ...] = tuple(
+            Shard(i, name, weight, config)
+            for i, (name, weight) in enumerate(zip(config.masters, config.weights, strict=True))
+        )
+        self._by_name = {shard.name: shard for shard in self.shards}
+        self._callbacks: list[SwitchCallback] = []
+        self._reset_process_state()
+
+    def _reset_process_state(self) -> None:
+        """State that must not cross a fork: locks, sentinel sockets, threads."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        self.sentinels = SentinelSet(self.config.sentinels, self.config.sentinel_options())
+        self.discovery = Discovery(
+            self.sentinels,
+            self.config.connection_options(),
+            timeout=self.config.discovery_timeout,
+            replicas=self.config.read_from_replicas,
+        )
+        for shard in self.shards:
+            shard._lock = threading.Lock()
+            shard._resolve_lock = threading.Lock()
+        self.listeners: Any = None
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("started" if self._started else "idle")
+        shards = ", ".join(f"{s.name}@{s.address}" for s in self.shards)
+        return f"<ShardedSentinelPool {state} [{shards}] sentinels={len(self.sentinels.addresses)}>"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _ensure_started(self) -> None:
+        if self._pid != os.getpid():
+            self._after_fork()
+        if self._started:
+            return
+        with self._lock:
+            if self._closed:
+                raise ShardUnavailableError("this ShardedSentinelPool is closed")
+            if not self._started:
+                self._discover_all()
+                self._start_listeners()
+                self._started = True
+
+    def _after_fork(self) -> None:
+        logger.debug("fork detected (pid %s -> %s)", self._pid, os.getpid())
+        self._reset_process_state()
+
+    def _start_listeners(self) -> None:
+        if self.config.listeners:
+            self.listeners = ListenerGroup(self, self.config.sentinel_options())
+            self.listeners.ensure(self.sentinels.addresses)
+
+    # -- push path: called by the listener threads ---------------------------------------------
+    def shard_by_name(self, name: str) -> Shard | None:
+        return self._by_name.get(name)
+
+    def on_switch_announced(
+        self, shard: Shard, address: Address, *, source: str, received: float
+    ) -> None:
+        """A sentinel announced a new master: confirm it, switch, and release held writes."""
+        self.confirm_and_switch(shard, address, source=source, announced_at=received)
+        if shard.address == address and shard.fenced:
+            shard.lower_fence()
+
+    def recheck(self, *, source: str) -> None:
+        """Re-ask the sentinels about every shard (after a listener (re)subscribes)."""
+        results = self.discovery.resolve(self.config.masters, timeout=0)
+        for name, outcome in results.items():
+            if isinstance(outcome, Resolution):
+                shard = self._by_name[name]
+                self._apply(shard, outcome, source=source)
+                since = shard.fence_since
+                if since is not None and time.monotonic() - since > STALE_FENCE_SECONDS:
+                    shard.lower_fence()
+        if self.listeners is not None:
+            self.listeners.ensure(self.sentinels.addresses)
+
+    def check_fences(self) -> None:
+        """Lift a fence whose failover we never heard the end of (a lost message)."""
+        for shard in self.shards:
+            since = shard.fence_since
+            if since is not None and time.monotonic() - since > STALE_FENCE_SECONDS:
+                self.reresolve(shard, reason="stale write fence", force=True)
+                logger.warning(
+                    "shard %s: no end of failover seen for %.0fs; releasing writes to %s",
+                    shard.label,
+                    STALE_FENCE_SECONDS,
+                    shard.address,
+                )
+                shard.lower_fence()
+
+    def _discover_all(self) -> dict[str, Resolution | BaseException]:
+        results = self.discovery.resolve(self.config.masters)
+        for name, outcome in results.items():
+            shard = self._by_name[name]
+            if isinstance(outcome, Resolution):
+                self._apply(shard, outcome, source="discovery")
+            else:
+                shard.error = outcome
+                logger.error("shard %s: %s", shard.label, outcome)
+        return results
+
+    def discover(self) -> dict[str, Address]:
+        """Resolve every shard now; raise the first shard's error if any shard failed."""
+        self._ensure_started()
+        results = self._discover_all()
+        for outcome in results.values():
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return {name: self._by_name[name].address for name in results}  # type: ignore[misc]
+
+    def _apply(self, shard: Shard, resolution: Resolution, *, source: str) -> bool:
+        shard.agreeing = resolution.agreeing
+        if self.config.read_from_replicas:
+            shard.set_replicas(resolution.replicas)
+        old = shard.switch(resolution.address, source=source)
+        if old is None:
+            return False
+        if shard.switch_count:
+            self._announce(shard, old, resolution.address, source, None)
+        else:
+            logger.info(
+                "shard %s master %s (%d sentinels agree)",
+                shard.label,
+                resolution.address,
+                resolution.agreeing,
+            )
+        return True
+
+    def _announce(
+        self, shard: Shard, old: Address | None, new: Address, source: str, lag: float | None
+    ) -> None:
+        event = SwitchEvent(shard.index, shard.name, old, new, source, lag)
+        logger.warning(
+            "shard %s switched %s -> %s (via %s%s)",
+            shard.label,
+            old,
+            new,
+            source,
+            "" if lag is None else f", {lag * 1000:.1f} ms after the sentinels announced it",
+        )
+        for callback in list(self._callbacks):
+            try:
+                callback(event)
+            except Exception:
+                logger.exception("switch callback %r failed", callback)
+
+    def on_switch(self, callback: SwitchCallback) -> Callable[[], None]:
+        """Register ``callback(event)`` for every master switch (for metrics); returns an undo."""
+        self._callbacks.append(callback)
+        return lambda: self._callbacks.remove(callback)
+
+    def close(self) -> None:
+        """Release every socket and thread; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        _forget(self)
+        if self.listeners is not None:
+            self.listeners.stop()
+        self.sentinels.close()
+        for shard in self.shards:
+            shard.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> ShardedSentinelPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- routing -----------------------------------------------------------------------------
+    def shard_index(self, key: str | bytes) -> int:
+        return self.ring.shard_index(key)
+
+    def shard_for(self, key: str | bytes) -> Shard:
+        return self.shards[self.ring.shard_index(key)]
+
+    def shard(self, name_or_index: str | int) -> Shard:
+        if isinstance(name_or_index, int):
+            return self.shards[name_or_index]
+        return self._by_name[name_or_index]
+
+    def group_by_shard(self, keys: Iterable[K]) -> dict[Shard, list[K]]:
+        """Keys grouped per shard, key order kept, so each shard gets one batched command."""
+        shards = self.shards
+        index = self.ring.shard_index
+        groups: dict[Shard, list[K]] = {}
+        for key in keys:
+            shard = shards[index(key)]  # type: ignore[arg-type]
+            group = groups.get(shard)
+            if group is None:
+                groups[shard] = [key]
+            else:
+                group.append(key)
+        return groups
+
+    def client_for(self, key: str | bytes, *, write: bool = True) -> redis.Redis:
+        """A redis-py client for the key's shard: its master (or a replica for reads, if set)."""
+        shard = self.shard_for(key)
+        self._ready(shard, write)
+        return shard.client if write else shard.read_client()
+
+    def _ready(self, shard: Shard, write: bool) -> None:
+        if not self._started or self._pid != os.getpid():
+            self._ensure_started()
+        if shard.address is None:
+            self.reresolve(shard, reason="no master known yet")
+            if shard.address is None:
+                raise ShardUnavailableError(
+                    f"shard {shard.label}: no master known ({shard.error})"
+                ) from None
+        if write and shard.fenced:
+            shard.wait_fence(self.config.failover_hold)
+
+    def execute(
+        self,
+        shard: Shard,
+        operation: Callable[[redis.Redis], T],
+        *,
+        write: bool = True,
+        idempotent: bool = True,
+    ) -> T:
+        """Run ``operation(client)`` on the shard, with the pull-path safety net.
+
+        A connection error, timeout or READONLY reply makes the shard re-resolve its master
+        (rate-limited); an idempotent operation is retried once if the master moved.
+        """
+        self._ready(shard, write)
+        client = shard.client if write else shard.read_client()
+        generation = shard.generation
+        try:
+            return operation(client)
+        except PoolExhaustedError:
+            raise
+        except MASTER_ERRORS as exc:
+            if client is not shard.client:  # a replica failed: the master still serves reads
+                return operation(shard.client)
+            self.reresolve(shard, reason=f"{type(exc).__name__}: {exc}")
+            if idempotent and shard.generation != generation and shard.address is not None:
+                if write and shard.fenced:
+                    shard.wait_fence(self.config.failover_hold)
+                return operation(shard.client)
+            raise ShardUnavailableError(
+                f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def reresolve(self, shard: Shard, *, reason: str, force: bool = False) -> bool:
+        """Ask the sentinels for this shard's master again; True if it moved.
+
+        Rate-limited and single-flight, so a dead shard does not hammer the sentinels; with
+        every sentinel down the shard keeps its last known master.
+        """
+        now = time.monotonic()
+        if not force and now - shard._last_resolve < self.config.reresolve_interval:
+            return False
+        if not shard._resolve_lock.acquire(blocking=False):
+            return False
+        try:
+            shard._last_resolve = now
+            outcome = self.discovery.resolve([shard.name], timeout=0)[shard.name]
+            if isinstance(outcome, Resolution):
+                return self._apply(shard, outcome, source=f"safety net ({reason})")
+            shard.error = outcome
+            logger.warning(
+                "shard %s re-resolve after %s failed: %s",
+                shard.label,
+                reason,
+                outcome,
+            )
+            return False
+        finally:
+            shard._resolve_lock.release()
+
+    def confirm_and_switch(
+        self, shard: Shard, address: Address, *, source: str, announced_at: float | None = None
+    ) -> bool:
+        """Switch to ``address`` once ``ROLE`` says it is a master (an event is only a hint)."""
+        if shard.address == address:
+            return False
+        try:
+            role = check_role(address, self.config.connection_options())
+        except (redis.RedisError, OSError) as exc:
+            logger.warning(
+                "shard %s: %s announced %s, unreachable: %s",
+                shard.label,
+                source,
+                address,
+                exc,
+            )
+            return False
+        if role != "master":
+            logger.info(
+                "shard %s: ignoring %s naming %s (ROLE is %s)",
+                shard.label,
+                source,
+                address,
+                role,
+            )
+            return False
+        old = shard.switch(address, source=source)
+        if old is None:
+            return False
+        lag = None if announced_at is None else time.monotonic() - announced_at
+        self._announce(shard, old, address, source, lag)
+        return True
+
+    # -- status ------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """A cheap snapshot from memory (no network); the status module adds live checks."""
+        listeners = self.listeners.status() if self.listeners is not None else {}
+        return {
+            "started": self._started,
+            "closed": self._closed,
+            "shards": [
+                {
+                    "index": shard.index,
+                    "name": shard.name,
+                    "weight": shard.weight,
+                    "address": None if shard.address is None else str(shard.address),
+                    "replicas": [str(a) for a in shard.replicas],
+                    "sentinels_agreeing": shard.agreeing,
+                    "switch_count": shard.switch_count,
+                    "last_switch": shard.last_switch,
+                    "last_switch_source": shard.last_switch_source,
+                    "fenced": shard.fenced,
+                    "fence_reason": shard.fence_reason,
+                    "error": None if shard.error is None else str(shard.error),
+                    "connections": len(shard.pool._connections),
+                }
+                for shard in self.shards
+            ],
+            "sentinels": [
+                {"address": str(address), "listener_connected": listeners.get(str(address))}
+                for address in self.sentinels.addresses
+            ],
+        }
+
+
+# -- process-wide registry: equal configurations share one core --------------------------------
+_registry: dict[PoolConfig, ShardedSentinelPool] = {}
+_registry_lock = threading.Lock()
+
+
+def shared_pool(config: PoolConfig) -> ShardedSentinelPool:
+    """The live core for ``config`` in this process, created on first request."""
+    with _registry_lock:
+        pool = _registry.get(config)
+        if pool is None or pool.closed:
+            pool = ShardedSentinelPool.from_config(config)
+            _registry[config] = pool
+        return pool
+
+
+def _forget(pool: ShardedSentinelPool) -> None:
+    with _registry_lock:
+        if _registry.get(pool.config) is pool:
+            del _registry[pool.config]
+
+
+def close_all() -> None:
+    """Close every shared core (tests, and servers that shut down cleanly)."""
+    with _registry_lock:
+        pools = list(_registry.values())
+    for pool in pools:
+        pool.close()
