@@ -22,6 +22,7 @@ from sentinel_cache.serializers import Codec, InvalidValueError
 logger = logging.getLogger("sentinel_cache")
 
 Command = tuple[Any, ...]
+MISS: Any = object()  # a stored value that is absent or unreadable
 
 # redis-py < 5.3 requires a command name when borrowing a connection; later ones warn on it.
 _BORROW_ARGS: tuple[str, ...] = (
@@ -77,12 +78,12 @@ class CacheClient:
         return self.codec.dumps(value)
 
     def decode(self, data: Any, key: Any = None) -> Any:
-        """Stored bytes to a value; data that fails to decode or verify is a miss, logged."""
+        """Stored bytes to a value; data that fails to decode or verify is ``MISS``, logged."""
         try:
             return self.codec.loads(data)
         except InvalidValueError as exc:
             logger.warning("unreadable value at key %r treated as a miss: %s", key, exc)
-            raise KeyError(key) from None
+            return MISS
 
     # -- single key --------------------------------------------------------------------------
     def _run(
@@ -111,12 +112,8 @@ class CacheClient:
 
     def get(self, key: Any, default: Any = None) -> Any:
         data = self._run(key, lambda c: c.execute_command("GET", key), write=False)
-        if data is None:
-            return default
-        try:
-            return self.decode(data, key)
-        except KeyError:
-            return default
+        value = MISS if data is None else self.decode(data, key)
+        return default if value is MISS else value
 
     def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
         if timeout is not None and timeout <= 0:
@@ -226,11 +223,9 @@ class CacheClient:
         found: dict[Any, Any] = {}
         for shard, (values,) in self.scatter(plan, write=False).items():
             for key, data in zip(groups[shard], values, strict=True):
-                if data is not None:
-                    try:
-                        found[key] = self.decode(data, key)
-                    except KeyError:
-                        pass
+                value = MISS if data is None else self.decode(data, key)
+                if value is not MISS:
+                    found[key] = value
         return found
 
     def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:

@@ -121,6 +121,9 @@ def parse_masters(value: Any, field_name: str = "masters") -> tuple[str, ...]:
     return tuple(names)
 
 
+MAX_WEIGHT = 1000
+
+
 def parse_weights(
     value: Any, masters: Sequence[str], field_name: str = "weights"
 ) -> tuple[int, ...]:
@@ -141,6 +144,9 @@ def parse_weights(
     for weight in weights:
         if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
             raise _bad(field_name, value, f"every weight must be a positive integer: {weight!r}")
+        if weight > MAX_WEIGHT:
+            # 160 virtual nodes per unit of weight: a typo here would stall start-up.
+            raise _bad(field_name, value, f"every weight must be at most {MAX_WEIGHT}: {weight!r}")
     return tuple(weights)
 
 

@@ -1,0 +1,160 @@
+"""Configuration: every bad input fails fast with the field and value in the message."""
+
+from __future__ import annotations
+
+import pytest
+
+from sentinel_cache import ConfigurationError
+from sentinel_cache.config import (
+    Address,
+    PoolConfig,
+    parse_cache_config,
+    parse_sentinels,
+    parse_url,
+)
+
+
+def test_sentinel_forms_are_equivalent() -> None:
+    expected = (Address("10.0.0.1", 26379), Address("10.0.0.2", 26380))
+    assert parse_sentinels(["10.0.0.1:26379", "10.0.0.2:26380"]) == expected
+    assert parse_sentinels([("10.0.0.1", 26379), ("10.0.0.2", "26380")]) == expected
+    assert parse_sentinels("10.0.0.1:26379, 10.0.0.2:26380") == expected
+
+
+def test_ipv6_sentinel() -> None:
+    assert parse_sentinels("[::1]:26379") == (Address("::1", 26379),)
+    assert str(Address("::1", 26379)) == "[::1]:26379"
+
+
+@pytest.mark.parametrize(
+    ("sentinels", "fragment"),
+    [
+        ([], "at least one sentinel"),
+        ("", "at least one sentinel"),
+        (["localhost"], "localhost"),
+        (["localhost:abc"], "localhost:abc"),
+        (["localhost:0"], "localhost:0"),
+        (["localhost:70000"], "70000"),
+        (["::1:26379"], "IPv6"),
+        (["[nothost]:1"], "IPv6"),
+        ([("h", 1, 2)], "(host, port)"),
+        (["a:1", "a:1"], "listed twice"),
+        (12, "12"),
+    ],
+)
+def test_bad_sentinels(sentinels: object, fragment: str) -> None:
+    with pytest.raises(ConfigurationError, match="sentinels") as info:
+        PoolConfig.create(["m"], sentinels)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("masters", "fragment"),
+    [
+        ([], "at least one master"),
+        (["a", "a"], "listed twice"),
+        (["a", ""], "non-empty"),
+        (["a", None], "non-empty"),
+        (["a b"], "white space"),
+        (5, "5"),
+    ],
+)
+def test_bad_masters(masters: object, fragment: str) -> None:
+    with pytest.raises(ConfigurationError, match="masters") as info:
+        PoolConfig.create(masters, ["h:1"])
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("weights", "fragment"),
+    [
+        ([1], "1 weights for 2 masters"),
+        ([1, 0], "positive"),
+        ([1, True], "positive"),
+        ([1, 1.5], "positive"),
+        ("11", "list"),
+        ({"zz": 2}, "zz"),
+        ([1, 10**6], "at most"),
+    ],
+)
+def test_bad_weights(weights: object, fragment: str) -> None:
+    with pytest.raises(ConfigurationError, match="weights") as info:
+        PoolConfig.create(["a", "b"], ["h:1"], weights=weights)
+    assert fragment in str(info.value)
+
+
+def test_weights_by_name() -> None:
+    config = PoolConfig.create(["a", "b"], ["h:1"], weights={"b": 3})
+    assert config.weights == (1, 3)
+
+
+def test_unknown_connection_option_suggests() -> None:
+    with pytest.raises(ConfigurationError, match="socket_timeout"):
+        PoolConfig.create(["a"], ["h:1"], socket_timout=1)
+
+
+def test_bad_pool_option() -> None:
+    with pytest.raises(ConfigurationError, match="max_connections"):
+        PoolConfig.create(["a"], ["h:1"], max_connections=0)
+    with pytest.raises(ConfigurationError, match="connection_kwargs.socket_timeout"):
+        PoolConfig.create(["a"], ["h:1"], socket_timeout="fast")
+
+
+def test_config_is_frozen_and_hashable_and_separates_sides() -> None:
+    one = PoolConfig.create(["a"], ["h:1"], password="data", sentinel_kwargs={"password": "s"})
+    two = PoolConfig.create(["a"], ("h:1",), password="data", sentinel_kwargs={"password": "s"})
+    assert one == two and hash(one) == hash(two)
+    assert one.connection_options()["password"] == "data"
+    assert one.sentinel_options()["password"] == "s"
+    assert "data" not in repr(one) and "'s'" not in repr(one)
+    with pytest.raises(AttributeError):
+        one.masters = ("b",)  # type: ignore[misc]
+
+
+def test_adapter_options_unknown_name_suggests_nearest() -> None:
+    with pytest.raises(ConfigurationError, match="did you mean 'MASTERS'"):
+        parse_cache_config(["h:1"], {"MASTER": ["a"]})
+
+
+def test_adapter_options_route_to_the_right_side() -> None:
+    pool, cache = parse_cache_config(
+        "h1:1,h2:2",
+        {
+            "MASTERS": ["a", "b"],
+            "PASSWORD": "p",
+            "SENTINEL_PASSWORD": "sp",
+            "DB": 3,
+            "MAX_CONNECTIONS": 7,
+            "SERIALIZER": "json",
+            "ignore_exceptions": True,
+        },
+    )
+    assert pool.masters == ("a", "b")
+    assert pool.connection_options()["db"] == 3
+    assert pool.connection_options()["password"] == "p"
+    assert pool.sentinel_options()["password"] == "sp"
+    assert "db" not in pool.sentinel_options()
+    assert pool.max_connections == 7
+    assert cache.serializer == "json" and cache.ignore_exceptions is True
+
+
+def test_masters_required() -> None:
+    with pytest.raises(ConfigurationError, match="MASTERS is required"):
+        parse_cache_config(["h:1"], {})
+
+
+def test_url() -> None:
+    sentinels, masters, options = parse_url(
+        "sentinel://user:p%40ss@h1:26379,[::1]:26380/shard_a,shard_b?db=2&ssl=true"
+    )
+    assert sentinels == (Address("h1", 26379), Address("::1", 26380))
+    assert masters == ("shard_a", "shard_b")
+    assert options["USERNAME"] == "user" and options["PASSWORD"] == "p@ss"
+    assert options["DB"] == 2 and options["SSL"] is True
+    pool, _ = parse_cache_config("sentinel://h1:26379/a,b?max_connections=9", None)
+    assert pool.masters == ("a", "b") and pool.max_connections == 9
+
+
+def test_url_bad_scheme() -> None:
+    with pytest.raises(ConfigurationError, match="LOCATION"):
+        parse_cache_config("redis://h1:6379/0", {"MASTERS": ["a"]})
