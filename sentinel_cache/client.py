@@ -186,7 +186,7 @@ class CacheClient:
         else:
             fallback = []
             for shard in plan:
-                self.pool._ready(shard, write)
+                self.pool.ready(shard, write)
             in_flight: list[tuple[Shard, Any, Sequence[Command]]] = []
             try:
                 for shard, commands in plan.items():

@@ -533,10 +533,10 @@ class ShardedSentinelPool:
     def client_for(self, key: str | bytes, *, write: bool = True) -> redis.Redis:
         """A redis-py client for the key's shard: its master (or a replica for reads, if set)."""
         shard = self.shard_for(key)
-        self._ready(shard, write)
+        self.ready(shard, write)
         return shard.client if write else shard.read_client()
 
-    def _ready(self, shard: Shard, write: bool) -> None:
+    def ready(self, shard: Shard, write: bool) -> None:
         if not self._started or self._pid != os.getpid():
             self._ensure_started()
         if shard.address is None:
@@ -561,7 +561,7 @@ class ShardedSentinelPool:
         A connection error, timeout or READONLY reply makes the shard re-resolve its master
         (rate-limited); an idempotent operation is retried once if the master moved.
         """
-        self._ready(shard, write)
+        self.ready(shard, write)
         client = shard.client if write else shard.read_client()
         generation = shard.generation
         try:
