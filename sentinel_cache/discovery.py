@@ -53,8 +53,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _pairs(flat: Sequence[Any]) -> dict[str, str]:
-    return {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+def _pairs(reply: Any) -> dict[str, str]:
+    """A sentinel's per-instance reply: a flat list, or a dict once redis-py has parsed it."""
+    if isinstance(reply, Mapping):
+        return {_text(k): _text(v) for k, v in reply.items()}
+    return {_text(reply[i]): _text(reply[i + 1]) for i in range(0, len(reply) - 1, 2)}
 
 
 def _healthy(info: Mapping[str, str]) -> bool:
