@@ -341,6 +341,7 @@ class ShardedSentinelPool:
         self._lock = threading.Lock()
         self._started = False
         self._closed = False
+        self._initial: dict[str, Resolution | BaseException] = {}
         self.sentinels = SentinelSet(self.config.sentinels, self.config.sentinel_options())
         self.discovery = Discovery(
             self.sentinels,
@@ -368,7 +369,7 @@ class ShardedSentinelPool:
             if self._closed:
                 raise ShardUnavailableError("this ShardedSentinelPool is closed")
             if not self._started:
-                self._discover_all()
+                self._initial = self._discover_all()
                 self._start_listeners()
                 self._started = True
 
@@ -433,8 +434,11 @@ class ShardedSentinelPool:
 
     def discover(self) -> dict[str, Address]:
         """Resolve every shard now; raise the first shard's error if any shard failed."""
-        self._ensure_started()
-        results = self._discover_all()
+        if self._started and self._pid == os.getpid():
+            results = self._discover_all()
+        else:
+            self._ensure_started()
+            results = self._initial
         for outcome in results.values():
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -487,6 +491,7 @@ class ShardedSentinelPool:
             if self._closed:
                 return
             self._closed = True
+            self._started = False  # the next use takes the slow path and sees "closed"
         _forget(self)
         if self.listeners is not None:
             self.listeners.stop()
