@@ -181,14 +181,18 @@ def test_sigkill_first_good_write_follows_switch_master(make_cluster: ClusterFac
 def test_listener_catches_up_after_sentinel_restart(make_cluster: ClusterFactory) -> None:
     cluster = make_cluster(shards=1, replicas=1, sentinels=3)
     name = cluster.master_names[0]
-    watched = cluster.sentinel_addresses[0]
+    watched = Address(*cluster.sentinel_addresses[0])
     # Only one sentinel configured and no traffic: nothing but the listener can notice.
     pool = ShardedSentinelPool(
         cluster.master_names, [watched], reresolve_interval=3600.0, sentinel_kwargs={}
     )
     pool.discover()
-    pool.sentinels._addresses = [watched]  # forget learned sentinels: follow this one only
-    wait_until(lambda: listeners_connected(pool), 5, "listener")
+    # Forget the sentinels it learned and stop their listeners: follow this one only.
+    pool.sentinels._addresses = [watched]
+    for listener in pool.listeners.listeners():
+        if listener.address != watched:
+            listener.stop()
+    wait_until(lambda: pool.listeners.status()[str(watched)], 5, "listener")
     cluster.stop_sentinel(0)
     wait_until(lambda: not pool.listeners.status()[str(watched)], 5, "listener to notice")
     old = cluster.master_address(name)
@@ -225,7 +229,7 @@ def test_malformed_and_foreign_messages_are_ignored(
     listener = pool.listeners.listeners()[0]
     shard = pool.shards[0]
     before = shard.current()
-    replica = cluster.replica_addresses(shard.name)[0]
+    replica = Address(*cluster.replica_addresses(shard.name)[0])
     garbage = [
         ("+switch-master", b"shard0 1.2.3.4"),
         ("+switch-master", b"shard0 a b c d"),
