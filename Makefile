@@ -22,8 +22,12 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
+# The whole suite on the default server (redis-server when installed), then the core's
+# failover tests again on the embedded Valkey, so both servers are exercised.
 pytest: venv
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	SENTINEL_CACHE_SERVER=embedded $(PY) -m pytest -q -p no:cacheprovider \
+		tests/test_core.py tests/test_failover.py tests/test_harness.py
 
 test: lint typecheck pytest
 
