@@ -29,7 +29,10 @@ pytest: venv
 	SENTINEL_CACHE_SERVER=embedded $(PY) -m pytest -q -p no:cacheprovider \
 		tests/test_core.py tests/test_failover.py tests/test_harness.py
 
-test: lint typecheck pytest
+docs: venv
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir .cache/site
+
+test: lint typecheck docs pytest
 
 demo: venv
 	$(PY) -m example_project.demo
