@@ -209,6 +209,15 @@ class Shard:
             f"replicas={len(self.replicas)} switches={self.switch_count}{fence}>"
         )
 
+    def reset_locks(self) -> None:
+        """After a fork: a lock held by a parent thread would never be released in the child."""
+        self._lock = threading.Lock()
+        self._resolve_lock = threading.Lock()
+        fenced = self.fenced
+        self._fence_open = threading.Event()
+        if not fenced:
+            self._fence_open.set()
+
     def current(self) -> tuple[Address | None, int]:
         with self._lock:
             return self.address, self.generation
@@ -350,8 +359,7 @@ class ShardedSentinelPool:
             replicas=self.config.read_from_replicas,
         )
         for shard in self.shards:
-            shard._lock = threading.Lock()
-            shard._resolve_lock = threading.Lock()
+            shard.reset_locks()
         self.listeners: Any = None
 
     def __repr__(self) -> str:
@@ -690,6 +698,15 @@ def shared_pool(config: PoolConfig) -> ShardedSentinelPool:
             pool = ShardedSentinelPool.from_config(config)
             _registry[config] = pool
         return pool
+
+
+def _reinit_registry_lock() -> None:
+    global _registry_lock
+    _registry_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_registry_lock)
 
 
 def _forget(pool: ShardedSentinelPool) -> None:
