@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
-import threading
 import time
 import warnings
 
@@ -22,10 +21,6 @@ from sentinel_cache import (
 from sentinel_cache.config import Address, PoolConfig
 from sentinel_cache.pools import ShardedSentinelPool, shared_pool
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
-
-
-def _threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name.startswith("sentinel_cache")}
 
 
 def test_core_imports_no_framework() -> None:
@@ -131,7 +126,11 @@ def test_no_sentinel_reachable_names_each_failure() -> None:
         assert time.monotonic() - started < 3.0
         pool.close()
     message = str(info.value)
-    assert "'alpha'" in message and "127.0.0.1:1" in message and f"127.0.0.1:{hole.address[1]}" in message
+    assert (
+        "'alpha'" in message
+        and "127.0.0.1:1" in message
+        and f"127.0.0.1:{hole.address[1]}" in message
+    )
     assert isinstance(info.value, redis.ConnectionError)
     assert isinstance(info.value, SentinelCacheError)
 
@@ -162,7 +161,9 @@ def test_an_answer_naming_a_replica_is_rejected(cluster: LocalSentinelCluster) -
     outcome = discovery._pick(name, [lying])
     assert isinstance(outcome, MasterNotFoundError)
     assert "ROLE is 'slave'" in str(outcome) and str(replica) in str(outcome)
-    truthful = SentinelReply(Address("127.0.0.1", 2), masters={name: Address(*cluster.master_address(name))})
+    truthful = SentinelReply(
+        Address("127.0.0.1", 2), masters={name: Address(*cluster.master_address(name))}
+    )
     resolved = discovery._pick(name, [lying, truthful])
     assert not isinstance(resolved, BaseException)
     assert resolved.address == cluster.master_address(name)
@@ -216,7 +217,6 @@ def test_reads_from_replicas_round_robin(cluster: LocalSentinelCluster) -> None:
 
 
 def test_close_leaves_no_threads_or_sockets(cluster: LocalSentinelCluster) -> None:
-    before = _threads()
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResourceWarning)
         pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses)
@@ -226,11 +226,14 @@ def test_close_leaves_no_threads_or_sockets(cluster: LocalSentinelCluster) -> No
         while not all(s["listener_connected"] for s in pool.status()["sentinels"]):
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        assert _threads() - before  # listener threads were running
+        # This pool's own threads (other tests' pools may run listeners of their own).
+        threads = [listener._thread for listener in pool.listeners.listeners()]
+        assert threads and all(t.is_alive() for t in threads)
         pool.close()
         pool.close()  # idempotent
         gc.collect()
-    assert _threads() - before == set()
+    assert not any(t.is_alive() for t in threads)
+    assert not pool.sentinels._threads  # no discovery thread left either
     for shard in pool.shards:
         assert all(c._sock is None for c in shard.pool._connections)
     with pytest.raises(SentinelCacheError, match="closed"):

@@ -1,0 +1,74 @@
+"""Helpers shared by the operations tests and their conftest (a module of its own, because
+``conftest`` is ambiguous as a module name when several test directories have one)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import django
+from django.apps import apps
+from django.conf import settings
+
+from sentinel_cache.checks import BACKEND
+from sentinel_cache.testing import LocalSentinelCluster
+
+# This directory's caches use a database of their own, so their pools are never the shared core
+# of another directory's tests (equal configurations share one core) and closing them is safe.
+OPS_DB = 7
+LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+
+UseCaches = Callable[..., None]
+
+
+def configure_django() -> None:
+    """The minimal settings every Django test directory can share; a no-op the second time."""
+    if not settings.configured:
+        settings.configure(
+            DEBUG=False,
+            SECRET_KEY="sentinel-cache-tests-not-secret-" + "x" * 40,
+            INSTALLED_APPS=[
+                "django.contrib.contenttypes",
+                "django.contrib.auth",
+                "sentinel_cache",
+            ],
+            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+            CACHES={"default": dict(LOCMEM)},
+            USE_TZ=True,
+            DEFAULT_AUTO_FIELD="django.db.models.AutoField",
+        )
+    if not apps.ready:
+        django.setup()
+
+
+def hostport(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def sentinel_cache(
+    sentinels: Any, masters: Any = ("shard0", "shard1"), **options: Any
+) -> dict[str, Any]:
+    """One ``CACHES`` entry for this library's backend."""
+    return {
+        "BACKEND": BACKEND,
+        "LOCATION": sentinels,
+        "OPTIONS": {"MASTERS": list(masters), "DB": OPS_DB, **options},
+    }
+
+
+def cluster_cache(cluster: LocalSentinelCluster, **options: Any) -> dict[str, Any]:
+    """A ``CACHES`` entry pointing at ``cluster``."""
+    config = cluster.config()
+    if config["password"]:
+        options.setdefault("PASSWORD", config["password"])
+    if config["sentinel_password"]:
+        options.setdefault("SENTINEL_PASSWORD", config["sentinel_password"])
+    return sentinel_cache(config["sentinels"], config["masters"], **options)
