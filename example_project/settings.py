@@ -1,0 +1,121 @@
+"""Settings of the example project: a user's settings, with the topology from the environment.
+
+The cache is configured exactly as a user would configure it; nothing here is demo-specific
+except the defaults of a few ``EXAMPLE_*`` variables (database path, log level, access log).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from example_project.topology import TopologyNotConfigured, from_env
+
+BASE_DIR = Path(__file__).resolve().parent
+
+SECRET_KEY = os.environ.get(
+    "EXAMPLE_SECRET_KEY", "example-project-insecure-key-change-me-" + "k" * 20
+)
+DEBUG = os.environ.get("EXAMPLE_DEBUG", "") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.sessions",
+    "sentinel_cache",  # manage.py sentinel_status and the system checks
+    "example_project.apps.ExampleConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
+
+ROOT_URLCONF = "example_project.urls"
+WSGI_APPLICATION = "example_project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+            ],
+        },
+    }
+]
+
+# Users live in sqlite; sessions live in the sharded cache.
+if "EXAMPLE_DATABASE" in os.environ:
+    _DATABASE = Path(os.environ["EXAMPLE_DATABASE"])
+else:
+    _DATABASE = BASE_DIR.parent / ".cache" / "example_project.sqlite3"
+    _DATABASE.parent.mkdir(exist_ok=True)
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(_DATABASE)}}
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+
+try:
+    _LOCATION, _TOPOLOGY_OPTIONS = from_env()
+except TopologyNotConfigured as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+
+CACHES = {
+    "default": {
+        "BACKEND": "sentinel_cache.django.ShardedSentinelCache",
+        "LOCATION": _LOCATION,  # the sentinels (a list, or one sentinel:// URL)
+        "OPTIONS": {
+            **_TOPOLOGY_OPTIONS,  # MASTERS, and passwords if the environment has them
+            # Values are signed: a node that is written to by someone else cannot make this
+            # process unpickle chosen bytes (see docs/security.md).
+            "SIGNING_KEY": SECRET_KEY,
+        },
+        "KEY_PREFIX": "example",
+        "TIMEOUT": 300,
+    }
+}
+
+SESSION_ENGINE = "django.contrib.sessions.backends.cache"
+SESSION_CACHE_ALIAS = "default"
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/account/"
+LOGOUT_REDIRECT_URL = "/"
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"brief": {"format": "    [%(name)s] %(message)s"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "brief",
+            "stream": "ext://sys.stdout",
+        }
+    },
+    "loggers": {
+        # Failovers, switches and held writes are reported here.
+        "sentinel_cache": {
+            "handlers": ["console"],
+            "level": os.environ.get("EXAMPLE_LOG_LEVEL", "INFO"),
+            "propagate": False,
+        },
+        # One line per HTTP request from the development server (off in the demo).
+        "django.server": {
+            "handlers": ["console"],
+            "level": "INFO" if os.environ.get("EXAMPLE_ACCESS_LOG", "1") == "1" else "WARNING",
+            "propagate": False,
+        },
+    },
+}

@@ -1,0 +1,142 @@
+"""The example pages: each shows one way a Django project uses the sharded cache."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.cache import cache_page
+
+from example_project.apps import SWITCHES, register_switch_callback
+
+REPORT_KEY = "report:primes"
+REPORT_SECONDS = 30
+# What a session's key looks like to the cache (django.contrib.sessions.backends.cache).
+SESSION_KEY_PREFIX = "django.contrib.sessions.cache"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _shard_of(key: str) -> int:
+    """The shard the ring places this cache key on (the final key, prefix and version included)."""
+    return int(cache.pool.shard_index(cache.make_key(key)))  # type: ignore[attr-defined]
+
+
+def expensive_report(limit: int = 300_000) -> dict[str, Any]:
+    """A deliberately slow computation standing in for an expensive query."""
+    started = time.perf_counter()
+    sieve = bytearray([1]) * (limit + 1)
+    sieve[0:2] = b"\x00\x00"
+    for n in range(2, int(limit**0.5) + 1):
+        if sieve[n]:
+            sieve[n * n :: n] = bytes(len(range(n * n, limit + 1, n)))
+    primes = [n for n in range(limit + 1) if sieve[n]]
+    time.sleep(0.2)  # the network round trips of the "real" query
+    return {
+        "limit": limit,
+        "count": len(primes),
+        "largest": primes[-1],
+        "computed_at": _now(),
+        "compute_ms": round((time.perf_counter() - started) * 1000, 1),
+    }
+
+
+def index(request: HttpRequest) -> HttpResponse:
+    return render(request, "example_project/index.html", {"masters": _masters()})
+
+
+def report(request: HttpRequest) -> HttpResponse:
+    """The low-level API: the expensive part is cached for REPORT_SECONDS."""
+    started = time.perf_counter()
+    data = cache.get(REPORT_KEY)
+    hit = data is not None
+    if data is None:
+        data = expensive_report()
+        cache.set(REPORT_KEY, data, REPORT_SECONDS)
+    context = {
+        "report": data,
+        "hit": hit,
+        "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
+        "shard": _shard_of(REPORT_KEY),
+    }
+    if request.GET.get("format") == "json":
+        return JsonResponse(context)
+    return render(request, "example_project/report.html", context)
+
+
+@cache_page(15)
+def clock(request: HttpRequest) -> HttpResponse:
+    """A whole response cached by ``cache_page``: the time stays put for 15 seconds."""
+    return render(request, "example_project/clock.html", {"generated_at": _now()})
+
+
+@login_required
+def account(request: HttpRequest) -> HttpResponse:
+    """A logged-in page; the session it reads lives in the sharded cache."""
+    request.session["visits"] = request.session.get("visits", 0) + 1
+    return render(request, "example_project/account.html", _session_info(request))
+
+
+def me(request: HttpRequest) -> JsonResponse:
+    """JSON for scripts: who is logged in, and on which shard the session lives."""
+    if request.user.is_authenticated:
+        request.session["visits"] = request.session.get("visits", 0) + 1
+    return JsonResponse(_session_info(request))
+
+
+def _session_info(request: HttpRequest) -> dict[str, Any]:
+    session_key = request.session.session_key
+    shard = None if session_key is None else _shard_of(SESSION_KEY_PREFIX + session_key)
+    return {
+        "authenticated": request.user.is_authenticated,
+        "username": request.user.get_username() if request.user.is_authenticated else None,
+        "visits": request.session.get("visits", 0),
+        "session_shard": shard,
+    }
+
+
+def visit(request: HttpRequest, n: int) -> JsonResponse:
+    """Write one key, read it back, bump a counter: cache traffic on every shard."""
+    key = f"visit:{n}"
+    stored = cache.set(key, {"n": n, "at": _now()}, 600)
+    value = cache.get(key)
+    cache.add("visits:total", 0, None)
+    total = cache.incr("visits:total")
+    ok = bool(stored) and value is not None and value["n"] == n
+    return JsonResponse(
+        {"key": key, "shard": _shard_of(key), "ok": ok, "total": total}, status=200 if ok else 500
+    )
+
+
+def _masters() -> list[str]:
+    return list(settings.CACHES["default"].get("OPTIONS", {}).get("MASTERS", []))
+
+
+def shard_map() -> dict[str, Any]:
+    """The live shard map: the core's in-memory ``status()`` plus the switches seen here."""
+    register_switch_callback()
+    pool = cache.pool  # type: ignore[attr-defined]
+    if not pool.status()["started"]:
+        cache.get("shard-map:probe")  # the first use discovers every shard
+    snapshot = pool.status()
+    return {
+        "shards": snapshot["shards"],
+        "sentinels": snapshot["sentinels"],
+        "switches": list(SWITCHES),
+        "checked_at": _now(),
+    }
+
+
+def shards(request: HttpRequest) -> HttpResponse:
+    data = shard_map()
+    if request.GET.get("format") == "json":
+        return JsonResponse(data)
+    return render(request, "example_project/shards.html", data)
