@@ -1,0 +1,609 @@
+"""Flask-Caching backend: one cache over a sharded set of Sentinel-managed Redis masters.
+
+Configure it like any Flask-Caching backend; ``Cache(app)`` builds it through :meth:`factory`::
+
+    app.config.update(
+        CACHE_TYPE="sentinel_cache.flask.ShardedSentinelCache",
+        CACHE_REDIS_SENTINELS=["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"],
+        CACHE_REDIS_SENTINEL_MASTERS=["shard_a", "shard_b"],  # ordered: it defines placement
+        CACHE_REDIS_PASSWORD="data-node-secret",
+        CACHE_REDIS_SENTINEL_PASSWORD="sentinel-secret",
+        CACHE_REDIS_DB=0,
+        CACHE_KEY_PREFIX="myapp:",
+        CACHE_DEFAULT_TIMEOUT=300,
+        CACHE_OPTIONS={"WEIGHTS": [1, 2], "SERIALIZER": "json", "SIGNING_KEY": "..."},
+    )
+    cache = Cache(app)
+
+* ``CACHE_REDIS_SENTINELS``: a list of ``"host:port"`` strings or ``(host, port)`` pairs, or one
+  comma-separated string. Instead, ``CACHE_REDIS_URL`` may hold a
+  ``sentinel://[user:pass@]h1:26379,h2:26379/shard_a,shard_b?db=0`` URL (``sentinels://`` for
+  TLS); a non-sentinel ``CACHE_REDIS_URL`` is ignored when ``CACHE_REDIS_SENTINELS`` is set (it
+  may belong to another extension), and rejected when it is the only address given.
+* ``CACHE_REDIS_SENTINEL_MASTERS`` (``CACHE_REDIS_SENTINEL_MASTER`` is accepted for one master,
+  as Flask-Caching's ``RedisSentinelCache`` spells it), ``CACHE_REDIS_PASSWORD``,
+  ``CACHE_REDIS_SENTINEL_PASSWORD`` and ``CACHE_REDIS_DB`` are the ``MASTERS``, ``PASSWORD``,
+  ``SENTINEL_PASSWORD`` and ``DB`` options; setting one both ways is an error.
+  ``CACHE_REDIS_HOST``/``CACHE_REDIS_PORT`` are not used: the sentinels name the masters.
+* ``CACHE_OPTIONS`` takes the option names of the Django backend (case-insensitive). Everything
+  is parsed by :func:`sentinel_cache.config.parse_cache_config`, so a bad value raises
+  :class:`~sentinel_cache.ConfigurationError` from ``Cache(app)`` naming the Flask setting.
+  ``app.config`` is never modified.
+
+Semantics (cachelib's ``RedisCache`` contract):
+
+* Timeouts are seconds (or a ``timedelta``): ``None`` is ``CACHE_DEFAULT_TIMEOUT``, ``0`` never
+  expires, a negative timeout stores nothing (the entry is already expired).
+* Keys are stored as ``CACHE_KEY_PREFIX + key``; the ring hashes that final key, so Java
+  (Jedis) services with the same masters place it on the same shard. Multi-key calls send one
+  batch per shard, all shards at once.
+* ``inc``/``dec`` are one atomic ``INCRBY``; a missing key starts at 0 (as in cachelib), the
+  TTL of an existing key is kept, and a non-integer value raises ``redis.ResponseError``.
+* ``unlink`` is ``delete_many`` with ``UNLINK`` (memory freed in the background) and returns the
+  list of removed keys, as Flask-Caching's ``Cache.unlink`` promises (its ``RedisCache`` returns
+  a count instead).
+* ``clear()`` with a prefix ``SCAN``s and ``UNLINK``s that prefix's keys on every shard. Without
+  a prefix the cache owns its database: ``clear()`` flushes ``DB`` on every shard's master
+  (``FLUSHDB ASYNC``), as cachelib's ``RedisCache`` does. Give each app its own prefix (the
+  Flask-Caching default is ``"flask_cache_"``) or its own ``DB`` when they share the masters.
+* ``serializer`` is pluggable (Flask-Caching assigns ``CACHE_SERIALIZER`` to it). The default is
+  the codec built from ``CACHE_OPTIONS`` (``SERIALIZER``/``COMPRESSOR``/``SIGNING_KEY``). Any
+  object with ``dumps``/``loads`` (e.g. cachelib's ``JSONSerializer``) is used for every
+  non-integer value, inside the same codec frame, so ``COMPRESSOR`` and ``SIGNING_KEY`` still
+  apply; 64-bit integers are always stored as plain decimals so ``inc``/``dec`` work on them.
+* With ``IGNORE_EXCEPTIONS`` an unavailable shard (connection refused or lost, timeout,
+  READONLY, no master known, pool exhausted, writes held too long during a failover) fails open,
+  as in the Django adapter: reads miss (``get_many`` still returns the other shards' values),
+  writes return False (``set_many``/``delete_many`` leave that shard's keys out of their result,
+  without ``RuntimeError``), ``inc``/``dec`` return None, ``clear`` returns False; the failure is
+  logged on ``sentinel_cache.flask`` at most once per shard every
+  ``LOG_IGNORED_EXCEPTIONS_INTERVAL`` seconds. Serialization errors and bad commands still raise.
+* ``.pool`` is the process-wide :class:`~sentinel_cache.pools.ShardedSentinelPool` (shared by
+  every cache with the same connection settings, never closed by a cache) and ``.client`` the
+  :class:`~sentinel_cache.client.CacheClient`.
+
+Command line: building the backend for an app registers ``flask sentinel-status`` with it (so
+``CACHE_TYPE`` is all a Flask user writes). It prints each shard's master, replicas, sentinel
+agreement and failover state as a table (``--json`` for machines); exit code 0 when healthy, 1
+when degraded, 2 when a shard is unavailable. :func:`init_app` registers it explicitly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+import re
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import click
+from cachelib import BaseCache as CachelibBaseCache
+from flask import Flask, current_app
+from flask.cli import with_appcontext
+from flask_caching.backends.base import BaseCache
+
+from sentinel_cache import status
+from sentinel_cache.client import CacheClient, _unlink_matching, escape_pattern
+from sentinel_cache.config import CacheOptions, PoolConfig, parse_cache_config
+from sentinel_cache.exceptions import ConfigurationError
+from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool, shared_pool
+from sentinel_cache.serializers import Codec, build_codec
+
+__all__ = ["CACHE_TYPE", "ShardedSentinelCache", "init_app", "sentinel_status_command"]
+
+logger = logging.getLogger("sentinel_cache.flask")
+
+CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"
+COMMAND_NAME = "sentinel-status"
+_SCAN_COUNT = 1000
+_KeySet = set[str]  # (inside the class, ``set`` is the cache method)
+
+# Flask-Caching setting -> the option name parse_cache_config knows.
+FLASK_OPTION_KEYS: Mapping[str, str] = {
+    "CACHE_REDIS_SENTINEL_MASTERS": "MASTERS",
+    "CACHE_REDIS_SENTINEL_MASTER": "MASTERS",
+    "CACHE_REDIS_PASSWORD": "PASSWORD",
+    "CACHE_REDIS_SENTINEL_PASSWORD": "SENTINEL_PASSWORD",
+    "CACHE_REDIS_DB": "DB",
+}
+_SECRET_KEYS = frozenset({"CACHE_REDIS_PASSWORD", "CACHE_REDIS_SENTINEL_PASSWORD"})
+
+# Failures that IGNORE_EXCEPTIONS turns into misses: an unavailable shard (refused or lost
+# connection, timeout, READONLY, no master known, pool exhausted, writes held too long during a
+# failover), as in the Django adapter. Serialization errors and bad commands always raise.
+IGNORABLE_ERRORS: tuple[type[BaseException], ...] = MASTER_ERRORS
+
+_FAILED: Any = object()  # "the shard was unavailable and IGNORE_EXCEPTIONS is on"
+
+# When each shard's ignored failure was last logged; shared by every cache of a core.
+_last_logged: weakref.WeakKeyDictionary[Shard, float] = weakref.WeakKeyDictionary()
+_last_logged_lock = threading.Lock()
+
+
+def _whole_seconds(timeout: Any) -> int:
+    """cachelib's rule: whole seconds or a timedelta, rounded up. cachelib >= 0.17 has it (and
+    warns about floats); Flask-Caching 2.0 may come with an older cachelib that has not."""
+    to_seconds = getattr(CachelibBaseCache, "_to_seconds", None)
+    if to_seconds is not None:
+        return int(to_seconds(timeout))
+    if isinstance(timeout, dt.timedelta):
+        return math.ceil(timeout.total_seconds())
+    if isinstance(timeout, (int, float)):
+        return math.ceil(timeout)
+    raise TypeError(f"timeout must be an int or datetime.timedelta, got {type(timeout).__name__}")
+
+
+class ShardedSentinelCache(BaseCache):
+    """Flask-Caching/cachelib backend over :class:`~sentinel_cache.pools.ShardedSentinelPool`.
+
+    ``location`` and ``options`` are what :func:`~sentinel_cache.config.parse_cache_config`
+    takes (sentinel addresses or a ``sentinel://`` URL, and upper-case option names), so the
+    class can also be used without Flask. Flask apps build it from their config via
+    :meth:`factory` (``CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"``).
+    """
+
+    def __init__(
+        self,
+        location: Any,
+        options: Mapping[str, Any] | None = None,
+        *,
+        key_prefix: str | Callable[[], str] | None = None,
+        default_timeout: int | dt.timedelta = 300,
+        ignore_delete_many_errors: bool = False,
+    ) -> None:
+        try:
+            if isinstance(default_timeout, bool):
+                raise TypeError("a bool is not a timeout")
+            seconds = _whole_seconds(default_timeout)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigurationError(
+                f"CACHE_DEFAULT_TIMEOUT: expected whole seconds or a timedelta "
+                f"(got {default_timeout!r})"
+            ) from None
+        if seconds < 0:
+            raise ConfigurationError(
+                f"CACHE_DEFAULT_TIMEOUT: must be >= 0 (0: never expire) (got {default_timeout!r})"
+            )
+        if key_prefix is not None and not isinstance(key_prefix, str) and not callable(key_prefix):
+            raise ConfigurationError(
+                f"CACHE_KEY_PREFIX: expected a string or a callable returning one "
+                f"(got {key_prefix!r})"
+            )
+        if not isinstance(ignore_delete_many_errors, bool):
+            raise ConfigurationError(
+                f"CACHE_IGNORE_ERRORS: must be True or False (got {ignore_delete_many_errors!r})"
+            )
+        super().__init__(
+            default_timeout=seconds,
+            ignore_delete_many_errors=ignore_delete_many_errors,
+        )
+        pool_config, cache_options = parse_cache_config(location, options)
+        self.pool_config: PoolConfig = pool_config
+        self.options: CacheOptions = cache_options
+        self.key_prefix: str | Callable[[], str] = key_prefix or ""
+        # The shared core: equal settings in this process share one set of pools and listeners.
+        self.pool: ShardedSentinelPool = shared_pool(pool_config)
+        codec = build_codec(cache_options)
+        self._serializer: Any = codec
+        self.client = CacheClient(
+            self.pool,
+            codec,
+            durable_replicas=cache_options.durable_replicas,
+            durable_timeout_ms=cache_options.durable_timeout_ms,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} prefix={self._get_prefix()!r} "
+            f"default_timeout={self.default_timeout} {self.pool!r}>"
+        )
+
+    # -- Flask-Caching entry point -------------------------------------------------------------
+    @classmethod
+    def factory(
+        cls,
+        app: Flask,
+        config: dict[str, Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+    ) -> ShardedSentinelCache:
+        """Build from Flask settings (``kwargs`` holds the timeout, CACHE_IGNORE_ERRORS and
+        CACHE_OPTIONS, merged by Flask-Caching); registers ``flask sentinel-status``."""
+        if args:
+            raise ConfigurationError(
+                f"CACHE_ARGS: {cls.__name__} takes no positional arguments; use the "
+                f"CACHE_REDIS_* settings and CACHE_OPTIONS (got {args!r})"
+            )
+        options = dict(kwargs)
+        default_timeout = options.pop("default_timeout", 300)
+        ignore_delete_many_errors = options.pop("ignore_delete_many_errors", False)
+        location, location_key, options, sources = _translate(config, options)
+        try:
+            cache = cls(
+                location,
+                options,
+                key_prefix=config.get("CACHE_KEY_PREFIX"),
+                default_timeout=default_timeout,
+                ignore_delete_many_errors=ignore_delete_many_errors,
+            )
+        except ConfigurationError as exc:
+            raise _in_flask_terms(exc, location_key, sources) from exc
+        if app is not None:
+            init_app(app)
+        return cache
+
+    # -- serializer ----------------------------------------------------------------------------
+    @property
+    def serializer(self) -> Any:
+        """What turns values into bytes; assign a ``Codec``, a name (``"json"``) or any object
+        with ``dumps``/``loads`` (cachelib serializers), as Flask-Caching does for
+        CACHE_SERIALIZER. Integers bypass it so ``INCRBY`` can work on them."""
+        return self._serializer
+
+    @serializer.setter
+    def serializer(self, value: Any) -> None:
+        self.client.codec = self._codec_for(value)
+        self._serializer = value
+
+    def _codec_for(self, serializer: Any) -> Codec:
+        if isinstance(serializer, Codec):
+            return serializer
+        if not isinstance(serializer, str) and not (
+            callable(getattr(serializer, "dumps", None))
+            and callable(getattr(serializer, "loads", None))
+        ):
+            raise ConfigurationError(
+                f"CACHE_SERIALIZER: expected an object with dumps() and loads(), a Codec or a "
+                f"serializer name (got {serializer!r})"
+            )
+        options = self.options
+        return Codec(
+            serializer=serializer,
+            compressor=options.compressor,
+            compress_min_length=options.compress_min_length,
+            signing_key=options.signing_key,
+        )
+
+    # -- keys and timeouts ---------------------------------------------------------------------
+    def _get_prefix(self) -> str:
+        prefix = self.key_prefix
+        return prefix if isinstance(prefix, str) else prefix()
+
+    def _key(self, key: Any) -> str:
+        return f"{self._get_prefix()}{key}"
+
+    def _normalize_timeout(self, timeout: int | dt.timedelta | None) -> int:
+        """None: the default timeout; otherwise whole seconds (timedelta accepted)."""
+        return self.default_timeout if timeout is None else _whole_seconds(timeout)
+
+    def _seconds(self, timeout: int | dt.timedelta | None) -> float | None:
+        """Flask's convention (None: default, 0: forever) in CacheClient's (None: forever,
+        <= 0: already expired)."""
+        seconds = self._normalize_timeout(timeout)
+        if seconds == 0:
+            return None
+        return max(seconds, 0)
+
+    # -- failure policy (IGNORE_EXCEPTIONS) ------------------------------------------------------
+    def _call(
+        self, where: str | Shard | None, default: Any, method: Callable[..., Any], *args: Any
+    ) -> Any:
+        """``method(*args)``; on an unavailable shard return ``default`` if ignoring, else raise.
+
+        ``where`` is the key or shard the call goes to, or None for a call across shards (whose
+        per-shard retry does the logging).
+        """
+        try:
+            return method(*args)
+        except IGNORABLE_ERRORS as exc:
+            if not self.options.ignore_exceptions:
+                raise
+            self._log_ignored(where, exc, method.__name__)
+        return default
+
+    def _log_ignored(self, where: str | Shard | None, exc: BaseException, operation: str) -> None:
+        """Log an ignored failure, at most once per shard per configured interval."""
+        if where is None:
+            return
+        shard = where if isinstance(where, Shard) else self.pool.shard_for(where)
+        now = time.monotonic()
+        with _last_logged_lock:
+            last = _last_logged.get(shard)
+            if last is not None and now - last < self.options.log_ignored_exceptions_interval:
+                return
+            _last_logged[shard] = now
+        logger.warning(
+            "cache shard %s unavailable (%s): %s() ignored (IGNORE_EXCEPTIONS): %s: %s",
+            shard.label,
+            f"master {shard.address}" if shard.address else "no master known",
+            operation,
+            type(exc).__name__,
+            exc,
+        )
+
+    # -- single key ----------------------------------------------------------------------------
+    def get(self, key: str) -> Any:
+        final = self._key(key)
+        return self._call(final, None, self.client.get, final)
+
+    def set(self, key: str, value: Any, timeout: int | dt.timedelta | None = None) -> bool:
+        final = self._key(key)
+        return bool(self._call(final, False, self.client.set, final, value, self._seconds(timeout)))
+
+    def add(self, key: str, value: Any, timeout: int | dt.timedelta | None = None) -> bool:
+        final = self._key(key)
+        return bool(self._call(final, False, self.client.add, final, value, self._seconds(timeout)))
+
+    def delete(self, key: str) -> bool:
+        final = self._key(key)
+        return bool(self._call(final, False, self.client.delete, final))
+
+    def has(self, key: str) -> bool:
+        final = self._key(key)
+        return bool(self._call(final, False, self.client.has_key, final))
+
+    def inc(self, key: str, delta: int = 1) -> int | None:
+        """Atomic ``INCRBY`` on the key's shard; a missing key counts from 0 (no TTL)."""
+        final = self._key(key)
+        return self._call(final, None, self._incrby, final, delta)
+
+    def dec(self, key: str, delta: int = 1) -> int | None:
+        """Atomic ``INCRBY -delta``; a missing key counts from 0."""
+        return self.inc(key, -delta)
+
+    def _incrby(self, final: str, delta: int) -> int:
+        return int(
+            self.pool.execute(
+                self.pool.shard_for(final),
+                lambda client: client.execute_command("INCRBY", final, delta),
+                write=True,
+                idempotent=False,
+            )
+        )
+
+    # -- many keys (one batch per shard; with IGNORE_EXCEPTIONS a down shard only costs its
+    # own keys) ----------------------------------------------------------------------------------
+    def get_many(self, *keys: str) -> list[Any]:
+        finals = [self._key(key) for key in keys]
+        if not finals:
+            return []
+        found = self._call(None, _FAILED, self.client.get_many, finals)
+        if found is _FAILED:  # some shard is down: take what the others have
+            found = {}
+            for shard, group in self.pool.group_by_shard(dict.fromkeys(finals)).items():
+                found.update(self._call(shard, {}, self.client.get_many, group))
+        return [found.get(final) for final in finals]
+
+    def set_many(
+        self, mapping: Mapping[str, Any], timeout: int | dt.timedelta | None = None
+    ) -> list[Any]:
+        """Returns the keys that were set, in ``mapping`` order."""
+        finals = {key: self._key(key) for key in mapping}
+        if not finals:
+            return []
+        values = {finals[key]: value for key, value in mapping.items()}
+        seconds = self._seconds(timeout)
+        failed = self._call(None, _FAILED, self.client.set_many, values, seconds)
+        if failed is _FAILED:
+            failed = []
+            for shard, group in self.pool.group_by_shard(values).items():
+                part = {final: values[final] for final in group}
+                failed.extend(self._call(shard, group, self.client.set_many, part, seconds))
+        not_set = set(failed)
+        return [key for key in mapping if finals[key] not in not_set]
+
+    def delete_many(self, *keys: str) -> list[Any]:
+        """Returns the keys that are gone afterwards (absent ones count). RuntimeError for the
+        others unless ``ignore_delete_many_errors``; keys on a shard that IGNORE_EXCEPTIONS
+        skipped are left out of the result without an error."""
+        return self._remove_many("DEL", keys)
+
+    def unlink(self, *keys: str) -> list[Any]:
+        """``delete_many`` with ``UNLINK``: the server frees the memory in the background."""
+        return self._remove_many("UNLINK", keys)
+
+    def _remove_many(self, command: str, keys: Iterable[str]) -> list[Any]:
+        keys = list(keys)
+        finals = {key: self._key(key) for key in keys}
+        groups = self.pool.group_by_shard(dict.fromkeys(finals.values()))
+        if not groups:
+            return []
+        outcome = self._call(None, _FAILED, self._remove_on, command, groups)
+        skipped: _KeySet = set()
+        if outcome is _FAILED:
+            outcome = set()
+            for shard, group in groups.items():
+                part = self._call(shard, _FAILED, self._remove_on, command, {shard: group})
+                if part is _FAILED:
+                    skipped.update(group)
+                else:
+                    outcome |= part
+        still_there: _KeySet = outcome
+        deleted = [k for k in keys if finals[k] not in still_there and finals[k] not in skipped]
+        failed = [key for key in keys if finals[key] in still_there]
+        if failed and not self.ignore_delete_many_errors:
+            raise RuntimeError(f"Failed to delete keys: {failed}")
+        return deleted
+
+    def _remove_on(self, command: str, groups: Mapping[Shard, list[str]]) -> _KeySet:
+        """One batch per shard: remove the keys, then check none came back (as cachelib does);
+        returns the keys that still exist."""
+        plan = {
+            shard: [(command, *group), *(("EXISTS", final) for final in group)]
+            for shard, group in groups.items()
+        }
+        still_there: _KeySet = set()
+        for shard, replies in self.client.scatter(plan, write=True).items():
+            for final, exists in zip(groups[shard], replies[1:], strict=True):
+                if exists:
+                    still_there.add(final)
+        return still_there
+
+    # -- whole cache ---------------------------------------------------------------------------
+    def clear(self) -> bool:
+        """Remove this prefix's keys on every shard (SCAN + UNLINK); without a prefix, flush
+        ``DB`` on every shard (see the module docstring). False if IGNORE_EXCEPTIONS skipped a
+        shard."""
+        prefix = self._get_prefix()
+        complete = True
+        for shard in self.pool.shards:
+            if prefix:
+                outcome = self._call(shard, _FAILED, self._unlink_prefix_on, shard, prefix)
+            else:
+                outcome = self._call(shard, _FAILED, self._flush_shard, shard)
+            complete = complete and outcome is not _FAILED
+        return complete
+
+    def _unlink_prefix_on(self, shard: Shard, prefix: str) -> int:
+        pattern = escape_pattern(prefix) + "*"
+        return self.pool.execute(
+            shard, lambda client: _unlink_matching(client, pattern, _SCAN_COUNT), write=True
+        )
+
+    def _flush_shard(self, shard: Shard) -> Any:
+        return self.pool.execute(
+            shard, lambda client: client.execute_command("FLUSHDB", "ASYNC"), write=True
+        )
+
+
+# -- configuration translation -----------------------------------------------------------------
+def _translate(
+    config: Mapping[str, Any], options: dict[str, Any]
+) -> tuple[Any, str, dict[str, Any], dict[str, str]]:
+    """Flask settings -> (location, its setting name, options, option -> setting it came from).
+
+    Only renames: every value is checked by the one parser, parse_cache_config.
+    """
+    spelled: dict[str, str] = {}
+    for name in options:
+        upper = str(name).upper()
+        if upper in spelled:
+            raise ConfigurationError(
+                f"CACHE_OPTIONS: {spelled[upper]!r} and {name!r} name the same option"
+            )
+        spelled[upper] = str(name)
+    sources = {upper: f"CACHE_OPTIONS[{name!r}]" for upper, name in spelled.items()}
+    merged = dict(options)
+    for setting, option in FLASK_OPTION_KEYS.items():
+        value = config.get(setting)
+        if value is None or (setting in _SECRET_KEYS and value == ""):
+            continue
+        if option in sources:
+            raise ConfigurationError(
+                f"{setting}: {option} is also set by {sources[option]}; set it once"
+            )
+        merged[option] = value
+        sources[option] = setting
+
+    sentinels = config.get("CACHE_REDIS_SENTINELS")
+    url = config.get("CACHE_REDIS_URL")
+    url_is_sentinel = isinstance(url, str) and url.lower().startswith(
+        ("sentinel://", "sentinels://")
+    )
+    if sentinels:
+        if url_is_sentinel:
+            raise ConfigurationError(
+                "CACHE_REDIS_SENTINELS: the sentinels are also given by CACHE_REDIS_URL; "
+                "set one of them"
+            )
+        return sentinels, "CACHE_REDIS_SENTINELS", merged, sources
+    if url:
+        if not url_is_sentinel:
+            raise ConfigurationError(
+                f"CACHE_REDIS_URL: ShardedSentinelCache needs a sentinel:// URL "
+                f"(sentinel://host:26379,host2:26379/master_a,master_b) or CACHE_REDIS_SENTINELS "
+                f"(got {url!r})"
+            )
+        return url, "CACHE_REDIS_URL", merged, sources
+    raise ConfigurationError(
+        "CACHE_REDIS_SENTINELS: required, the sentinel addresses as a list of "
+        '"host:port" (or a sentinel:// URL in CACHE_REDIS_URL)'
+        + (f" (got {sentinels!r})" if sentinels is not None else "")
+    )
+
+
+def _in_flask_terms(
+    exc: ConfigurationError, location_key: str, sources: Mapping[str, str]
+) -> ConfigurationError:
+    """Name the Flask setting a core error is about (the core names its own fields)."""
+    message = str(exc)
+    field, sep, rest = message.partition(": ")
+    if not sep:
+        return ConfigurationError(f"CACHE_OPTIONS: {message}")
+    if field.startswith("CACHE_"):
+        return exc
+    if field == "LOCATION":
+        return ConfigurationError(f"{location_key}: {rest}")
+    if field == "OPTIONS":
+        if rest.startswith("MASTERS is required"):
+            return ConfigurationError(
+                "CACHE_REDIS_SENTINEL_MASTERS: required, the ordered list of master names"
+            )
+        unknown = re.match(r"unknown option '([^']*)'", rest)
+        if unknown and location_key == "CACHE_REDIS_URL" and unknown[1].upper() not in sources:
+            return ConfigurationError(f"CACHE_REDIS_URL: {rest}")  # from its query string
+        return ConfigurationError(f"CACHE_OPTIONS: {rest}")
+    option = field.split(".")[-1].upper()
+    if option in ("SOCKET_TIMEOUT", "SOCKET_CONNECT_TIMEOUT") and field.startswith("sentinel"):
+        option = "SENTINEL_" + option
+    source = sources.get(option)
+    if source is not None:
+        return ConfigurationError(f"{source}: {rest}")
+    # Not from a Flask setting nor CACHE_OPTIONS: a sentinel:// URL's query string set it.
+    label = location_key if location_key == "CACHE_REDIS_URL" else "CACHE_OPTIONS"
+    return ConfigurationError(f"{label}: {message}")
+
+
+# -- command line ------------------------------------------------------------------------------
+def _backends(app: Flask) -> list[ShardedSentinelCache]:
+    caches = getattr(app, "extensions", {}).get("cache", {})
+    return [c for c in caches.values() if isinstance(c, ShardedSentinelCache)]
+
+
+@click.command(COMMAND_NAME)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="Seconds to wait for each sentinel and master.",
+)
+@with_appcontext
+def sentinel_status_command(as_json: bool, timeout: float) -> None:
+    """Show every shard's master, replicas and sentinels for this app's sharded cache.
+
+    Exit code 0: healthy; 1: degraded (still serving); 2: a shard is unavailable.
+    """
+    # Caches with equal connection settings share one pool: report each pool once.
+    pools: dict[int, tuple[ShardedSentinelPool, list[str]]] = {}
+    for cache in _backends(current_app):
+        entry = pools.setdefault(id(cache.pool), (cache.pool, []))
+        entry[1].append(repr(cache._get_prefix()))
+    if not pools:
+        raise click.UsageError(f"this app has no cache of type {CACHE_TYPE}")
+    reports = [status.collect(pool, timeout=timeout) for pool, _ in pools.values()]
+    if as_json:
+        # One pool (the usual case): its report; several: a list of them, in config order.
+        if len(reports) == 1:
+            click.echo(status.render_json(reports[0]))
+        else:
+            click.echo(json.dumps(reports, indent=2, default=str))
+    else:
+        for n, (report, (_, prefixes)) in enumerate(zip(reports, pools.values(), strict=True)):
+            title = f"cache with prefix {', '.join(prefixes)}" if len(reports) > 1 else None
+            click.echo(("\n" if n else "") + status.render_text(report, title=title), nl=False)
+    code = max(status.exit_code(report) for report in reports)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+def init_app(app: Flask) -> None:
+    """Register ``flask sentinel-status`` with ``app`` (done by :meth:`factory`; idempotent)."""
+    if COMMAND_NAME not in app.cli.commands:
+        app.cli.add_command(sentinel_status_command)
