@@ -8,6 +8,7 @@ four shards cost about one round trip, not four.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -87,7 +88,12 @@ class CacheClient:
 
     # -- single key --------------------------------------------------------------------------
     def _run(
-        self, key: Any, operation: Callable[[redis.Redis], Any], *, write: bool, idempotent=True
+        self,
+        key: Any,
+        operation: Callable[[redis.Redis], Any],
+        *,
+        write: bool,
+        idempotent: bool = True,
     ) -> Any:
         shard = self.pool.shard_for(key)
         return self.pool.execute(shard, operation, write=write, idempotent=idempotent)
@@ -209,9 +215,8 @@ class CacheClient:
                 for shard, connection, _ in in_flight:
                     shard.pool.release(connection)
         for shard in fallback:
-            commands = plan[shard]
             replies[shard] = self.pool.execute(
-                shard, lambda c, cmds=commands: _pipeline(c, cmds), write=write
+                shard, functools.partial(_pipeline, commands=plan[shard]), write=write
             )
         return replies
 
@@ -267,21 +272,28 @@ class CacheClient:
             yield from client.scan_iter(match=pattern, count=count)
 
     def delete_pattern(self, pattern: str, *, count: int = 1000) -> int:
-        deleted = 0
-        for shard in self.pool.shards:
-            deleted += self.pool.execute(
-                shard, lambda c: _unlink_matching(c, pattern, count), write=True
-            )
-        return deleted
+        return sum(
+            self.delete_pattern_on(shard, pattern, count=count) for shard in self.pool.shards
+        )
+
+    def delete_pattern_on(self, shard: Shard, pattern: str, *, count: int = 1000) -> int:
+        """UNLINK the keys matching ``pattern`` on one shard, found with ``SCAN``."""
+        return self.pool.execute(
+            shard, functools.partial(unlink_matching, pattern=pattern, count=count), write=True
+        )
+
+    def clear_shard(self, shard: Shard, prefix: str | None) -> None:
+        """One shard's part of :meth:`clear` (adapters that fail open clear shard by shard)."""
+        if prefix:
+            self.delete_pattern_on(shard, escape_pattern(prefix) + "*")
+        else:
+            self.pool.execute(shard, lambda c: c.execute_command("FLUSHDB", "ASYNC"), write=True)
 
     def clear(self, prefix: str | None) -> None:
         """With a prefix: SCAN + UNLINK of this cache's keys on every shard. Without one: the
         whole database of every shard is flushed, as Django's RedisCache does."""
-        if prefix:
-            self.delete_pattern(escape_pattern(prefix) + "*")
-            return
         for shard in self.pool.shards:
-            self.pool.execute(shard, lambda c: c.execute_command("FLUSHDB", "ASYNC"), write=True)
+            self.clear_shard(shard, prefix)
 
 
 def escape_pattern(text: str) -> str:
@@ -296,7 +308,7 @@ def _pipeline(client: redis.Redis, commands: Sequence[Command]) -> list[Any]:
     return pipe.execute()
 
 
-def _unlink_matching(client: redis.Redis, pattern: str, count: int) -> int:
+def unlink_matching(client: redis.Redis, pattern: str, count: int) -> int:
     deleted = 0
     batch: list[bytes] = []
     for key in client.scan_iter(match=pattern, count=count):

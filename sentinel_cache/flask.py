@@ -88,7 +88,7 @@ from flask.cli import with_appcontext
 from flask_caching.backends.base import BaseCache
 
 from sentinel_cache import status
-from sentinel_cache.client import CacheClient, _unlink_matching, escape_pattern
+from sentinel_cache.client import CacheClient
 from sentinel_cache.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool, shared_pool
@@ -100,7 +100,6 @@ logger = logging.getLogger("sentinel_cache.flask")
 
 CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"
 COMMAND_NAME = "sentinel-status"
-_SCAN_COUNT = 1000
 _KeySet = set[str]  # (inside the class, ``set`` is the cache method)
 
 # Flask-Caching setting -> the option name parse_cache_config knows.
@@ -452,23 +451,9 @@ class ShardedSentinelCache(BaseCache):
         prefix = self._get_prefix()
         complete = True
         for shard in self.pool.shards:
-            if prefix:
-                outcome = self._call(shard, _FAILED, self._unlink_prefix_on, shard, prefix)
-            else:
-                outcome = self._call(shard, _FAILED, self._flush_shard, shard)
+            outcome = self._call(shard, _FAILED, self.client.clear_shard, shard, prefix or None)
             complete = complete and outcome is not _FAILED
         return complete
-
-    def _unlink_prefix_on(self, shard: Shard, prefix: str) -> int:
-        pattern = escape_pattern(prefix) + "*"
-        return self.pool.execute(
-            shard, lambda client: _unlink_matching(client, pattern, _SCAN_COUNT), write=True
-        )
-
-    def _flush_shard(self, shard: Shard) -> Any:
-        return self.pool.execute(
-            shard, lambda client: client.execute_command("FLUSHDB", "ASYNC"), write=True
-        )
 
 
 # -- configuration translation -----------------------------------------------------------------
