@@ -24,7 +24,6 @@ import functools
 import inspect
 import itertools
 import logging
-import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -36,7 +35,7 @@ import redis.asyncio.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
 
-from sentinel_cache.client import _INCR_IF_EXISTS, MISS, _expiry, _ok
+from sentinel_cache.client import INCR_IF_EXISTS, MISS, expiry_args, is_ok
 from sentinel_cache.config import Address, PoolConfig, connection_class_and_kwargs
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
@@ -326,7 +325,7 @@ class AsyncCacheClient:
         pool = self.pool
         # The core's first discovery (and a shard without a master yet) block: do them in a
         # thread, once. Afterwards everything needed is in memory.
-        if not pool._started or pool._pid != os.getpid() or shard.address is None:
+        if not pool.started or shard.address is None:
             await asyncio.to_thread(pool.ready, shard, False)
         if write and shard.fenced:
             await self._wait_fence(shard)
@@ -440,13 +439,13 @@ class AsyncCacheClient:
                 return False
             await self.delete(key)
             return True
-        command: Command = ("SET", key, self.encode(value), *_expiry(timeout))
+        command: Command = ("SET", key, self.encode(value), *expiry_args(timeout))
         if nx:
             command += ("NX",)
         reply = await self._run(
             key, lambda c: self._durable(c, *command), write=True, idempotent=not nx
         )
-        return _ok(reply)
+        return is_ok(reply)
 
     async def add(self, key: Any, value: Any, timeout: float | None) -> bool:
         return await self.set(key, value, timeout, nx=True)
@@ -473,7 +472,7 @@ class AsyncCacheClient:
         """Atomic and TTL-preserving (the sync client's script); ValueError if missing."""
 
         async def run(client: AsyncRedis) -> Any:
-            return await client.execute_command("EVAL", _INCR_IF_EXISTS, 1, key, delta)
+            return await client.execute_command("EVAL", INCR_IF_EXISTS, 1, key, delta)
 
         value = await self._run(key, run, write=True, idempotent=False)
         if value is None:
@@ -515,7 +514,7 @@ class AsyncCacheClient:
             await self.delete_many(list(mapping))
             return []
         groups = self.pool.group_by_shard(mapping)
-        expiry = _expiry(timeout)
+        expiry = expiry_args(timeout)
         plan: dict[Shard, list[Command]] = {}
         for shard, group in groups.items():
             commands: list[Command] = [
@@ -527,7 +526,7 @@ class AsyncCacheClient:
         failed: list[Any] = []
         for shard, replies in (await self.scatter(plan, write=True)).items():
             for key, reply in zip(groups[shard], replies, strict=False):
-                if not _ok(reply):
+                if not is_ok(reply):
                     failed.append(key)
         return failed
 

@@ -17,6 +17,7 @@ from typing import Any
 import redis
 from redis.exceptions import ResponseError
 
+from sentinel_cache.exceptions import PoolExhaustedError
 from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool
 from sentinel_cache.serializers import Codec, InvalidValueError
 
@@ -34,7 +35,7 @@ _BORROW_ARGS: tuple[str, ...] = (
 )
 
 # Atomic "increment only if present": INCRBY alone would create a missing key (without a TTL).
-_INCR_IF_EXISTS = """
+INCR_IF_EXISTS = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
     return redis.call('INCRBY', KEYS[1], ARGV[1])
 end
@@ -42,11 +43,11 @@ return false
 """
 
 
-def _ok(reply: Any) -> bool:
+def is_ok(reply: Any) -> bool:
     return reply is True or reply == b"OK" or reply == "OK"
 
 
-def _expiry(timeout: float | None) -> tuple[Any, ...]:
+def expiry_args(timeout: float | None) -> tuple[Any, ...]:
     """``SET`` arguments for a timeout in seconds (None: no expiry)."""
     if timeout is None:
         return ()
@@ -123,22 +124,25 @@ class CacheClient:
 
     def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
         if timeout is not None and timeout <= 0:
-            if nx:
-                return False
+            if nx:  # "added" and expired at once: it succeeds only where the key was absent
+                return not self.has_key(key)
             self.delete(key)
             return True
-        command: tuple[Any, ...] = ("SET", key, self.encode(value), *_expiry(timeout))
+        command: tuple[Any, ...] = ("SET", key, self.encode(value), *expiry_args(timeout))
         if nx:
             command += ("NX",)
         reply = self._run(key, lambda c: self._durable(c, *command), write=True, idempotent=not nx)
-        return _ok(reply)
+        return is_ok(reply)
 
     def add(self, key: Any, value: Any, timeout: float | None) -> bool:
         return self.set(key, value, timeout, nx=True)
 
     def touch(self, key: Any, timeout: float | None) -> bool:
+        """True if the key exists (PERSIST alone answers 0 for a key that had no expiry)."""
         if timeout is None:
-            return bool(self._run(key, lambda c: c.execute_command("PERSIST", key), write=True))
+            commands = [("EXISTS", key), ("PERSIST", key)]
+            exists, _ = self._run(key, functools.partial(_pipeline, commands=commands), write=True)
+            return bool(exists)
         if timeout <= 0:
             return self.delete(key)
         ms = max(1, int(timeout * 1000))
@@ -154,7 +158,7 @@ class CacheClient:
         """Atomic and TTL-preserving; ValueError if the key is missing (Django semantics)."""
 
         def run(client: redis.Redis) -> Any:
-            return client.execute_command("EVAL", _INCR_IF_EXISTS, 1, key, delta)
+            return client.execute_command("EVAL", INCR_IF_EXISTS, 1, key, delta)
 
         value = self._run(key, run, write=True, idempotent=False)
         if value is None:
@@ -196,7 +200,13 @@ class CacheClient:
             in_flight: list[tuple[Shard, Any, Sequence[Command]]] = []
             try:
                 for shard, commands in plan.items():
-                    connection = shard.pool.get_connection(*_BORROW_ARGS)
+                    try:
+                        connection = shard.pool.get_connection(*_BORROW_ARGS)
+                    except PoolExhaustedError:
+                        raise
+                    except MASTER_ERRORS:  # a refused connect: the safe path re-resolves
+                        fallback.append(shard)
+                        continue
                     in_flight.append((shard, connection, commands))
                     try:
                         connection.send_packed_command(connection.pack_commands(commands))
@@ -241,7 +251,7 @@ class CacheClient:
             self.delete_many(list(mapping))
             return []
         groups = self.pool.group_by_shard(mapping)
-        expiry = _expiry(timeout)
+        expiry = expiry_args(timeout)
         plan: dict[Shard, list[Command]] = {}
         for shard, group in groups.items():
             commands: list[Command] = [
@@ -253,7 +263,7 @@ class CacheClient:
         failed: list[Any] = []
         for shard, replies in self.scatter(plan, write=True).items():
             for key, reply in zip(groups[shard], replies, strict=False):
-                if not _ok(reply):
+                if not is_ok(reply):
                     failed.append(key)
         return failed
 

@@ -39,7 +39,6 @@ the database is shared with anything else.
 from __future__ import annotations
 
 import logging
-import pickle
 import threading
 import time
 import weakref
@@ -53,9 +52,9 @@ from django.core.exceptions import ImproperlyConfigured
 from sentinel_cache.aio import AsyncCacheClient
 from sentinel_cache.client import CacheClient, escape_pattern
 from sentinel_cache.config import CacheOptions, PoolConfig, parse_cache_config
-from sentinel_cache.exceptions import ConfigurationError, SerializationError
+from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool, shared_pool
-from sentinel_cache.serializers import Codec, build_codec
+from sentinel_cache.serializers import Codec, PicklingError, build_codec
 
 logger = logging.getLogger("sentinel_cache.django")
 
@@ -77,9 +76,7 @@ _last_logged: weakref.WeakKeyDictionary[Shard, float] = weakref.WeakKeyDictionar
 _last_logged_lock = threading.Lock()
 
 
-class CachePicklingError(SerializationError, pickle.PicklingError):
-    """A value cannot be pickled. Both our ``SerializationError`` and the ``pickle.PickleError``
-    that Django's cache contract (and its test suite) expect from pickling backends."""
+CachePicklingError = PicklingError  # the name this module exported first
 
 
 class ShardedSentinelCache(BaseCache):
@@ -213,9 +210,8 @@ class ShardedSentinelCache(BaseCache):
     ) -> Any:
         """``method(*args)``; on an unavailable shard return ``default`` if ignoring, else raise.
 
-        The handler re-raises the original error as it is (or, for a pickling failure, raises
-        its PickleError twin chained to the pickle error once), and the ignore path raises
-        nothing, so no new chain, let alone a cycle, is created.
+        The handler re-raises the original error as it is and the ignore path raises nothing,
+        so no new chain, let alone a cycle, is created.
         """
         try:
             return method(*args)
@@ -223,11 +219,6 @@ class ShardedSentinelCache(BaseCache):
             if not self._ignore:
                 raise
             self._ignored(where, exc, method.__name__)
-        except SerializationError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, pickle.PickleError) and not isinstance(exc, pickle.PickleError):
-                raise CachePicklingError(str(exc)) from cause
-            raise
         return default
 
     async def _acall(
@@ -244,11 +235,6 @@ class ShardedSentinelCache(BaseCache):
             if not self._ignore:
                 raise
             self._ignored(where, exc, method.__name__)
-        except SerializationError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, pickle.PickleError) and not isinstance(exc, pickle.PickleError):
-                raise CachePicklingError(str(exc)) from cause
-            raise
         return default
 
     def _key_map(self, keys: Iterable[Any], version: int | None) -> dict[str, Any]:

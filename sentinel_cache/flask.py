@@ -336,7 +336,10 @@ class ShardedSentinelCache(BaseCache):
 
     def add(self, key: str, value: Any, timeout: int | dt.timedelta | None = None) -> bool:
         final = self._key(key)
-        return bool(self._call(final, False, self.client.add, final, value, self._seconds(timeout)))
+        seconds = self._seconds(timeout)
+        if seconds is not None and seconds <= 0:
+            return False  # cachelib: an entry that would expire at once is never added
+        return bool(self._call(final, False, self.client.add, final, value, seconds))
 
     def delete(self, key: str) -> bool:
         final = self._key(key)

@@ -511,6 +511,11 @@ class ShardedSentinelPool:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def started(self) -> bool:
+        """Discovery done in this process (a forked child starts again)."""
+        return self._started and self._pid == os.getpid()
+
     def __enter__(self) -> ShardedSentinelPool:
         return self
 

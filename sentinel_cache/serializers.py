@@ -508,7 +508,8 @@ class Codec:
         return b"".join((_SIGNED_PREFIX, self._signer.sign(data), data))
 
     def _serialization_error(self, value: Any, exc: Exception) -> SerializationError:
-        return SerializationError(
+        error = PicklingError if isinstance(exc, pickle.PickleError) else SerializationError
+        return error(
             f"SERIALIZER {self.serializer_name} cannot serialize a value of type "
             f"{_type_name(value)}: {exc}"
         )
@@ -592,6 +593,11 @@ class Codec:
             raise InvalidValueError(
                 f"stored value (header 0x{header:02x}) cannot be decoded: {exc!r}"
             ) from exc
+
+
+class PicklingError(SerializationError, pickle.PicklingError):
+    """A value cannot be pickled: our ``SerializationError`` and the ``pickle.PickleError`` that
+    Django's and cachelib's contracts expect from pickling backends."""
 
 
 def _coerce_stored(data: object) -> bytes | int:
