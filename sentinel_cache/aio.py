@@ -435,8 +435,8 @@ class AsyncCacheClient:
 
     async def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
         if timeout is not None and timeout <= 0:
-            if nx:
-                return False
+            if nx:  # "added" and expired at once: it succeeds only where the key was absent
+                return not await self.has_key(key)
             await self.delete(key)
             return True
         command: Command = ("SET", key, self.encode(value), *expiry_args(timeout))
@@ -451,10 +451,17 @@ class AsyncCacheClient:
         return await self.set(key, value, timeout, nx=True)
 
     async def touch(self, key: Any, timeout: float | None) -> bool:
+        """True if the key exists (PERSIST alone answers 0 for a key that had no expiry)."""
         if timeout is None:
-            return bool(
-                await self._run(key, lambda c: c.execute_command("PERSIST", key), write=True)
-            )
+
+            async def persist(client: AsyncRedis) -> Any:
+                pipe = client.pipeline(transaction=False)
+                pipe.execute_command("EXISTS", key)
+                pipe.execute_command("PERSIST", key)
+                return await pipe.execute()
+
+            exists, _ = await self._run(key, persist, write=True)
+            return bool(exists)
         if timeout <= 0:
             return await self.delete(key)
         ms = max(1, int(timeout * 1000))

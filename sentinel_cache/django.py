@@ -246,9 +246,6 @@ class ShardedSentinelCache(BaseCache):
     ) -> bool:
         key = self.make_and_validate_key(key, version=version)
         timeout = self.get_backend_timeout(timeout)
-        if timeout is not None and timeout <= 0:
-            # Django: the value would be added and expire at once; True when it was absent.
-            return not self._call(key, True, self.client.has_key, key)
         return bool(self._call(key, False, self.client.add, key, value, timeout))
 
     def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
@@ -266,11 +263,7 @@ class ShardedSentinelCache(BaseCache):
     def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
         timeout = self.get_backend_timeout(timeout)
-        done = bool(self._call(key, False, self.client.touch, key, timeout))
-        if not done and timeout is None:
-            # PERSIST answers 0 for a key that already has no expiry; Django wants True then.
-            done = bool(self._call(key, False, self.client.has_key, key))
-        return done
+        return bool(self._call(key, False, self.client.touch, key, timeout))
 
     def delete(self, key: Any, version: Any = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
@@ -438,8 +431,6 @@ class ShardedSentinelCache(BaseCache):
     ) -> bool:
         key = self.make_and_validate_key(key, version=version)
         timeout = self.get_backend_timeout(timeout)
-        if timeout is not None and timeout <= 0:
-            return not await self._acall(key, True, self.aclient.has_key, key)
         return bool(await self._acall(key, False, self.aclient.add, key, value, timeout))
 
     async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
@@ -456,10 +447,7 @@ class ShardedSentinelCache(BaseCache):
     async def atouch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
         timeout = self.get_backend_timeout(timeout)
-        done = bool(await self._acall(key, False, self.aclient.touch, key, timeout))
-        if not done and timeout is None:
-            done = bool(await self._acall(key, False, self.aclient.has_key, key))
-        return done
+        return bool(await self._acall(key, False, self.aclient.touch, key, timeout))
 
     async def adelete(self, key: Any, version: Any = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
