@@ -33,9 +33,9 @@ import redis
 import redis.asyncio
 import redis.asyncio.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError
+from redis.exceptions import NoScriptError, ReadOnlyError
 
-from sentinel_cache.client import INCR_IF_EXISTS, MISS, expiry_args, is_ok
+from sentinel_cache.client import INCR_IF_EXISTS, INCR_IF_EXISTS_SHA, MISS, expiry_args, is_ok
 from sentinel_cache.config import Address, PoolConfig, connection_class_and_kwargs
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
@@ -479,7 +479,10 @@ class AsyncCacheClient:
         """Atomic and TTL-preserving (the sync client's script); ValueError if missing."""
 
         async def run(client: AsyncRedis) -> Any:
-            return await client.execute_command("EVAL", INCR_IF_EXISTS, 1, key, delta)
+            try:
+                return await client.execute_command("EVALSHA", INCR_IF_EXISTS_SHA, 1, key, delta)
+            except NoScriptError:  # nothing ran: safe to send the body, which caches it
+                return await client.execute_command("EVAL", INCR_IF_EXISTS, 1, key, delta)
 
         value = await self._run(key, run, write=True, idempotent=False)
         if value is None:

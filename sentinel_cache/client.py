@@ -9,13 +9,14 @@ four shards cost about one round trip, not four.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import redis
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from sentinel_cache.exceptions import PoolExhaustedError
 from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool
@@ -41,6 +42,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 return false
 """
+# Sent as EVALSHA: the body goes over the wire (and through the server's SHA1) only when a
+# server answers NOSCRIPT (first use, restart, failover to a fresh replica, SCRIPT FLUSH).
+INCR_IF_EXISTS_SHA = hashlib.sha1(INCR_IF_EXISTS.encode()).hexdigest()
 
 
 def is_ok(reply: Any) -> bool:
@@ -70,7 +74,6 @@ class CacheClient:
         self.codec = codec
         self.durable_replicas = durable_replicas
         self.durable_timeout_ms = durable_timeout_ms
-        self._incr_scripts: dict[int, Any] = {}
 
     def __repr__(self) -> str:
         return f"<CacheClient {self.pool!r} codec={self.codec!r}>"
@@ -158,7 +161,10 @@ class CacheClient:
         """Atomic and TTL-preserving; ValueError if the key is missing (Django semantics)."""
 
         def run(client: redis.Redis) -> Any:
-            return client.execute_command("EVAL", INCR_IF_EXISTS, 1, key, delta)
+            try:
+                return client.execute_command("EVALSHA", INCR_IF_EXISTS_SHA, 1, key, delta)
+            except NoScriptError:  # nothing ran: safe to send the body, which caches it
+                return client.execute_command("EVAL", INCR_IF_EXISTS, 1, key, delta)
 
         value = self._run(key, run, write=True, idempotent=False)
         if value is None:

@@ -97,13 +97,17 @@ class _ShardConnectionMixin:
                 raise ShardUnavailableError(f"shard {shard.label}: master not resolved")
             self.host, self.port = address
 
-    def connect(self) -> None:
-        self._follow()
-        super().connect()  # type: ignore[misc]
+    if hasattr(redis.connection.AbstractConnection, "connect_check_health"):
+        # redis-py >= 5.3: connect() and every reconnect go through here; follow once.
+        def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+            self._follow()
+            super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
 
-    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
-        self._follow()
-        super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
+    else:  # pragma: no cover - older redis-py
+
+        def connect(self) -> None:
+            self._follow()
+            super().connect()  # type: ignore[misc]
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
