@@ -44,7 +44,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache, default_key_func
@@ -73,6 +73,7 @@ _SCAN_COUNT = 1000
 # characters (MEMCACHE_MAX_KEY_LENGTH), none of them a control character, space or DEL.
 # One C-level match instead of Django's generator + lazy regex proxy (~2 us per key).
 _QUIET_KEY = re.compile(r"[^\x00-\x20\x7f]{0,250}")
+ClientT = TypeVar("ClientT", CacheClient, AsyncCacheClient)
 _FAILED: Any = object()  # "the shard was unavailable and IGNORE_EXCEPTIONS is on"
 
 # When each shard's ignored failure was last logged; shared by every alias and thread of a core,
@@ -152,30 +153,27 @@ class ShardedSentinelCache(BaseCache):
     @property
     def client(self) -> CacheClient:
         """The sync operations, on :attr:`pool`."""
-        pool = self.pool
         client = self._client
-        if client is None or client.pool is not pool:
-            client = self._client = CacheClient(
-                pool,
-                self._codec_or_raise(),
-                durable_replicas=self._cache_options.durable_replicas,
-                durable_timeout_ms=self._cache_options.durable_timeout_ms,
-            )
+        if client is None or client.pool is not self.pool:
+            client = self._client = self._build(CacheClient)
         return client
 
     @property
     def aclient(self) -> AsyncCacheClient:
         """The native asyncio operations, on the same :attr:`pool`."""
-        pool = self.pool
         client = self._aclient
-        if client is None or client.pool is not pool:
-            client = self._aclient = AsyncCacheClient(
-                pool,
-                self._codec_or_raise(),
-                durable_replicas=self._cache_options.durable_replicas,
-                durable_timeout_ms=self._cache_options.durable_timeout_ms,
-            )
+        if client is None or client.pool is not self.pool:
+            client = self._aclient = self._build(AsyncCacheClient)
         return client
+
+    def _build(self, kind: type[ClientT]) -> ClientT:
+        options = self._cache_options
+        return kind(
+            self.pool,
+            self._codec_or_raise(),
+            durable_replicas=options.durable_replicas,
+            durable_timeout_ms=options.durable_timeout_ms,
+        )
 
     def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> float | None:
         """Seconds for the client: None never expires, zero or less expires at once.

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from queue import Empty
 from typing import Any, TypeVar
 
@@ -36,7 +36,7 @@ from sentinel_cache.ring import HashRing
 logger = logging.getLogger("sentinel_cache")
 
 T = TypeVar("T")
-K = TypeVar("K", bound=Hashable)
+K = TypeVar("K", bound="str | bytes")
 
 # Errors that mean "this node may no longer be the shard's master".
 MASTER_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
@@ -541,16 +541,7 @@ class ShardedSentinelPool:
     def group_by_shard(self, keys: Iterable[K]) -> dict[Shard, list[K]]:
         """Keys grouped per shard, key order kept, so each shard gets one batched command."""
         shards = self.shards
-        index = self.ring.shard_index
-        groups: dict[Shard, list[K]] = {}
-        for key in keys:
-            shard = shards[index(key)]  # type: ignore[arg-type]
-            group = groups.get(shard)
-            if group is None:
-                groups[shard] = [key]
-            else:
-                group.append(key)
-        return groups
+        return {shards[i]: group for i, group in self.ring.group_by_shard(keys).items()}
 
     def client_for(self, key: str | bytes, *, write: bool = True) -> redis.Redis:
         """A redis-py client for the key's shard: its master (or a replica for reads, if set)."""
