@@ -1,12 +1,15 @@
 """sentinel_cache: one cache over a sharded set of Sentinel-managed Redis masters."""
 
 from sentinel_cache.exceptions import (
+    AuthenticationFailedError,
     ConfigurationError,
+    DataNodeAuthenticationError,
     DiscoveryError,
     FailoverInProgressError,
     MasterNotFoundError,
     NoSentinelReachableError,
     PoolExhaustedError,
+    SentinelAuthenticationError,
     SentinelCacheError,
     SerializationError,
     ShardUnavailableError,
@@ -15,12 +18,15 @@ from sentinel_cache.exceptions import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuthenticationFailedError",
     "ConfigurationError",
+    "DataNodeAuthenticationError",
     "DiscoveryError",
     "FailoverInProgressError",
     "MasterNotFoundError",
     "NoSentinelReachableError",
     "PoolExhaustedError",
+    "SentinelAuthenticationError",
     "SentinelCacheError",
     "SerializationError",
     "ShardUnavailableError",

@@ -35,7 +35,14 @@ import redis.asyncio.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ReadOnlyError
 
-from sentinel_cache.client import INCR_IF_EXISTS, INCR_IF_EXISTS_SHA, MISS, expiry_args, is_ok
+from sentinel_cache.client import (
+    INCR_IF_EXISTS,
+    INCR_IF_EXISTS_SHA,
+    MISS,
+    expiry_args,
+    is_ok,
+    short_key,
+)
 from sentinel_cache.config import Address, PoolConfig, connection_class_and_kwargs
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
@@ -371,6 +378,9 @@ class AsyncCacheClient:
         except MASTER_ERRORS as exc:
             if client is not master:  # a replica failed: the master still serves reads
                 return await operation(master)
+            refusal = self.pool.refusal(shard, exc)
+            if refusal is not None:  # credentials or TLS: asking the sentinels cannot fix it
+                raise refusal from exc
             reason = f"{type(exc).__name__}: {exc}"
             await asyncio.to_thread(self.pool.reresolve, shard, reason=reason)
             if idempotent and shard.generation != generation and shard.address is not None:
@@ -407,7 +417,7 @@ class AsyncCacheClient:
         try:
             return self.codec.loads(data)
         except InvalidValueError as exc:
-            logger.warning("unreadable value at key %r treated as a miss: %s", key, exc)
+            logger.warning("unreadable value at key %s treated as a miss: %s", short_key(key), exc)
             return MISS
 
     async def _durable(self, client: AsyncRedis, *command: Any) -> Any:

@@ -87,7 +87,7 @@ class CacheClient:
         try:
             return self.codec.loads(data)
         except InvalidValueError as exc:
-            logger.warning("unreadable value at key %r treated as a miss: %s", key, exc)
+            logger.warning("unreadable value at key %s treated as a miss: %s", short_key(key), exc)
             return MISS
 
     # -- single key --------------------------------------------------------------------------
@@ -310,6 +310,12 @@ class CacheClient:
         whole database of every shard is flushed, as Django's RedisCache does."""
         for shard in self.pool.shards:
             self.clear_shard(shard, prefix)
+
+
+def short_key(key: Any, limit: int = 200) -> str:
+    """A key for a log line: a 1 MB key must not make a 1 MB log line."""
+    text = repr(key)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
 
 
 def escape_pattern(text: str) -> str:

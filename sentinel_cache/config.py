@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import inspect
 import ipaddress
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -194,14 +195,34 @@ def _check_connection_kwargs(kwargs: Mapping[str, Any], field_name: str) -> None
             raise _bad(field_name, name, f"unknown redis connection option{suggestion}")
 
 
+def _check_hashable(side: str, values: Mapping[str, Any]) -> None:
+    """Configurations key the process-wide registry: a set or bytearray value would only fail
+    later, as a TypeError far from the setting."""
+    for name, value in values.items():
+        try:
+            hash(_freeze(value))
+        except TypeError:
+            raise _bad(
+                f"{side}.{name}",
+                f"a {type(value).__name__}",
+                "must be hashable: a str, bytes, number, bool, None or a list/tuple/dict of them",
+            ) from None
+
+
 def _check_number(
     name: str, value: Any, *, minimum: float = 0.0, allow_none: bool = False, integer: bool = False
 ) -> None:
     if value is None and allow_none:
         return
     kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
-        what = "an integer" if integer else "a number"
+    # NaN passes every comparison and an infinite wait overflows the thread and socket APIs.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kind)
+        or not math.isfinite(value)
+        or value < minimum
+    ):
+        what = "an integer" if integer else "a finite number"
         raise _bad(name, value, f"must be {what} >= {minimum:g}")
 
 
@@ -210,6 +231,13 @@ DEFAULT_CONNECTION_KWARGS: Mapping[str, Any] = {
     "socket_connect_timeout": 2.0,
 }
 DEFAULT_SENTINEL_KWARGS: Mapping[str, Any] = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5}
+
+
+#: Per shard and process; Redis itself accepts 10000 clients by default (``maxclients``).
+MAX_CONNECTIONS_LIMIT = 10_000
+
+#: Connection options whose values never appear in a repr or an error message.
+SECRET_KWARGS = frozenset({"password", "ssl_password", "credential_provider"})
 
 
 @dataclass(frozen=True)
@@ -236,6 +264,13 @@ class PoolConfig:
 
     def __post_init__(self) -> None:
         _check_number("max_connections", self.max_connections, minimum=1, integer=True)
+        if self.max_connections > MAX_CONNECTIONS_LIMIT:
+            # redis-py's blocking pool fills a queue with that many placeholders up front.
+            raise _bad(
+                "max_connections",
+                self.max_connections,
+                f"must be at most {MAX_CONNECTIONS_LIMIT} (per shard and process)",
+            )
         _check_number("pool_timeout", self.pool_timeout)
         _check_number("health_check_interval", self.health_check_interval)
         _check_number("discovery_timeout", self.discovery_timeout)
@@ -273,6 +308,7 @@ class PoolConfig:
         for side, values in (("connection_kwargs", connection), ("sentinel_kwargs", sentinel)):
             for name in ("socket_timeout", "socket_connect_timeout"):
                 _check_number(f"{side}.{name}", values.get(name), minimum=0.001, allow_none=True)
+            _check_hashable(side, values)
         return cls(
             masters=master_names,
             sentinels=parse_sentinels(sentinels),
@@ -289,9 +325,8 @@ class PoolConfig:
         return _thaw(self.sentinel_kwargs)
 
     def __repr__(self) -> str:
-        secret = {"password", "ssl_password"}
-        conn = {k: ("***" if k in secret and v else v) for k, v in self.connection_kwargs}
-        sent = {k: ("***" if k in secret and v else v) for k, v in self.sentinel_kwargs}
+        conn = {k: ("***" if k in SECRET_KWARGS and v else v) for k, v in self.connection_kwargs}
+        sent = {k: ("***" if k in SECRET_KWARGS and v else v) for k, v in self.sentinel_kwargs}
         return (
             f"PoolConfig(masters={list(self.masters)}, "
             f"sentinels={[str(a) for a in self.sentinels]}, weights={list(self.weights)}, "
@@ -319,11 +354,17 @@ class CacheOptions:
     serializer: str = "pickle"
     compressor: str | None = None
     compress_min_length: int = 1024
-    signing_key: bytes | None = None
+    signing_key: bytes | None = None  # masked in the repr
     ignore_exceptions: bool = False
     log_ignored_exceptions_interval: float = 10.0
     durable_replicas: int = 0
     durable_timeout_ms: int = 100
+
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.signing_key:
+            shown["signing_key"] = "***"
+        return f"CacheOptions({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
 # Option name (as written in Django OPTIONS / Flask CACHE_OPTIONS) -> (where it goes, name there).
@@ -384,14 +425,48 @@ def _lookup_option(name: Any) -> tuple[str, str]:
     raise ConfigurationError(f"OPTIONS: unknown option {name!r}{suggestion} (valid: {valid})")
 
 
+def redact_url(url: str) -> str:
+    """``url`` for error messages and logs: user info and secret query values become ``***``.
+
+    Everything up to the last ``@`` is masked (a password may hold an unescaped ``/`` that
+    hides where the user info ends), so is any query value of a secret option.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    head, question, query = rest.partition("?")
+    if question:
+        items = []
+        for item in query.split("&"):
+            name, equals, value = item.partition("=")
+            if equals and unquote(name).upper() in _SECRET_OPTIONS:
+                value = "***"
+            items.append(f"{name}{equals}{value}")
+        rest = f"{head}?{'&'.join(items)}"
+    return f"{scheme}{sep}{rest}"
+
+
 def parse_url(url: str) -> tuple[tuple[Address, ...], tuple[str, ...], dict[str, Any]]:
     """``sentinel://[user:pass@]h1:26379,h2:26379/shard_a,shard_b?db=0`` for twelve-factor apps.
 
-    The credentials in the URL are the data nodes'; query parameters are option names.
+    The credentials in the URL are the data nodes'; query parameters are option names. Error
+    messages show the URL with its secrets masked (:func:`redact_url`).
     """
-    parts = urlsplit(url)
+    if not isinstance(url, str):
+        raise _bad("LOCATION", type(url).__name__, "a URL must be a string")
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL"
+        raise _bad("LOCATION", redact_url(url), f"not a valid URL: {exc}") from None
     if parts.scheme not in ("sentinel", "sentinels"):
-        raise _bad("LOCATION", url, 'a URL must use the "sentinel://" scheme')
+        raise _bad("LOCATION", redact_url(url), 'a URL must use the "sentinel://" scheme')
+    if parts.fragment or "@" in parts.path or any("@" in name for name, _ in query):
+        # An unescaped "/", "?" or "#" in a password moves the rest of it (and the "@") into the
+        # path, query or fragment, where it would end up as a master or option name.
+        raise _bad("LOCATION", redact_url(url), _URL_FORM)
     netloc = parts.netloc
     options: dict[str, Any] = {}
     if "@" in netloc:
@@ -401,15 +476,46 @@ def parse_url(url: str) -> tuple[tuple[Address, ...], tuple[str, ...], dict[str,
             options["USERNAME"] = unquote(user)
         if sep:
             options["PASSWORD"] = unquote(password)
-    sentinels = parse_sentinels(netloc, "LOCATION")
+    try:
+        sentinels = parse_sentinels(netloc, "LOCATION")
+    except ConfigurationError:
+        if "@" not in url:
+            raise
+        # The host part may hold a piece of the password (an unescaped "/" in it): name none.
+        raise _bad("LOCATION", redact_url(url), _URL_FORM) from None
     masters_text = parts.path.lstrip("/")
     if masters_text:
         options["MASTERS"] = [unquote(m) for m in masters_text.split(",")]
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        options[name.upper()] = _coerce_query_value(value)
+    for name, value in query:
+        key = name.upper()
+        options[key] = value if key in _STRING_OPTIONS else _coerce_query_value(value)
     if parts.scheme == "sentinels":
         options.setdefault("SSL", True)
     return sentinels, tuple(options.get("MASTERS", ())), options
+
+
+_URL_FORM = (
+    'expected "sentinel://[user:password@]host:port,...[/master,...][?option=value&...]" '
+    '(percent-encode "/", "?", "#" and "@" in a user name or password)'
+)
+# Options whose values are secrets: masked in URLs shown in messages.
+_SECRET_OPTIONS = frozenset({"PASSWORD", "SENTINEL_PASSWORD", "SIGNING_KEY"})
+# Options that take text as written: "0123" as a password must not become the number 123.
+_STRING_OPTIONS = _SECRET_OPTIONS | {
+    "MASTERS",
+    "USERNAME",
+    "SENTINEL_USERNAME",
+    "SSL_CA_CERTS",
+    "SSL_CERTFILE",
+    "SSL_KEYFILE",
+    "SSL_CERT_REQS",
+    "SENTINEL_SSL_CA_CERTS",
+    "SENTINEL_SSL_CERTFILE",
+    "SENTINEL_SSL_KEYFILE",
+    "SENTINEL_SSL_CERT_REQS",
+    "SERIALIZER",
+    "COMPRESSOR",
+}
 
 
 def _coerce_query_value(value: str) -> Any:

@@ -5,6 +5,12 @@ means "ask the next", ``ROLE`` verifies the answer, the sentinel that answered f
 front, sentinels learned from ``SENTINEL SENTINELS`` are added. All sentinels are asked at once,
 with one pipelined round trip each, so a black-holed sentinel costs one timeout per round, not
 one per shard.
+
+Credentials and TLS are kept apart: the sentinels get ``sentinel_kwargs``, the data nodes (``ROLE``
+checks included) get the data nodes' ``connection_kwargs``. A rejected password, an ACL user
+without permission or a failed TLS verification cannot be fixed by asking again, so it ends a
+name's resolution at once with an :class:`~sentinel_cache.AuthenticationFailedError` that says
+which side rejected what (and never contains a secret), instead of retrying until the timeout.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import random
+import ssl
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -19,9 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from redis.exceptions import AuthenticationWrongNumberOfArgsError, NoPermissionError
 
 from sentinel_cache.config import Address, connection_class_and_kwargs
-from sentinel_cache.exceptions import MasterNotFoundError, NoSentinelReachableError
+from sentinel_cache.exceptions import (
+    AuthenticationFailedError,
+    DataNodeAuthenticationError,
+    MasterNotFoundError,
+    NoSentinelReachableError,
+    SentinelAuthenticationError,
+)
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -66,7 +80,100 @@ def _healthy(info: Mapping[str, str]) -> bool:
 
 
 def _address(host: Any, port: Any) -> Address:
-    return Address(_text(host), int(port))
+    """An address from a sentinel's reply; ValueError unless it is a plausible one, so a garbled
+    reply costs that sentinel its answer instead of breaking a ROLE check."""
+    text = _text(host)
+    if not text or len(text) > 253 or not text.isprintable() or " " in text:
+        raise ValueError(f"malformed host {text[:64]!r}")
+    number = int(port)
+    if not 1 <= number <= 65535:
+        raise ValueError(f"port out of range: {number}")
+    return Address(text, number)
+
+
+# Learned sentinels beyond this are ignored: a broken sentinel may list thousands of "peers",
+# and every round asks every known sentinel (a thread each) and runs a listener for each.
+MAX_SENTINELS = 16
+
+
+# A connection dropped in the middle of a handshake is not a verdict on our certificates.
+_TRANSIENT_SSL_ERRORS = (
+    ssl.SSLEOFError,
+    ssl.SSLZeroReturnError,
+    ssl.SSLSyscallError,
+    ssl.SSLWantReadError,
+    ssl.SSLWantWriteError,
+)
+_CREDENTIAL_CODES = ("NOAUTH", "WRONGPASS", "NOPERM")
+
+#: What to check, per kind of rejection and side.
+_HINTS = {
+    ("credentials", "data node"): "check the data nodes' USERNAME/PASSWORD (connection kwargs), "
+    "which are separate from SENTINEL_USERNAME/SENTINEL_PASSWORD",
+    ("credentials", "sentinel"): "check SENTINEL_USERNAME/SENTINEL_PASSWORD (sentinel_kwargs), "
+    "which are separate from the data nodes' USERNAME/PASSWORD",
+    ("permission", "data node"): "the data nodes' ACL user needs at least +role and the cache's "
+    "commands",
+    ("permission", "sentinel"): "the sentinels' ACL user needs +sentinel|get-master-addr-by-name, "
+    "+sentinel|sentinels, +sentinel|replicas and +subscribe",
+    ("tls", "data node"): "check SSL, SSL_CA_CERTS, SSL_CERTFILE/SSL_KEYFILE and "
+    "SSL_CHECK_HOSTNAME (the data nodes' TLS settings)",
+    ("tls", "sentinel"): "check SENTINEL_SSL, SENTINEL_SSL_CA_CERTS, "
+    "SENTINEL_SSL_CERTFILE/SENTINEL_SSL_KEYFILE and SENTINEL_SSL_CHECK_HOSTNAME",
+}
+_VERBS = {
+    "credentials": "rejected the credentials",
+    "permission": "denied a command to the configured user (ACL)",
+    "tls": "failed TLS verification",
+}
+
+
+def credential_failure(exc: BaseException | None) -> str | None:
+    """``"credentials"``, ``"permission"`` or ``"tls"`` if ``exc`` (or what caused it) says our
+    credentials or certificates were refused; None for anything a retry might fix."""
+    seen: set[int] = set()
+    current = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (redis.AuthenticationError, AuthenticationWrongNumberOfArgsError)):
+            return "credentials"
+        if isinstance(current, NoPermissionError):
+            return "permission"
+        if isinstance(current, redis.ResponseError) and str(current).startswith(_CREDENTIAL_CODES):
+            return "permission" if str(current).startswith("NOPERM") else "credentials"
+        if isinstance(current, ssl.SSLError) and not isinstance(current, _TRANSIENT_SSL_ERRORS):
+            return "tls"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def data_node_refusal(
+    exc: BaseException, subject: str, address: Address | None, secrets: Sequence[str] = ()
+) -> DataNodeAuthenticationError | None:
+    """The error to raise when the data node at ``address`` refused our credentials or TLS
+    (``subject`` names the shard), or None when ``exc`` is no such refusal."""
+    kind = credential_failure(exc)
+    if kind is None:
+        return None
+    error = redact(f"{type(exc).__name__}: {exc}", secrets)
+    return DataNodeAuthenticationError(
+        f"{subject}: the data node {address} {_VERBS[kind]} ({error}); {_HINTS[kind, 'data node']}"
+    )
+
+
+def secret_values(kwargs: Mapping[str, Any]) -> tuple[str, ...]:
+    """The secrets in a set of connection options, for :func:`redact` (short ones are left out:
+    replacing every "ab" in a message would garble it, and such a secret protects nothing)."""
+    values = (kwargs.get("password"), kwargs.get("ssl_password"))
+    return tuple(str(v) for v in values if v is not None and len(str(v)) >= 4)
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every secret replaced by ``***`` (servers do not echo passwords, but a
+    message that is logged and shown must not depend on that)."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 def direct_client(address: Address, kwargs: Mapping[str, Any], **extra: Any) -> redis.Redis:
@@ -90,6 +197,8 @@ class SentinelSet:
         self._clients: dict[Address, redis.Redis] = {}
         self._threads: set[threading.Thread] = set()
         self._closed = False
+        self._rejected: set[Address] = set()
+        self.secrets = secret_values(self._kwargs)
 
     def __repr__(self) -> str:
         return f"<SentinelSet {[str(a) for a in self.addresses]}>"
@@ -112,6 +221,24 @@ class SentinelSet:
                 self._clients[address] = client
             return client
 
+    def note_rejections(self, replies: Sequence[SentinelReply]) -> None:
+        """Warn once per sentinel that refuses our credentials (until it accepts them again)."""
+        for reply in replies:
+            kind = credential_failure(reply.error)
+            with self._lock:
+                if reply.error is None:
+                    self._rejected.discard(reply.sentinel)
+                if kind is None or reply.sentinel in self._rejected:
+                    continue  # answered, or not waited for, or already reported
+                self._rejected.add(reply.sentinel)
+            logger.warning(
+                "sentinel %s %s: %s (%s)",
+                reply.sentinel,
+                _VERBS[kind],
+                redact(f"{type(reply.error).__name__}: {reply.error}", self.secrets),
+                _HINTS[kind, "sentinel"],
+            )
+
     def promote(self, address: Address) -> None:
         with self._lock:
             if address in self._addresses and self._addresses[0] != address:
@@ -121,6 +248,8 @@ class SentinelSet:
     def learn(self, addresses: Sequence[Address]) -> None:
         with self._lock:
             for address in addresses:
+                if len(self._addresses) >= max(MAX_SENTINELS, len(self._configured)):
+                    break
                 if address not in self._addresses:
                     logger.info("learned sentinel %s", address)
                     self._addresses.append(address)
@@ -192,14 +321,23 @@ class SentinelSet:
                 master, peers = results[i * step], results[i * step + 1]
                 if isinstance(master, BaseException):
                     raise master
+                if master and not (isinstance(master, (list, tuple)) and len(master) == 2):
+                    raise ValueError(
+                        f"malformed reply to SENTINEL GET-MASTER-ADDR-BY-NAME {name}: "
+                        f"{master!r:.80}"
+                    )
                 reply.masters[name] = _address(*master) if master else None
                 if isinstance(peers, list):
                     for flat in peers:
-                        info = _pairs(flat)
-                        if _healthy(info) and "ip" in info:
+                        try:
+                            info = _pairs(flat)
+                            if not (_healthy(info) and "ip" in info):
+                                continue
                             peer = _address(info["ip"], info["port"])
-                            if peer not in reply.peers:
-                                reply.peers.append(peer)
+                        except (TypeError, ValueError, KeyError, IndexError):
+                            continue  # one garbled peer entry: skip it, keep the rest
+                        if peer not in reply.peers:
+                            reply.peers.append(peer)
                 if replicas:
                     found = results[i * step + 2]
                     reply.replicas[name] = [
@@ -238,16 +376,21 @@ def _agreed(replies: Sequence[SentinelReply], masters: Sequence[str], majority: 
     return True
 
 
-def summarize_failures(replies: Sequence[SentinelReply], name: str) -> str:
+def summarize_failures(
+    replies: Sequence[SentinelReply], name: str, secrets: Sequence[str] = ()
+) -> str:
     parts = []
     for reply in replies:
         if reply.error is not None:
-            parts.append(f"{reply.sentinel}: {type(reply.error).__name__}: {reply.error}")
+            kind = credential_failure(reply.error)
+            verb = "" if kind is None else f"{_VERBS[kind]}: "
+            error = redact(f"{type(reply.error).__name__}: {reply.error}", secrets)
+            parts.append(f"{reply.sentinel}: {verb}{error}")
         elif reply.masters.get(name) is None:
             parts.append(f"{reply.sentinel}: does not monitor {name!r}")
         else:
             parts.append(f"{reply.sentinel}: named {reply.masters[name]}")
-    return "; ".join(parts)
+    return redact("; ".join(parts), secrets)
 
 
 def check_role(address: Address, connection_kwargs: Mapping[str, Any]) -> str:
@@ -255,6 +398,8 @@ def check_role(address: Address, connection_kwargs: Mapping[str, Any]) -> str:
     client = direct_client(address, connection_kwargs)
     try:
         role = client.execute_command("ROLE")
+        if not isinstance(role, (list, tuple)) or not role or not isinstance(role[0], (bytes, str)):
+            raise redis.ResponseError(f"malformed ROLE reply: {role!r:.80}")
         return _text(role[0])
     finally:
         client.close()
@@ -274,11 +419,17 @@ class Discovery:
     ) -> None:
         self.sentinels = sentinels
         self._connection_kwargs = dict(connection_kwargs)
+        self._secrets = secret_values(self._connection_kwargs) + sentinels.secrets
         self._timeout = timeout
         self._replicas = replicas
 
     def __repr__(self) -> str:
         return f"<Discovery sentinels={self.sentinels!r} timeout={self._timeout}s>"
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The passwords of both sides, for :func:`redact`."""
+        return self._secrets
 
     def resolve(
         self, masters: Sequence[str], *, timeout: float | None = None
@@ -291,10 +442,16 @@ class Discovery:
         while True:
             replies = self.sentinels.ask_all(pending, replicas=self._replicas)
             self._remember(replies)
+            # Every sentinel refusing our credentials (or certificates) will not change by
+            # asking again; neither will a data node refusing them: fail now, not at the deadline.
+            all_refused = bool(replies) and all(credential_failure(r.error) for r in replies)
             for name in list(pending):
                 outcome = self._pick(name, replies)
                 results[name] = outcome
-                if isinstance(outcome, Resolution):
+                if isinstance(outcome, Resolution) or (
+                    isinstance(outcome, AuthenticationFailedError)
+                    and (all_refused or isinstance(outcome, DataNodeAuthenticationError))
+                ):
                     pending.remove(name)
             if not pending or time.monotonic() + delay >= deadline:
                 return results
@@ -302,6 +459,7 @@ class Discovery:
             delay = min(delay * 2, 0.5)
 
     def _remember(self, replies: Sequence[SentinelReply]) -> None:
+        self.sentinels.note_rejections(replies)
         first = next((r for r in replies if r.error is None), None)
         if first is not None:
             self.sentinels.promote(first.sentinel)
@@ -312,9 +470,15 @@ class Discovery:
     def _pick(self, name: str, replies: Sequence[SentinelReply]) -> Resolution | BaseException:
         answered = [r for r in replies if r.error is None]
         if not answered:
-            return NoSentinelReachableError(
-                f"master {name!r}: no sentinel reachable ({summarize_failures(replies, name)})"
-            )
+            summary = summarize_failures(replies, name, self._secrets)
+            kinds = [k for r in replies if (k := credential_failure(r.error)) is not None]
+            if kinds:
+                kind = max(set(kinds), key=kinds.count)
+                return SentinelAuthenticationError(
+                    f"master {name!r}: the sentinels {_VERBS[kind]} "
+                    f"({len(kinds)} of {len(replies)}; {summary}); {_HINTS[kind, 'sentinel']}"
+                )
+            return NoSentinelReachableError(f"master {name!r}: no sentinel reachable ({summary})")
         votes: dict[Address, int] = {}
         for reply in answered:
             address = reply.masters.get(name)
@@ -323,17 +487,23 @@ class Discovery:
         if not votes:
             return MasterNotFoundError(
                 f"master {name!r}: no sentinel monitors this name "
-                f"({summarize_failures(replies, name)})"
+                f"({summarize_failures(replies, name, self._secrets)})"
             )
         # Most votes first; among equals, the earliest answer (replies arrive in order).
         order = {address: i for i, address in reversed(list(_arrivals(answered, name)))}
         candidates = sorted(votes, key=lambda a: (-votes[a], order[a]))
         failures = []
+        refused: list[DataNodeAuthenticationError] = []
         for address in candidates:
             try:
                 role = check_role(address, self._connection_kwargs)
             except (redis.RedisError, OSError) as exc:
-                failures.append(f"{address}: {type(exc).__name__}: {exc}")
+                refusal = data_node_refusal(exc, f"master {name!r}", address, self._secrets)
+                if refusal is not None:
+                    refused.append(refusal)
+                failures.append(
+                    f"{address}: {redact(f'{type(exc).__name__}: {exc}', self._secrets)}"
+                )
                 continue
             if role == "master":
                 replicas = next(
@@ -342,6 +512,8 @@ class Discovery:
                 )
                 return Resolution(name, address, replicas, votes[address], len(answered))
             failures.append(f"{address}: ROLE is {role!r}, not master")
+        if refused:  # the same credentials go to every candidate: that is the problem
+            return refused[0]
         return MasterNotFoundError(
             f"master {name!r}: sentinels named {', '.join(map(str, candidates))} but none is a "
             f"reachable master ({'; '.join(failures)})"

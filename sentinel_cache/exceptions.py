@@ -6,6 +6,7 @@ want everything from this library catch :class:`SentinelCacheError`.
 
 from __future__ import annotations
 
+from redis.exceptions import AuthenticationError as RedisAuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -30,6 +31,31 @@ class MasterNotFoundError(DiscoveryError):
     """Sentinels answered, but none of them monitors this master name (or its node is no master)."""
 
 
+class AuthenticationFailedError(SentinelCacheError, RedisAuthenticationError):
+    """A sentinel or data node rejected our credentials, or TLS verification failed.
+
+    Raised for a wrong or missing password, an unknown or disabled ACL user, an ACL user without
+    permission for the commands we need, and a TLS handshake that failed on a certificate (an
+    unknown CA, a host name mismatch, a client certificate the server refused). Retrying cannot
+    help, so discovery does not retry it. ``side`` is ``"sentinel"`` or ``"data node"``; the
+    message names the nodes and which settings to check, and never contains a secret.
+    """
+
+    side: str = ""
+
+
+class SentinelAuthenticationError(AuthenticationFailedError, NoSentinelReachableError):
+    """The sentinels rejected the sentinel credentials (``sentinel_kwargs`` / ``SENTINEL_*``)."""
+
+    side = "sentinel"
+
+
+class DataNodeAuthenticationError(AuthenticationFailedError, MasterNotFoundError):
+    """A shard's data node rejected the data-node credentials (``PASSWORD``/``USERNAME``/``SSL*``)."""
+
+    side = "data node"
+
+
 class ShardUnavailableError(SentinelCacheError, RedisConnectionError):
     """An operation on one shard failed because its master cannot be reached right now."""
 
@@ -47,12 +73,15 @@ class SerializationError(SentinelCacheError, ValueError):
 
 
 __all__ = [
+    "AuthenticationFailedError",
     "ConfigurationError",
+    "DataNodeAuthenticationError",
     "DiscoveryError",
     "FailoverInProgressError",
     "MasterNotFoundError",
     "NoSentinelReachableError",
     "PoolExhaustedError",
+    "SentinelAuthenticationError",
     "SentinelCacheError",
     "SerializationError",
     "ShardUnavailableError",

@@ -4,6 +4,13 @@ Events are hints. ``+switch-master`` is confirmed with ``ROLE`` before a shard m
 promotion announcements raise the shard's write fence so no write lands on a master that is
 about to be abandoned; after every (re)subscribe every shard is re-checked through the sentinels,
 because events sent while we were away are lost. The pull path in ``pools`` stays as the net.
+
+Trust model: only a sentinel can send these events (a sentinel refuses ``PUBLISH`` from its
+clients on anything but its hello channel), and the sentinels are trusted for the topology.
+``ROLE`` confirmation protects against stale, malformed or mistaken events (a replica, a dead
+or unreachable address, another shard's master); it cannot unmask a server that lies about its
+role, so a compromised sentinel, or anyone on the path to one without TLS, can redirect a shard.
+Protect the sentinels with ``requirepass``/ACLs and TLS (``SENTINEL_PASSWORD``, ``SENTINEL_SSL``).
 """
 
 from __future__ import annotations

