@@ -308,6 +308,7 @@ class PoolConfig:
         for side, values in (("connection_kwargs", connection), ("sentinel_kwargs", sentinel)):
             for name in ("socket_timeout", "socket_connect_timeout"):
                 _check_number(f"{side}.{name}", values.get(name), minimum=0.001, allow_none=True)
+            _check_side(side, values)
             _check_hashable(side, values)
         return cls(
             masters=master_names,
@@ -332,6 +333,26 @@ class PoolConfig:
             f"sentinels={[str(a) for a in self.sentinels]}, weights={list(self.weights)}, "
             f"connection_kwargs={conn}, sentinel_kwargs={sent}, "
             f"max_connections={self.max_connections}, read_from_replicas={self.read_from_replicas})"
+        )
+
+
+def _check_side(side: str, values: Mapping[str, Any]) -> None:
+    """Catch at configuration time what redis-py would only reject on the first connect."""
+    if "db" in values:
+        _check_number(f"{side}.db", values["db"], integer=True)
+    for name in ("username", "password"):
+        if values.get(name) is not None and not isinstance(values[name], str):
+            raise _bad(f"{side}.{name}", "***", "must be a string")
+    if "ssl" in values and not isinstance(values["ssl"], bool):
+        raise _bad(f"{side}.ssl", values["ssl"], "must be True or False")
+    needs_ssl = sorted(k for k in values if k.startswith("ssl_"))
+    if needs_ssl and not values.get("ssl"):
+        shown = "***" if needs_ssl[0] in SECRET_KWARGS else values[needs_ssl[0]]
+        shown = "***" if needs_ssl[0] in SECRET_KWARGS else values[needs_ssl[0]]
+        raise _bad(
+            f"{side}.{needs_ssl[0]}",
+            shown,
+            "is set but TLS is not enabled (ssl / SSL must be True)",
         )
 
 
@@ -489,8 +510,9 @@ def parse_url(url: str) -> tuple[tuple[Address, ...], tuple[str, ...], dict[str,
     for name, value in query:
         key = name.upper()
         options[key] = value if key in _STRING_OPTIONS else _coerce_query_value(value)
-    if parts.scheme == "sentinels":
+    if parts.scheme == "sentinels":  # TLS on both sides: sentinels and data nodes
         options.setdefault("SSL", True)
+        options.setdefault("SENTINEL_SSL", True)
     return sentinels, tuple(options.get("MASTERS", ())), options
 
 
@@ -542,9 +564,20 @@ def parse_cache_config(
         merged.update(url_options)
     else:
         sentinels = parse_sentinels(location, "LOCATION")
+    given: dict[str, Any] = {}
     for name, value in (options or {}).items():
         _lookup_option(name)
-        merged[str(name).upper()] = value
+        key = str(name).upper()
+        if key in given:
+            raise ConfigurationError(
+                f"OPTIONS: {key} is given twice (as {given[key]!r} and {name!r})"
+            )
+        given[key] = name
+        if key in merged:
+            raise ConfigurationError(
+                f"OPTIONS: {key} is given both in the LOCATION URL and in OPTIONS"
+            )
+        merged[key] = value
     if "MASTERS" not in merged:
         raise ConfigurationError("OPTIONS: MASTERS is required (the ordered list of master names)")
 
@@ -562,25 +595,41 @@ def parse_cache_config(
             pool[attr] = value
         elif target == _CACHE:
             cache[attr] = value
-        elif target == "ssl":
-            if value:
-                connection["ssl"] = True
-        elif target == "sentinel_ssl":
-            if value:
-                sentinel["ssl"] = True
+        elif target in ("ssl", "sentinel_ssl"):
+            if not isinstance(value, bool):
+                raise _bad(name, value, "must be True or False")
+            (connection if target == "ssl" else sentinel)["ssl"] = value
         elif target in ("connection_kwargs", "sentinel_kwargs"):
             if not isinstance(value, Mapping):
                 raise _bad(name, value, "must be a dict of redis-py connection options")
             (connection if target == "connection_kwargs" else sentinel).update(value)
-    config = PoolConfig.create(
-        merged["MASTERS"],
-        sentinels,
-        weights=merged.get("WEIGHTS"),
-        sentinel_kwargs=sentinel,
-        **pool,
-        **connection,
-    )
+    try:
+        config = PoolConfig.create(
+            merged["MASTERS"],
+            sentinels,
+            weights=merged.get("WEIGHTS"),
+            sentinel_kwargs=sentinel,
+            **pool,
+            **connection,
+        )
+    except ConfigurationError as exc:
+        # Name the option as the user wrote it (MAX_CONNECTIONS), not the core's field.
+        field, sep, rest = str(exc).partition(": ")
+        raise ConfigurationError(f"{_option_label(field)}{sep}{rest}") from None
     return config, _cache_options(cache)
+
+
+def _option_label(field: str) -> str:
+    """``max_connections`` -> ``MAX_CONNECTIONS``; ``sentinel_kwargs.password`` -> ..."""
+    side, dot, attr = field.partition(".")
+    target = {"connection_kwargs": _CONN, "sentinel_kwargs": _SENT}.get(side) if dot else None
+    wanted = (target, attr) if target else None
+    for option, place in OPTION_NAMES.items():
+        if place == wanted or (not dot and place[1] == field and place[0] in (_POOL, field)):
+            return option
+    if dot and target:
+        return f"{side.upper()}[{attr!r}]"
+    return field.upper() if field.islower() and " " not in field else field
 
 
 def _cache_options(values: dict[str, Any]) -> CacheOptions:

@@ -158,3 +158,42 @@ def test_url() -> None:
 def test_url_bad_scheme() -> None:
     with pytest.raises(ConfigurationError, match="LOCATION"):
         parse_cache_config("redis://h1:6379/0", {"MASTERS": ["a"]})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"MAX_CONNECTIONS": 0}, "MAX_CONNECTIONS: must be an integer >= 1"),
+        ({"SOCKET_TIMEOUT": "x"}, "SOCKET_TIMEOUT: must be a finite number"),
+        ({"SENTINEL_SOCKET_TIMEOUT": -1}, "SENTINEL_SOCKET_TIMEOUT: must be a finite number"),
+        ({"DB": "x"}, "DB: must be an integer >= 0"),
+        ({"DB": -1}, "DB: must be an integer >= 0"),
+        ({"PASSWORD": 5}, "PASSWORD: must be a string"),
+        ({"SSL": "no"}, "SSL: must be True or False"),
+        ({"SENTINEL_SSL": 1}, "SENTINEL_SSL: must be True or False"),
+        ({"SSL_CA_CERTS": "/ca.pem"}, "SSL_CA_CERTS: is set but TLS is not enabled"),
+        ({"CONNECTION_KWARGS": {"bogus": 1}}, "CONNECTION_KWARGS: unknown redis connection"),
+        ({"db": 1, "DB": 2}, "DB is given twice"),
+    ],
+)
+def test_adapter_errors_name_the_option_as_written(options: dict, message: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_cache_config(["h:1"], {"MASTERS": ["a"], **options})
+    assert message in str(info.value)
+
+
+def test_url_and_options_may_not_both_set_a_value() -> None:
+    with pytest.raises(ConfigurationError, match="MASTERS is given both"):
+        parse_cache_config("sentinel://h:1/a,b", {"MASTERS": ["c"]})
+
+
+def test_sentinels_scheme_means_tls_on_both_sides() -> None:
+    pool, _ = parse_cache_config("sentinels://h:1/a", None)
+    assert pool.connection_options()["ssl"] is True
+    assert pool.sentinel_options()["ssl"] is True
+
+
+def test_a_secret_in_a_misplaced_tls_option_is_not_echoed() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        PoolConfig.create(["a"], "h:1", ssl_password="hunter2-secret")
+    assert "hunter2" not in str(info.value) and "ssl_password" in str(info.value)

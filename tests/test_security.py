@@ -373,7 +373,10 @@ def test_password_changed_under_a_running_pool(
 def test_reprs_and_config_errors_never_show_secrets() -> None:
     config, options = parse_cache_config(
         f"sentinel://user:{DATA_SECRET}@127.0.0.1:26379/a,b?sentinel_password={SENTINEL_SECRET}",
-        {"SIGNING_KEY": SIGNING_SECRET, "CONNECTION_KWARGS": {"ssl_password": ACL_SECRET}},
+        {
+            "SIGNING_KEY": SIGNING_SECRET,
+            "CONNECTION_KWARGS": {"ssl": True, "ssl_password": ACL_SECRET},
+        },
     )
     assert config.connection_options()["password"] == DATA_SECRET
     assert config.sentinel_options()["password"] == SENTINEL_SECRET
@@ -421,6 +424,7 @@ def test_pool_config_repr_masks_every_secret_kwarg() -> None:
         ["a"],
         "h:1",
         password=DATA_SECRET,
+        ssl=True,
         ssl_password=ACL_SECRET,
         sentinel_kwargs={"password": SENTINEL_SECRET, "username": "visible-user"},
     )

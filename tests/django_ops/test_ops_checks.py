@@ -64,7 +64,7 @@ def test_plain_check_reports_E001_too(use_caches: UseCaches) -> None:
         (["127.0.0.1:26379"], {}, "MASTERS"),
         (["127.0.0.1:notaport"], {"MASTERS": ["a"]}, "LOCATION"),
         ("127.0.0.1:26379", {"MASTERS": ["a", "b"], "WEIGHTS": [1]}, "weights"),
-        (["127.0.0.1:26379"], {"MASTERS": ["a"], "SOCKET_TIMEOUT": -1}, "socket_timeout"),
+        (["127.0.0.1:26379"], {"MASTERS": ["a"], "SOCKET_TIMEOUT": -1}, "SOCKET_TIMEOUT"),
         (
             ["127.0.0.1:26379"],
             {"MASTERS": ["a"], "CONNECTION_KWARGS": {"sockettimeout": 1}},
