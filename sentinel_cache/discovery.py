@@ -281,6 +281,7 @@ class SentinelSet:
         replies: list[SentinelReply] = []
         deadline = time.monotonic() + wait
         majority = len(addresses) // 2 + 1
+        agreed = False
         while len(replies) < len(addresses):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -290,13 +291,13 @@ class SentinelSet:
             except queue.Empty:
                 break
             if _agreed(replies, masters, majority):
+                agreed = True
                 break
         answered = {r.sentinel for r in replies}
+        why = "not awaited: a majority agreed" if agreed else f"no answer within {wait:.2f}s"
         for address in addresses:
             if address not in answered:
-                replies.append(
-                    SentinelReply(address, error=TimeoutError(f"no answer within {wait:.2f}s"))
-                )
+                replies.append(SentinelReply(address, error=TimeoutError(why)))
         return replies
 
     def _ask_one(
@@ -445,12 +446,19 @@ class Discovery:
             # Every sentinel refusing our credentials (or certificates) will not change by
             # asking again; neither will a data node refusing them: fail now, not at the deadline.
             all_refused = bool(replies) and all(credential_failure(r.error) for r in replies)
+            # Every sentinel answered and none monitors a name: asking again will not change it.
+            all_answered = bool(replies) and all(r.error is None for r in replies)
             for name in list(pending):
                 outcome = self._pick(name, replies)
                 results[name] = outcome
-                if isinstance(outcome, Resolution) or (
-                    isinstance(outcome, AuthenticationFailedError)
-                    and (all_refused or isinstance(outcome, DataNodeAuthenticationError))
+                unknown = all_answered and all(r.masters.get(name) is None for r in replies)
+                if (
+                    isinstance(outcome, Resolution)
+                    or unknown
+                    or (
+                        isinstance(outcome, AuthenticationFailedError)
+                        and (all_refused or isinstance(outcome, DataNodeAuthenticationError))
+                    )
                 ):
                     pending.remove(name)
             if not pending or time.monotonic() + delay >= deadline:

@@ -245,3 +245,15 @@ def test_config_errors_are_value_errors() -> None:
         ShardedSentinelPool([], ["h:1"])
     with pytest.raises(ConfigurationError, match="sentinels"):
         ShardedSentinelPool(["a"], "nohostport")
+
+
+def test_a_name_no_sentinel_monitors_fails_without_waiting(cluster: LocalSentinelCluster) -> None:
+    pool = ShardedSentinelPool(
+        ["nobody"], cluster.sentinel_addresses, discovery_timeout=5.0, listeners=False
+    )
+    started = time.monotonic()
+    with pytest.raises(MasterNotFoundError, match="no sentinel monitors"):
+        pool.discover()
+    # Every sentinel answered "unknown": no point retrying until the 5 s deadline.
+    assert time.monotonic() - started < 1.5
+    pool.close()
