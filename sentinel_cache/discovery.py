@@ -63,26 +63,26 @@ class Resolution:
     answered: int
 
 
-def _text(value: Any) -> str:
+def reply_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _pairs(reply: Any) -> dict[str, str]:
+def reply_fields(reply: Any) -> dict[str, str]:
     """A sentinel's per-instance reply: a flat list, or a dict once redis-py has parsed it."""
     if isinstance(reply, Mapping):
-        return {_text(k): _text(v) for k, v in reply.items()}
-    return {_text(reply[i]): _text(reply[i + 1]) for i in range(0, len(reply) - 1, 2)}
+        return {reply_text(k): reply_text(v) for k, v in reply.items()}
+    return {reply_text(reply[i]): reply_text(reply[i + 1]) for i in range(0, len(reply) - 1, 2)}
 
 
-def _healthy(info: Mapping[str, str]) -> bool:
+def instance_healthy(info: Mapping[str, str]) -> bool:
     flags = set(info.get("flags", "").split(","))
     return not flags & {"s_down", "o_down", "disconnected"}
 
 
-def _address(host: Any, port: Any) -> Address:
+def reply_address(host: Any, port: Any) -> Address:
     """An address from a sentinel's reply; ValueError unless it is a plausible one, so a garbled
     reply costs that sentinel its answer instead of breaking a ROLE check."""
-    text = _text(host)
+    text = reply_text(host)
     if not text or len(text) > 253 or not text.isprintable() or " " in text:
         raise ValueError(f"malformed host {text[:64]!r}")
     number = int(port)
@@ -327,14 +327,14 @@ class SentinelSet:
                         f"malformed reply to SENTINEL GET-MASTER-ADDR-BY-NAME {name}: "
                         f"{master!r:.80}"
                     )
-                reply.masters[name] = _address(*master) if master else None
+                reply.masters[name] = reply_address(*master) if master else None
                 if isinstance(peers, list):
                     for flat in peers:
                         try:
-                            info = _pairs(flat)
-                            if not (_healthy(info) and "ip" in info):
+                            info = reply_fields(flat)
+                            if not (instance_healthy(info) and "ip" in info):
                                 continue
-                            peer = _address(info["ip"], info["port"])
+                            peer = reply_address(info["ip"], info["port"])
                         except (TypeError, ValueError, KeyError, IndexError):
                             continue  # one garbled peer entry: skip it, keep the rest
                         if peer not in reply.peers:
@@ -342,9 +342,9 @@ class SentinelSet:
                 if replicas:
                     found = results[i * step + 2]
                     reply.replicas[name] = [
-                        _address(info["ip"], info["port"])
-                        for info in map(_pairs, found if isinstance(found, list) else [])
-                        if _healthy(info) and info.get("master-link-status", "ok") == "ok"
+                        reply_address(info["ip"], info["port"])
+                        for info in map(reply_fields, found if isinstance(found, list) else [])
+                        if instance_healthy(info) and info.get("master-link-status", "ok") == "ok"
                     ]
         except BaseException as exc:  # reported to the caller, who names every sentinel's failure
             reply.error = exc
@@ -401,7 +401,7 @@ def check_role(address: Address, connection_kwargs: Mapping[str, Any]) -> str:
         role = client.execute_command("ROLE")
         if not isinstance(role, (list, tuple)) or not role or not isinstance(role[0], (bytes, str)):
             raise redis.ResponseError(f"malformed ROLE reply: {role!r:.80}")
-        return _text(role[0])
+        return reply_text(role[0])
     finally:
         client.close()
         client.connection_pool.disconnect()

@@ -51,9 +51,9 @@ Reading rules, and why
   version) is unpickled only when this codec's serializer is pickle and it has no signing key.
 * Anything else, and any payload that fails to decode, raises :class:`InvalidValueError`.
 
-Security note: without a signing key, anyone who can write to Redis can make every reader
-unpickle chosen bytes -- even a json-configured reader, because a framed pickle value is
-decoded by its header. Configure a signing key if Redis is not fully trusted. Signatures do not
+Security note: without a signing key, anyone who can write to Redis can make a pickle-configured
+reader unpickle chosen bytes, which runs code. A json or msgpack reader never unpickles an
+unverified value. Configure a signing key if Redis is not fully trusted. Signatures do not
 cover the key name, so a value can be copied from one key to another (replayed) but not forged.
 """
 

@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from sentinel_cache.config import Address
-from sentinel_cache.discovery import _address, _healthy, _pairs, _text, direct_client
+from sentinel_cache.discovery import (
+    direct_client,
+    instance_healthy,
+    reply_address,
+    reply_fields,
+    reply_text,
+)
 
 if TYPE_CHECKING:
     from sentinel_cache.pools import ShardedSentinelPool
@@ -162,15 +168,15 @@ def _probe_sentinel(
         if isinstance(master, BaseException):
             probe.masters[name] = master
         else:
-            probe.masters[name] = _address(*master) if master else None
+            probe.masters[name] = reply_address(*master) if master else None
         if isinstance(replicas, BaseException):
             probe.replicas[name] = replicas
         else:
-            probe.replicas[name] = [_pairs(item) for item in replicas or ()]
+            probe.replicas[name] = [reply_fields(item) for item in replicas or ()]
         if isinstance(quorum, BaseException):
             probe.ckquorum[name] = (False, str(quorum))
         else:
-            probe.ckquorum[name] = (True, _text(quorum))
+            probe.ckquorum[name] = (True, reply_text(quorum))
     return probe
 
 
@@ -213,7 +219,7 @@ def _probe_node(address: Address, kwargs: Mapping[str, Any], timeout: float) -> 
     client = _client(address, kwargs, timeout)
     try:
         try:
-            found["role"] = _text(client.execute_command("ROLE")[0])
+            found["role"] = reply_text(client.execute_command("ROLE")[0])
         except (redis.RedisError, OSError) as exc:
             found["role_error"] = _describe(exc)
             return found
@@ -299,7 +305,8 @@ def _replicas_seen(
                     "address": str(Address(info.get("ip", "?"), int(info.get("port", 0)))),
                     "flags": info.get("flags", ""),
                     "link": info.get("master-link-status", ""),
-                    "healthy": _healthy(info) and info.get("master-link-status", "ok") == "ok",
+                    "healthy": instance_healthy(info)
+                    and info.get("master-link-status", "ok") == "ok",
                 }
                 for info in found
             ]
