@@ -103,14 +103,21 @@ class _AsyncShardConnectionMixin:
                 raise ShardUnavailableError(f"shard {shard.label}: master not resolved")
             self.host, self.port = address
 
-    async def connect_check_health(
-        self, check_health: bool = True, retry_socket_connect: bool = True
-    ) -> None:
-        # The pool calls connect() (hence this) on every checkout, connected or not.
-        await self._follow()
-        await super().connect_check_health(  # type: ignore[misc]
-            check_health=check_health, retry_socket_connect=retry_socket_connect
-        )
+    if hasattr(redis.asyncio.connection.AbstractConnection, "connect_check_health"):
+        # redis-py >= 5.3: the pool calls connect() (hence this) on every checkout.
+        async def connect_check_health(
+            self, check_health: bool = True, retry_socket_connect: bool = True
+        ) -> None:
+            await self._follow()
+            await super().connect_check_health(  # type: ignore[misc]
+                check_health=check_health, retry_socket_connect=retry_socket_connect
+            )
+
+    else:  # pragma: no cover - older redis-py
+
+        async def connect(self) -> None:
+            await self._follow()
+            await super().connect()  # type: ignore[misc]
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -26,14 +25,6 @@ logger = logging.getLogger("sentinel_cache")
 
 Command = tuple[Any, ...]
 MISS: Any = object()  # a stored value that is absent or unreadable
-
-# redis-py < 5.3 requires a command name when borrowing a connection; later ones warn on it.
-_BORROW_ARGS: tuple[str, ...] = (
-    ("_",)
-    if inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"].default
-    is inspect.Parameter.empty
-    else ()
-)
 
 # Atomic "increment only if present": INCRBY alone would create a missing key (without a TTL).
 INCR_IF_EXISTS = """
@@ -207,7 +198,7 @@ class CacheClient:
             try:
                 for shard, commands in plan.items():
                     try:
-                        connection = shard.pool.get_connection(*_BORROW_ARGS)
+                        connection = shard.pool.get_connection()
                     except PoolExhaustedError:
                         raise
                     except MASTER_ERRORS:  # a refused connect: the safe path re-resolves

@@ -9,6 +9,7 @@ next use. Only the switching shard is touched.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import os
@@ -49,6 +50,14 @@ K = TypeVar("K", bound="str | bytes")
 MASTER_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
 SwitchCallback = Callable[["SwitchEvent"], None]
+
+# redis-py < 5.3 requires a command name when borrowing a connection; later ones warn on it.
+_BORROW_ARGS: tuple[str, ...] = (
+    ("_",)
+    if inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"].default
+    is inspect.Parameter.empty
+    else ()
+)
 
 
 class SwitchEvent:
@@ -143,7 +152,7 @@ class ShardConnectionPool(redis.BlockingConnectionPool):
 
     def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().get_connection(*args, **kwargs)
+            return super().get_connection(*(args or _BORROW_ARGS), **kwargs)
         except RedisConnectionError as exc:
             if str(exc) == "No connection available.":
                 raise PoolExhaustedError(
