@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import itertools
 import logging
 import threading
@@ -39,18 +38,23 @@ from sentinel_cache.client import (
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
     MISS,
+    ClientBase,
     expiry_args,
     is_ok,
-    short_key,
 )
-from sentinel_cache.config import Address, PoolConfig, connection_class_and_kwargs
+from sentinel_cache.config import (
+    Address,
+    PoolConfig,
+    connection_class_and_kwargs,
+    connection_parameters,
+)
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
     PoolExhaustedError,
     ShardUnavailableError,
 )
 from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool
-from sentinel_cache.serializers import Codec, InvalidValueError
+from sentinel_cache.serializers import Codec
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -63,21 +67,10 @@ Operation = Callable[[AsyncRedis], Awaitable[T]]
 _FENCE_POLL_MAX = 0.05
 
 
-def _async_parameters() -> frozenset[str]:
-    names: set[str] = set()
-    for cls in (redis.asyncio.connection.Connection, redis.asyncio.connection.SSLConnection):
-        for klass in cls.__mro__:
-            init = klass.__dict__.get("__init__")
-            if init is None:
-                continue
-            for parameter in inspect.signature(init).parameters.values():
-                if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
-                    names.add(parameter.name)
-    return frozenset(names - {"self", "host", "port"})
-
-
 # The sync side validated the options; a few (OCSP stapling, command_packer) exist only there.
-ASYNC_CONNECTION_PARAMETERS = _async_parameters()
+ASYNC_CONNECTION_PARAMETERS = connection_parameters(
+    redis.asyncio.connection.Connection, redis.asyncio.connection.SSLConnection
+) - {"host", "port"}
 
 
 class _AsyncShardConnectionMixin:
@@ -306,28 +299,15 @@ def shared_async_clients(pool: ShardedSentinelPool) -> AsyncShardClients:
         return clients
 
 
-class AsyncCacheClient:
+class AsyncCacheClient(ClientBase):
     """The asyncio twin of :class:`~sentinel_cache.client.CacheClient`, same arguments and
     semantics: ``timeout`` in seconds, None never expires, zero or less expires at once.
 
     Cheap to create: connections belong to the core's :class:`AsyncShardClients`."""
 
-    def __init__(
-        self,
-        pool: ShardedSentinelPool,
-        codec: Codec,
-        *,
-        durable_replicas: int = 0,
-        durable_timeout_ms: int = 100,
-    ) -> None:
-        self.pool = pool
-        self.codec = codec
-        self.durable_replicas = durable_replicas
-        self.durable_timeout_ms = durable_timeout_ms
+    def __init__(self, pool: ShardedSentinelPool, codec: Codec, **durability: int) -> None:
+        super().__init__(pool, codec, **durability)
         self.clients = shared_async_clients(pool)
-
-    def __repr__(self) -> str:
-        return f"<AsyncCacheClient {self.pool!r} codec={self.codec!r}>"
 
     async def aclose(self) -> None:
         """Close this event loop's connections to the core's shards (shared by every cache
@@ -414,18 +394,6 @@ class AsyncCacheClient:
             for shard in shards
         )
         return dict(zip(shards, replies, strict=True))
-
-    # -- encoding ----------------------------------------------------------------------------
-    def encode(self, value: Any) -> bytes | int:
-        return self.codec.dumps(value)
-
-    def decode(self, data: Any, key: Any = None) -> Any:
-        """Stored bytes to a value; data that fails to decode or verify is ``MISS``, logged."""
-        try:
-            return self.codec.loads(data)
-        except InvalidValueError as exc:
-            logger.warning("unreadable value at key %s treated as a miss: %s", short_key(key), exc)
-            return MISS
 
     async def _durable(self, client: AsyncRedis, *command: Any) -> Any:
         if not self.durable_replicas:

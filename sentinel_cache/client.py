@@ -49,9 +49,8 @@ def expiry_args(timeout: float | None) -> tuple[Any, ...]:
     return ("PX", max(1, int(timeout * 1000)))
 
 
-class CacheClient:
-    """Framework-free cache operations; ``timeout`` is seconds, None means never expire, and
-    zero or less means the value expires at once (as in Django)."""
+class ClientBase:
+    """What the sync and async clients share: the core, the codec, the durability setting."""
 
     def __init__(
         self,
@@ -67,9 +66,8 @@ class CacheClient:
         self.durable_timeout_ms = durable_timeout_ms
 
     def __repr__(self) -> str:
-        return f"<CacheClient {self.pool!r} codec={self.codec!r}>"
+        return f"<{type(self).__name__} {self.pool!r} codec={self.codec!r}>"
 
-    # -- encoding ----------------------------------------------------------------------------
     def encode(self, value: Any) -> bytes | int:
         return self.codec.dumps(value)
 
@@ -80,6 +78,11 @@ class CacheClient:
         except InvalidValueError as exc:
             logger.warning("unreadable value at key %s treated as a miss: %s", short_key(key), exc)
             return MISS
+
+
+class CacheClient(ClientBase):
+    """Framework-free cache operations; ``timeout`` is seconds, None means never expire, and
+    zero or less means the value expires at once (as in Django)."""
 
     # -- single key --------------------------------------------------------------------------
     def _run(

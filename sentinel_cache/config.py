@@ -151,9 +151,10 @@ def parse_weights(
     return tuple(weights)
 
 
-def _connection_parameters() -> frozenset[str]:
+def connection_parameters(*classes: type) -> frozenset[str]:
+    """The keyword arguments that redis-py connection classes (and their bases) accept."""
     names: set[str] = set()
-    for cls in (redis.connection.Connection, redis.connection.SSLConnection):
+    for cls in classes:
         for klass in cls.__mro__:
             init = klass.__dict__.get("__init__")
             if init is None:
@@ -166,7 +167,10 @@ def _connection_parameters() -> frozenset[str]:
 
 
 # What redis-py's Connection/SSLConnection accept; host and port come from the sentinels.
-CONNECTION_PARAMETERS = (_connection_parameters() - {"host", "port", "connection_pool"}) | {"ssl"}
+CONNECTION_PARAMETERS = (
+    connection_parameters(redis.connection.Connection, redis.connection.SSLConnection)
+    - {"host", "port", "connection_pool"}
+) | {"ssl"}
 
 
 def connection_class_and_kwargs(
