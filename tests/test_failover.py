@@ -382,3 +382,26 @@ def test_forked_child_gets_its_own_sockets_and_listeners(cluster: LocalSentinelC
     assert pool.client_for("fork:parent").get("fork:parent") == b"1"
     assert listeners_connected(pool)
     pool.close()
+
+
+def test_a_silently_vanished_sentinel_is_noticed_within_seconds(
+    make_cluster: ClusterFactory,
+) -> None:
+    cluster = make_cluster(shards=1, replicas=0, sentinels=2)
+    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses)
+    pool.discover()
+    wait_until(lambda: listeners_connected(pool), 5, "listeners")
+    frozen = str(Address(*cluster.sentinel_addresses[0]))
+    cluster.freeze_sentinel(0)  # socket open, nobody answering: no FIN, no RST
+    try:
+        started = time.monotonic()
+        wait_until(lambda: not pool.listeners.status()[frozen], 10, "the listener to notice")
+        noticed = time.monotonic() - started
+    finally:
+        cluster.thaw_sentinel(0)
+    print(f"\nfrozen sentinel noticed after {noticed:.1f} s")
+    assert noticed < 5.0
+    wait_until(lambda: pool.listeners.status()[frozen], 10, "the listener to reconnect")
+    # The cache kept working throughout.
+    assert pool.execute(pool.shards[0], lambda c: c.set("alive", 1))
+    pool.close()

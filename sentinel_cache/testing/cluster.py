@@ -1212,6 +1212,20 @@ class LocalSentinelCluster:
         _terminate([proc])
         self._drop_client(proc.port)
 
+    def freeze_sentinel(self, index: int) -> None:
+        """SIGSTOP sentinel ``index``: its sockets stay open but nothing answers, like a host
+        that vanished from the network without closing its connections."""
+        self._require_running()
+        popen = self._sentinels[index].popen
+        if popen is not None:
+            os.kill(popen.pid, signal.SIGSTOP)
+
+    def thaw_sentinel(self, index: int) -> None:
+        """SIGCONT a sentinel frozen by :meth:`freeze_sentinel`."""
+        popen = self._sentinels[index].popen
+        if popen is not None:
+            os.kill(popen.pid, signal.SIGCONT)
+
     def start_sentinel(self, index: int, timeout: float = 30.0) -> None:
         """Start sentinel ``index`` again on its port with its (rewritten) config file.
 
