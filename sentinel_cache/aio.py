@@ -489,17 +489,8 @@ class AsyncCacheClient(ClientBase):
 
     # -- many keys ---------------------------------------------------------------------------
     async def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        groups = self.pool.group_by_shard(dict.fromkeys(keys))
-        if not groups:
-            return {}
-        plan = {shard: [("MGET", *group)] for shard, group in groups.items()}
-        found: dict[Any, Any] = {}
-        for shard, (values,) in (await self.scatter(plan, write=False)).items():
-            for key, data in zip(groups[shard], values, strict=True):
-                value = MISS if data is None else self.decode(data, key)
-                if value is not MISS:
-                    found[key] = value
-        return found
+        groups, plan = self.mget_plan(keys)
+        return self.found(groups, await self.scatter(plan, write=False)) if plan else {}
 
     async def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
         """Returns the keys that failed (Django's contract)."""
@@ -508,28 +499,13 @@ class AsyncCacheClient(ClientBase):
         if timeout is not None and timeout <= 0:
             await self.delete_many(list(mapping))
             return []
-        groups = self.pool.group_by_shard(mapping)
-        expiry = expiry_args(timeout)
-        plan: dict[Shard, list[Command]] = {}
-        for shard, group in groups.items():
-            commands: list[Command] = [
-                ("SET", key, self.encode(mapping[key]), *expiry) for key in group
-            ]
-            if self.durable_replicas:
-                commands.append(("WAIT", self.durable_replicas, self.durable_timeout_ms))
-            plan[shard] = commands
-        failed: list[Any] = []
-        for shard, replies in (await self.scatter(plan, write=True)).items():
-            for key, reply in zip(groups[shard], replies, strict=False):
-                if not is_ok(reply):
-                    failed.append(key)
-        return failed
+        groups, plan = self.set_plan(mapping, timeout)
+        return self.not_set(groups, await self.scatter(plan, write=True))
 
     async def delete_many(self, keys: Iterable[Any]) -> int:
-        groups = self.pool.group_by_shard(dict.fromkeys(keys))
-        if not groups:
+        plan = self.del_plan(keys)
+        if not plan:
             return 0
-        plan = {shard: [("DEL", *group)] for shard, group in groups.items()}
         return sum(int(r[0]) for r in (await self.scatter(plan, write=True)).values())
 
     # -- whole cache (per shard, so a caller can skip a shard that is down) ------------------

@@ -24,6 +24,8 @@ from sentinel_cache.serializers import Codec, InvalidValueError
 logger = logging.getLogger("sentinel_cache")
 
 Command = tuple[Any, ...]
+Plan = dict[Shard, list[Command]]
+Groups = dict[Shard, list[Any]]
 MISS: Any = object()  # a stored value that is absent or unreadable
 
 # Atomic "increment only if present": INCRBY alone would create a missing key (without a TTL).
@@ -78,6 +80,47 @@ class ClientBase:
         except InvalidValueError as exc:
             logger.warning("unreadable value at key %s treated as a miss: %s", short_key(key), exc)
             return MISS
+
+    # -- multi-key plans and their replies: the same for the sync and async clients ----------
+    def mget_plan(self, keys: Iterable[Any]) -> tuple[Groups, Plan]:
+        groups = self.pool.group_by_shard(dict.fromkeys(keys))
+        return groups, {shard: [("MGET", *group)] for shard, group in groups.items()}
+
+    def found(self, groups: Groups, replies: Mapping[Shard, list[Any]]) -> dict[Any, Any]:
+        found: dict[Any, Any] = {}
+        for shard, (values,) in replies.items():
+            for key, data in zip(groups[shard], values, strict=True):
+                value = MISS if data is None else self.decode(data, key)
+                if value is not MISS:
+                    found[key] = value
+        return found
+
+    def set_plan(self, mapping: Mapping[Any, Any], timeout: float | None) -> tuple[Groups, Plan]:
+        groups = self.pool.group_by_shard(mapping)
+        expiry = expiry_args(timeout)
+        plan: Plan = {}
+        for shard, group in groups.items():
+            commands: list[Command] = [
+                ("SET", key, self.encode(mapping[key]), *expiry) for key in group
+            ]
+            if self.durable_replicas:
+                commands.append(("WAIT", self.durable_replicas, self.durable_timeout_ms))
+            plan[shard] = commands
+        return groups, plan
+
+    @staticmethod
+    def not_set(groups: Groups, replies: Mapping[Shard, list[Any]]) -> list[Any]:
+        """The keys whose SET was not acknowledged (a trailing WAIT reply is ignored)."""
+        return [
+            key
+            for shard, shard_replies in replies.items()
+            for key, reply in zip(groups[shard], shard_replies, strict=False)
+            if not is_ok(reply)
+        ]
+
+    def del_plan(self, keys: Iterable[Any]) -> Plan:
+        groups = self.pool.group_by_shard(dict.fromkeys(keys))
+        return {shard: [("DEL", *group)] for shard, group in groups.items()}
 
 
 class CacheClient(ClientBase):
@@ -231,17 +274,8 @@ class CacheClient(ClientBase):
         return replies
 
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        groups = self.pool.group_by_shard(dict.fromkeys(keys))
-        if not groups:
-            return {}
-        plan = {shard: [("MGET", *group)] for shard, group in groups.items()}
-        found: dict[Any, Any] = {}
-        for shard, (values,) in self.scatter(plan, write=False).items():
-            for key, data in zip(groups[shard], values, strict=True):
-                value = MISS if data is None else self.decode(data, key)
-                if value is not MISS:
-                    found[key] = value
-        return found
+        groups, plan = self.mget_plan(keys)
+        return self.found(groups, self.scatter(plan, write=False)) if plan else {}
 
     def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
         """Returns the keys that failed (Django's contract)."""
@@ -250,28 +284,13 @@ class CacheClient(ClientBase):
         if timeout is not None and timeout <= 0:
             self.delete_many(list(mapping))
             return []
-        groups = self.pool.group_by_shard(mapping)
-        expiry = expiry_args(timeout)
-        plan: dict[Shard, list[Command]] = {}
-        for shard, group in groups.items():
-            commands: list[Command] = [
-                ("SET", key, self.encode(mapping[key]), *expiry) for key in group
-            ]
-            if self.durable_replicas:
-                commands.append(("WAIT", self.durable_replicas, self.durable_timeout_ms))
-            plan[shard] = commands
-        failed: list[Any] = []
-        for shard, replies in self.scatter(plan, write=True).items():
-            for key, reply in zip(groups[shard], replies, strict=False):
-                if not is_ok(reply):
-                    failed.append(key)
-        return failed
+        groups, plan = self.set_plan(mapping, timeout)
+        return self.not_set(groups, self.scatter(plan, write=True))
 
     def delete_many(self, keys: Iterable[Any]) -> int:
-        groups = self.pool.group_by_shard(dict.fromkeys(keys))
-        if not groups:
+        plan = self.del_plan(keys)
+        if not plan:
             return 0
-        plan = {shard: [("DEL", *group)] for shard, group in groups.items()}
         return sum(int(r[0]) for r in self.scatter(plan, write=True).values())
 
     # -- whole cache -------------------------------------------------------------------------
