@@ -53,7 +53,7 @@ from sentinel_cache.exceptions import (
     PoolExhaustedError,
     ShardUnavailableError,
 )
-from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool
+from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardBound, ShardedSentinelPool
 from sentinel_cache.serializers import Codec
 
 logger = logging.getLogger("sentinel_cache")
@@ -73,28 +73,13 @@ ASYNC_CONNECTION_PARAMETERS = connection_parameters(
 ) - {"host", "port"}
 
 
-class _AsyncShardConnectionMixin:
+class _AsyncShardConnectionMixin(ShardBound):
     """Looks up the shard's master whenever it is checked out; a stale socket is dropped first."""
 
-    _shard: Shard
-    _generation: int
-    host: str
-    port: int
-
-    def __init__(self, *, shard: Shard, **kwargs: Any) -> None:
-        self._shard = shard
-        address, self._generation = shard.current()
-        host, port = address if address is not None else ("unresolved", 0)
-        super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
-
     async def _follow(self) -> None:
-        shard = self._shard
-        if self._generation != shard.generation:
+        if self._stale():
             await self.disconnect()  # type: ignore[attr-defined]
-            address, self._generation = shard.current()
-            if address is None:
-                raise ShardUnavailableError(f"shard {shard.label}: master not resolved")
-            self.host, self.port = address
+            self._repoint()
 
     if hasattr(redis.asyncio.connection.AbstractConnection, "connect_check_health"):
         # redis-py >= 5.3: the pool calls connect() (hence this) on every checkout.

@@ -90,8 +90,9 @@ class SwitchEvent:
         )
 
 
-class _ShardConnectionMixin:
-    """Looks up the shard's current master at connect time; a stale socket is dropped first."""
+class ShardBound:
+    """A connection (sync or async) that knows its shard and the address generation it was
+    made for; the shard's current master is looked up at connect time."""
 
     _shard: Shard
     _generation: int
@@ -104,14 +105,25 @@ class _ShardConnectionMixin:
         host, port = address if address is not None else ("unresolved", 0)
         super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
 
-    def _follow(self) -> None:
+    def _stale(self) -> bool:
+        return self._generation != self._shard.generation
+
+    def _repoint(self) -> None:
+        """Take the shard's current address (after the caller dropped the old socket)."""
         shard = self._shard
-        if self._generation != shard.generation:
+        address, self._generation = shard.current()
+        if address is None:
+            raise ShardUnavailableError(f"shard {shard.label}: master not resolved")
+        self.host, self.port = address
+
+
+class _ShardConnectionMixin(ShardBound):
+    """Drops a stale socket before connecting, so the next one goes to the current master."""
+
+    def _follow(self) -> None:
+        if self._stale():
             self.disconnect()  # type: ignore[attr-defined]
-            address, self._generation = shard.current()
-            if address is None:
-                raise ShardUnavailableError(f"shard {shard.label}: master not resolved")
-            self.host, self.port = address
+            self._repoint()
 
     if hasattr(redis.connection.AbstractConnection, "connect_check_health"):
         # redis-py >= 5.3: connect() and every reconnect go through here; follow once.
