@@ -196,7 +196,6 @@ class SentinelSet:
         self._kwargs = dict(sentinel_kwargs)
         self._clients: dict[Address, redis.Redis] = {}
         self._threads: set[threading.Thread] = set()
-        self._closed = False
         self._rejected: set[Address] = set()
         self.secrets = secret_values(self._kwargs)
 
@@ -355,7 +354,6 @@ class SentinelSet:
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
             clients, self._clients = list(self._clients.values()), {}
             threads = list(self._threads)
         for thread in threads:
