@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck pytest demo run bench docs clean
+.PHONY: venv test lint typecheck pytest chaos demo run bench docs clean
 
 venv: $(STAMP)
 
@@ -25,9 +25,13 @@ typecheck: venv
 # The whole suite on the default server (redis-server when installed), then the core's
 # failover tests again on the embedded Valkey, so both servers are exercised.
 pytest: venv
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
 	SENTINEL_CACHE_SERVER=embedded $(PY) -m pytest -q -p no:cacheprovider \
 		tests/test_core.py tests/test_failover.py tests/test_harness.py
+
+# Every network-fault scenario, the long heal-at-switch rounds included (not part of `make test`).
+chaos: venv
+	$(PY) -m pytest -q -p no:cacheprovider -m chaos $(PYTEST_ARGS)
 
 docs: venv
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir .cache/site
