@@ -13,6 +13,7 @@ from sentinel_cache.exceptions import (
     SentinelCacheError,
     SerializationError,
     ShardUnavailableError,
+    StaleReplyError,
 )
 
 __version__ = "0.1.0"
@@ -30,5 +31,6 @@ __all__ = [
     "SentinelCacheError",
     "SerializationError",
     "ShardUnavailableError",
+    "StaleReplyError",
     "__version__",
 ]

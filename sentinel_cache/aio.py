@@ -51,7 +51,6 @@ from sentinel_cache.config import (
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
     PoolExhaustedError,
-    ShardUnavailableError,
 )
 from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardBound, ShardedSentinelPool
 from sentinel_cache.serializers import Codec
@@ -97,13 +96,22 @@ class _AsyncShardConnectionMixin(ShardBound):
             await self._follow()
             await super().connect()  # type: ignore[misc]
 
+    async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        self._note_sent()
+        await super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+            reply = await super().read_response(*args, **kwargs)  # type: ignore[misc]
         except ReadOnlyError:
             # A demoted master: drop the socket so the next use goes where the shard points.
             await self.disconnect()  # type: ignore[attr-defined]
             raise
+        untrusted = self._untrusted_reply()  # see ShardBound: no acknowledgement from the past
+        if untrusted is not None:
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise untrusted
+        return reply
 
 
 class AsyncShardConnection(_AsyncShardConnectionMixin, redis.asyncio.connection.Connection):
@@ -342,7 +350,8 @@ class AsyncCacheClient(ClientBase):
         state = await clients.state()
         master = clients.master(state, shard)
         client = master if write else clients.reader(state, shard, master)
-        generation = shard.generation
+        address, generation = shard.current()
+        pool = self.pool
         try:
             return await operation(client)
         except PoolExhaustedError:
@@ -350,18 +359,14 @@ class AsyncCacheClient(ClientBase):
         except MASTER_ERRORS as exc:
             if client is not master:  # a replica failed: the master still serves reads
                 return await operation(master)
-            refusal = self.pool.refusal(shard, exc)
-            if refusal is not None:  # credentials or TLS: asking the sentinels cannot fix it
-                raise refusal from exc
-            reason = f"{type(exc).__name__}: {exc}"
-            await asyncio.to_thread(self.pool.reresolve, shard, reason=reason)
-            if idempotent and shard.generation != generation and shard.address is not None:
-                if write and shard.fenced:
-                    await self._wait_fence(shard)
-                return await operation(master)
-            raise ShardUnavailableError(
-                f"shard {shard.label} at {shard.address}: {reason}"
-            ) from exc
+            # The sync core's safety net, step by step; only the re-resolve goes to a thread.
+            if pool.should_reresolve(shard, exc, generation):
+                reason = f"{type(exc).__name__}: {exc}"
+                await asyncio.to_thread(pool.reresolve, shard, reason=reason, suspect=address)
+            pool.retry_or_raise(shard, exc, generation, idempotent=idempotent)
+        if write and shard.fenced:
+            await self._wait_fence(shard)
+        return await operation(master)
 
     async def _run(
         self, key: Any, operation: Operation[T], *, write: bool, idempotent: bool = True

@@ -17,6 +17,7 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
+from sentinel_cache.config import Address
 from sentinel_cache.exceptions import PoolExhaustedError
 from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool
 from sentinel_cache.serializers import Codec, InvalidValueError
@@ -232,43 +233,60 @@ class CacheClient(ClientBase):
     def scatter(
         self, plan: Mapping[Shard, Sequence[Command]], *, write: bool
     ) -> dict[Shard, list[Any]]:
-        """Send every shard's batch before reading any reply; failures take the safe path."""
-        replies: dict[Shard, list[Any]] = {}
+        """Send every shard's batch before reading any reply.
+
+        A shard whose batch failed goes through the core's safety net once: re-resolve
+        (without waiting on the node that failed), then one resend only if the shard moved, so
+        a hung master costs one socket timeout, not a second one for the resend. An error
+        reply (not a connection failure) takes the per-command path, which reports it.
+        """
+        pool = self.pool
         if len(plan) == 1:
-            fallback = list(plan)
-        else:
-            fallback = []
-            for shard in plan:
-                self.pool.ready(shard, write)
-            in_flight: list[tuple[Shard, Any, Sequence[Command]]] = []
-            try:
-                for shard, commands in plan.items():
-                    try:
-                        connection = shard.pool.get_connection()
-                    except PoolExhaustedError:
-                        raise
-                    except MASTER_ERRORS:  # a refused connect: the safe path re-resolves
-                        fallback.append(shard)
-                        continue
-                    in_flight.append((shard, connection, commands))
-                    try:
-                        connection.send_packed_command(connection.pack_commands(commands))
-                    except MASTER_ERRORS:
-                        connection.disconnect()
-                        fallback.append(shard)
-                for shard, connection, commands in in_flight:
-                    if shard in fallback:
-                        continue
-                    try:
-                        replies[shard] = [connection.read_response() for _ in commands]
-                    except (*MASTER_ERRORS, ResponseError):
-                        connection.disconnect()
-                        fallback.append(shard)
-            finally:
-                for shard, connection, _ in in_flight:
-                    shard.pool.release(connection)
-        for shard in fallback:
-            replies[shard] = self.pool.execute(
+            ((shard, commands),) = plan.items()
+            return {shard: pool.execute(shard, functools.partial(_pipeline, commands=commands))}
+        for shard in plan:
+            pool.ready(shard, write)
+        replies: dict[Shard, list[Any]] = {}
+        failed: dict[Shard, tuple[BaseException, Address | None, int]] = {}
+        resend: list[Shard] = []
+        in_flight: list[tuple[Shard, Any, Sequence[Command], Address | None, int]] = []
+        try:
+            for shard, commands in plan.items():
+                address, generation = shard.current()
+                try:
+                    connection = shard.pool.get_connection()
+                except PoolExhaustedError:
+                    raise
+                except MASTER_ERRORS as exc:  # a refused connect
+                    failed[shard] = (exc, address, generation)
+                    continue
+                in_flight.append((shard, connection, commands, address, generation))
+                try:
+                    connection.send_packed_command(connection.pack_commands(commands))
+                except MASTER_ERRORS as exc:
+                    connection.disconnect()
+                    failed[shard] = (exc, address, generation)
+            for shard, connection, commands, address, generation in in_flight:
+                if shard in failed:
+                    continue
+                try:
+                    replies[shard] = [connection.read_response() for _ in commands]
+                except MASTER_ERRORS as exc:
+                    connection.disconnect()
+                    failed[shard] = (exc, address, generation)
+                except ResponseError:
+                    connection.disconnect()
+                    resend.append(shard)
+        finally:
+            for shard, connection, *_ in in_flight:
+                shard.pool.release(connection)
+        for shard, (error, address, generation) in failed.items():
+            if pool.should_reresolve(shard, error, generation):
+                pool.reresolve(shard, reason=f"{type(error).__name__}: {error}", suspect=address)
+            pool.retry_or_raise(shard, error, generation, idempotent=True)
+            resend.append(shard)
+        for shard in resend:
+            replies[shard] = pool.execute(
                 shard, functools.partial(_pipeline, commands=plan[shard]), write=write
             )
         return replies

@@ -46,6 +46,7 @@ class SentinelReply:
 
     sentinel: Address
     masters: dict[str, Address | None] = field(default_factory=dict)
+    epochs: dict[str, int] = field(default_factory=dict)
     replicas: dict[str, list[Address]] = field(default_factory=dict)
     peers: list[Address] = field(default_factory=list)
     error: BaseException | None = None
@@ -54,13 +55,23 @@ class SentinelReply:
 
 @dataclass(frozen=True)
 class Resolution:
-    """The verified master of one shard, and how many sentinels named it."""
+    """The master of one shard, how many sentinels named it, and the evidence for it.
+
+    ``epoch`` is the sentinels' config epoch for that master (0 when they would not say) and
+    ``asked_at`` the monotonic time the sentinels were asked: a shard only takes an answer newer
+    than the one it holds, so a slow answer can never undo a newer switch. ``verified`` is False
+    when the sentinels still name the node the caller reported failing: it was not asked for its
+    ``ROLE`` (that would wait a second timeout on a hung node), and nothing changes.
+    """
 
     name: str
     address: Address
     replicas: tuple[Address, ...]
     agreeing: int
     answered: int
+    epoch: int = 0
+    asked_at: float = 0.0
+    verified: bool = True
 
 
 def reply_text(value: Any) -> str:
@@ -220,6 +231,13 @@ class SentinelSet:
                 self._clients[address] = client
             return client
 
+    def config_epoch(self, address: Address, name: str) -> int:
+        """The config epoch sentinel ``address`` holds for master ``name``; 0 if it cannot say."""
+        try:
+            return config_epoch(self.client(address).execute_command("SENTINEL", "MASTER", name))
+        except (redis.RedisError, OSError):
+            return 0
+
     def note_rejections(self, replies: Sequence[SentinelReply]) -> None:
         """Warn once per sentinel that refuses our credentials (until it accepts them again)."""
         for reply in replies:
@@ -313,12 +331,14 @@ class SentinelSet:
             for name in masters:
                 pipe.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)
                 pipe.execute_command("SENTINEL", "SENTINELS", name)
+                pipe.execute_command("SENTINEL", "MASTER", name)
                 if replicas:
                     pipe.execute_command("SENTINEL", "REPLICAS", name)
             results = pipe.execute(raise_on_error=False)
-            step = 3 if replicas else 2
+            step = 4 if replicas else 3
             for i, name in enumerate(masters):
                 master, peers = results[i * step], results[i * step + 1]
+                reply.epochs[name] = config_epoch(results[i * step + 2])
                 if isinstance(master, BaseException):
                     raise master
                 if master and not (isinstance(master, (list, tuple)) and len(master) == 2):
@@ -339,7 +359,7 @@ class SentinelSet:
                         if peer not in reply.peers:
                             reply.peers.append(peer)
                 if replicas:
-                    found = results[i * step + 2]
+                    found = results[i * step + 3]
                     reply.replicas[name] = [
                         reply_address(info["ip"], info["port"])
                         for info in map(reply_fields, found if isinstance(found, list) else [])
@@ -373,6 +393,15 @@ def _agreed(replies: Sequence[SentinelReply], masters: Sequence[str], majority: 
         if not counts or max(counts.values()) < majority:
             return False
     return True
+
+
+def config_epoch(reply: Any) -> int:
+    """The ``config-epoch`` in a ``SENTINEL MASTER`` reply; 0 when absent, refused (an ACL
+    without ``+sentinel|master``) or garbled: the answer then carries no epoch evidence."""
+    try:
+        return max(0, int(reply_fields(reply).get("config-epoch", 0)))
+    except (TypeError, ValueError, IndexError, AttributeError):
+        return 0
 
 
 def summarize_failures(
@@ -431,14 +460,25 @@ class Discovery:
         return self._secrets
 
     def resolve(
-        self, masters: Sequence[str], *, timeout: float | None = None
+        self,
+        masters: Sequence[str],
+        *,
+        timeout: float | None = None,
+        suspects: Mapping[str, Address] | None = None,
     ) -> dict[str, Resolution | BaseException]:
-        """Resolve every name; a name that could not be resolved in time maps to its error."""
+        """Resolve every name; a name that could not be resolved in time maps to its error.
+
+        ``suspects`` maps a name to the node the caller just saw fail: if the sentinels still
+        name it, the answer is an unverified :class:`Resolution` instead of a ``ROLE`` check
+        that would wait on that node again.
+        """
         deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
         pending = list(masters)
         results: dict[str, Resolution | BaseException] = {}
+        suspects = suspects or {}
         delay = 0.05
         while True:
+            asked_at = time.monotonic()
             replies = self.sentinels.ask_all(pending, replicas=self._replicas)
             self._remember(replies)
             # Every sentinel refusing our credentials (or certificates) will not change by
@@ -447,7 +487,7 @@ class Discovery:
             # Every sentinel answered and none monitors a name: asking again will not change it.
             all_answered = bool(replies) and all(r.error is None for r in replies)
             for name in list(pending):
-                outcome = self._pick(name, replies)
+                outcome = self._pick(name, replies, asked_at, suspects.get(name))
                 results[name] = outcome
                 unknown = all_answered and all(r.masters.get(name) is None for r in replies)
                 if (
@@ -473,7 +513,13 @@ class Discovery:
             if reply.error is None:
                 self.sentinels.learn(reply.peers)
 
-    def _pick(self, name: str, replies: Sequence[SentinelReply]) -> Resolution | BaseException:
+    def _pick(
+        self,
+        name: str,
+        replies: Sequence[SentinelReply],
+        asked_at: float = 0.0,
+        suspect: Address | None = None,
+    ) -> Resolution | BaseException:
         answered = [r for r in replies if r.error is None]
         if not answered:
             summary = summarize_failures(replies, name, self._secrets)
@@ -486,21 +532,37 @@ class Discovery:
                 )
             return NoSentinelReachableError(f"master {name!r}: no sentinel reachable ({summary})")
         votes: dict[Address, int] = {}
+        epochs: dict[Address, int] = {}
         for reply in answered:
             address = reply.masters.get(name)
             if address is not None:
                 votes[address] = votes.get(address, 0) + 1
+                epochs[address] = max(epochs.get(address, 0), reply.epochs.get(name, 0))
         if not votes:
             return MasterNotFoundError(
                 f"master {name!r}: no sentinel monitors this name "
                 f"({summarize_failures(replies, name, self._secrets)})"
             )
-        # Most votes first; among equals, the earliest answer (replies arrive in order).
+        # The newest configuration first (Sentinel's own rule: a higher config epoch wins, so a
+        # majority of sentinels that have not heard of a failover yet cannot undo it); then
+        # most votes; among equals, the earliest answer (replies arrive in order). An address
+        # from an older epoch than the newest is never a candidate: the node it names has been
+        # replaced, even if it still answers ROLE "master" (an old master back from a partition).
         order = {address: i for i, address in reversed(list(_arrivals(answered, name)))}
-        candidates = sorted(votes, key=lambda a: (-votes[a], order[a]))
+        newest = max(epochs.values())
+        candidates = sorted(
+            (a for a in votes if epochs[a] == newest),
+            key=lambda a: (-votes[a], order[a]),
+        )
         failures = []
         refused: list[DataNodeAuthenticationError] = []
         for address in candidates:
+            if address == suspect:
+                if address == candidates[0]:
+                    return Resolution(
+                        name, address, (), votes[address], len(answered), newest, asked_at, False
+                    )
+                continue
             try:
                 role = check_role(address, self._connection_kwargs)
             except (redis.RedisError, OSError) as exc:
@@ -516,7 +578,9 @@ class Discovery:
                     (tuple(r.replicas.get(name, ())) for r in answered if r.replicas.get(name)),
                     (),
                 )
-                return Resolution(name, address, replicas, votes[address], len(answered))
+                return Resolution(
+                    name, address, replicas, votes[address], len(answered), newest, asked_at
+                )
             failures.append(f"{address}: ROLE is {role!r}, not master")
         if refused:  # the same credentials go to every candidate: that is the problem
             return refused[0]

@@ -60,6 +60,19 @@ class ShardUnavailableError(SentinelCacheError, RedisConnectionError):
     """An operation on one shard failed because its master cannot be reached right now."""
 
 
+class StaleReplyError(ShardUnavailableError):
+    """A reply came from a node that stopped being the shard's master, or entered a failover,
+    while the command was in flight, so it proves nothing: the write may be lost when that node
+    is demoted. Idempotent operations are retried on the new master instead; others raise this
+    (the outcome is unknown: the command may or may not have been applied). ``shard`` names the
+    shard, ``address`` the node that answered."""
+
+    def __init__(self, message: str, *, shard: str = "", address: object = None) -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.address = address
+
+
 class PoolExhaustedError(SentinelCacheError, RedisConnectionError):
     """No free connection to a shard within the configured wait (Jedis ``maxWaitMillis``)."""
 
@@ -85,4 +98,5 @@ __all__ = [
     "SentinelCacheError",
     "SerializationError",
     "ShardUnavailableError",
+    "StaleReplyError",
 ]

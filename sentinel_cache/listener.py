@@ -221,7 +221,11 @@ class SentinelListener:
                 shard = self.core.shard_by_name(name)
                 if shard is not None:
                     self.core.on_switch_announced(
-                        shard, new, source=f"+switch-master from {self.address}", received=received
+                        shard,
+                        new,
+                        source=f"+switch-master from {self.address}",
+                        received=received,
+                        sentinel=self.address,
                     )
             elif channel_text in FENCE_EVENTS or channel_text in ABORT_EVENTS:
                 name = parse_instance_event(text)

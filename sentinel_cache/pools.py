@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from queue import Empty
-from typing import Any, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -37,9 +37,11 @@ from sentinel_cache.exceptions import (
     FailoverInProgressError,
     PoolExhaustedError,
     ShardUnavailableError,
+    StaleReplyError,
 )
 from sentinel_cache.listener import STALE_FENCE_SECONDS, ListenerGroup
 from sentinel_cache.ring import HashRing
+from sentinel_cache.throttle import Throttle
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -58,6 +60,23 @@ _BORROW_ARGS: tuple[str, ...] = (
     is inspect.Parameter.empty
     else ()
 )
+
+
+class Evidence(NamedTuple):
+    """Where a shard's address came from: the sentinels' config epoch for it (0 when unknown)
+    and the monotonic time the information was obtained (the sentinels asked, or the event
+    received). State only moves forward: a shard takes an address only on newer evidence."""
+
+    epoch: int
+    at: float
+
+    def newer_than(self, other: Evidence) -> bool:
+        if self.epoch and other.epoch and self.epoch != other.epoch:
+            return self.epoch > other.epoch  # Sentinel's own rule: the higher epoch wins
+        return self.at >= other.at
+
+
+NO_EVIDENCE = Evidence(0, float("-inf"))
 
 
 class SwitchEvent:
@@ -102,11 +121,40 @@ class ShardBound:
     def __init__(self, *, shard: Shard, **kwargs: Any) -> None:
         self._shard = shard
         address, self._generation = shard.current()
+        self._sent_fence = shard.fence_epoch
         host, port = address if address is not None else ("unresolved", 0)
         super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
 
     def _stale(self) -> bool:
         return self._generation != self._shard.generation
+
+    def _note_sent(self) -> None:
+        self._sent_fence = self._shard.fence_epoch
+
+    def _untrusted_reply(self) -> StaleReplyError | None:
+        """The error to raise instead of a reply that cannot be trusted, else None.
+
+        A reply is an acknowledgement only if the node that sent it was still the shard's
+        master: not if the shard switched away from it while the command was in flight (an old
+        master back from a partition answers, then is demoted and drops the write), nor if a
+        failover began meanwhile (the write may land after the promotion). Two integer
+        comparisons per reply; the caller drops the socket (the rest of its replies are moot).
+        """
+        shard = self._shard
+        if self._generation == shard.generation and self._sent_fence == shard.fence_epoch:
+            return None
+        moved = self._generation != shard.generation
+        return StaleReplyError(
+            f"shard {shard.label}: the reply from {self.host}:{self.port} came "
+            + (
+                "after the shard switched to another master"
+                if moved
+                else "after a failover of the shard began"
+            )
+            + "; the command's outcome is unknown",
+            shard=shard.label,
+            address=Address(self.host, self.port),
+        )
 
     def _repoint(self) -> None:
         """Take the shard's current address (after the caller dropped the old socket)."""
@@ -137,14 +185,23 @@ class _ShardConnectionMixin(ShardBound):
             self._follow()
             super().connect()  # type: ignore[misc]
 
+    def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        self._note_sent()
+        super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+            reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
         except ReadOnlyError:
             # A demoted master answers writes with READONLY: drop the socket so the next use
             # reconnects to wherever the shard points by then.
             self.disconnect()  # type: ignore[attr-defined]
             raise
+        untrusted = self._untrusted_reply()
+        if untrusted is not None:
+            self.disconnect()  # type: ignore[attr-defined]
+            raise untrusted
+        return reply
 
 
 class ShardConnection(_ShardConnectionMixin, redis.connection.Connection):
@@ -204,7 +261,6 @@ class Shard:
         self.weight = weight
         self.label = f"{index} ({name})"
         self._lock = threading.Lock()
-        self._resolve_lock = threading.Lock()
         self.address: Address | None = None
         self.generation = 0
         self.replicas: tuple[Address, ...] = ()
@@ -213,9 +269,15 @@ class Shard:
         self.switch_count = 0
         self.last_switch: float | None = None
         self.last_switch_source: str | None = None
-        self._last_resolve = 0.0
+        self.evidence = NO_EVIDENCE
+        # The safety net's re-resolve: single-flight, rate-limited, its failures logged once
+        # per interval with a count of what was suppressed.
+        self.resolving = threading.Lock()
+        self.last_resolve = 0.0
+        self.resolve_failures = Throttle(10.0)
         self._fence_open = threading.Event()
         self._fence_open.set()
+        self.fence_epoch = 0  # bumped each time the fence goes up: replies in flight then are moot
         self.fence_reason: str | None = None
         self.fence_since: float | None = None
         connection_class, kwargs = connection_class_and_kwargs(config.connection_options())
@@ -244,7 +306,8 @@ class Shard:
     def reset_locks(self) -> None:
         """After a fork: a lock held by a parent thread would never be released in the child."""
         self._lock = threading.Lock()
-        self._resolve_lock = threading.Lock()
+        self.resolving = threading.Lock()
+        self.resolve_failures.reset_after_fork()
         fenced = self.fenced
         self._fence_open = threading.Event()
         if not fenced:
@@ -254,21 +317,34 @@ class Shard:
         with self._lock:
             return self.address, self.generation
 
-    def switch(self, address: Address, *, source: str) -> Address | None:
-        """Point this shard at ``address``; returns the old address, or None if nothing changed."""
+    def switch(
+        self, address: Address, *, source: str, evidence: Evidence | None = None
+    ) -> tuple[Literal["stale", "same", "moved"], Address | None]:
+        """Point this shard at ``address`` if ``evidence`` (default: learned now, epoch
+        unknown) is newer than what it holds.
+
+        Returns ``("moved", old)`` (old is None for the first address), ``("same", address)``
+        or ``("stale", current)``: an answer obtained before a newer switch never undoes it,
+        however late it arrives (a re-resolve that waited on a node back from a partition).
+        """
+        if evidence is None:
+            evidence = Evidence(0, time.monotonic())
         with self._lock:
             old = self.address
+            if not evidence.newer_than(self.evidence):
+                return "stale", old
+            self.evidence = evidence
+            self.error = None
             if old == address:
-                return None
+                return "same", old
             self.address = address
             self.generation += 1
-            self.error = None
             if old is not None:
                 self.switch_count += 1
                 self.last_switch = time.time()
                 self.last_switch_source = source
         self.pool.retire_idle()  # network I/O outside the lock
-        return old if old is not None else address
+        return "moved", old
 
     # -- write fence -------------------------------------------------------------------------
     @property
@@ -279,6 +355,7 @@ class Shard:
         with self._lock:
             if self._fence_open.is_set():
                 self.fence_since = time.monotonic()
+                self.fence_epoch += 1
             self.fence_reason = reason
             self._fence_open.clear()
 
@@ -427,10 +504,23 @@ class ShardedSentinelPool:
         return self._by_name.get(name)
 
     def on_switch_announced(
-        self, shard: Shard, address: Address, *, source: str, received: float
+        self,
+        shard: Shard,
+        address: Address,
+        *,
+        source: str,
+        received: float,
+        sentinel: Address | None = None,
     ) -> None:
-        """A sentinel announced a new master: confirm it, switch, and release held writes."""
-        self.confirm_and_switch(shard, address, source=source, announced_at=received)
+        """A sentinel announced a new master: confirm it, switch, and release held writes.
+
+        The announcing sentinel is asked for the new configuration's epoch (it has just
+        adopted it), so a later answer from sentinels that have not heard of the failover yet
+        cannot move the shard back."""
+        epoch = 0 if sentinel is None else self.sentinels.config_epoch(sentinel, shard.name)
+        self.confirm_and_switch(
+            shard, address, source=source, evidence=Evidence(epoch, received), announced=True
+        )
         if shard.address == address and shard.fenced:
             shard.lower_fence()
 
@@ -485,13 +575,29 @@ class ShardedSentinelPool:
         return {name: self._by_name[name].address for name in results}  # type: ignore[misc]
 
     def _apply(self, shard: Shard, resolution: Resolution, *, source: str) -> bool:
+        """Take a resolution from the sentinels if it is newer than the shard's evidence."""
+        if not resolution.verified:  # the sentinels still name the node that just failed
+            return False
+        outcome, old = shard.switch(
+            resolution.address,
+            source=source,
+            evidence=Evidence(resolution.epoch, resolution.asked_at),
+        )
+        if outcome == "stale":
+            logger.info(
+                "shard %s: ignoring %s naming %s: a newer switch to %s came first",
+                shard.label,
+                source,
+                resolution.address,
+                old,
+            )
+            return False
         shard.agreeing = resolution.agreeing
         if self.config.read_from_replicas:
             shard.set_replicas(resolution.replicas)
-        old = shard.switch(resolution.address, source=source)
-        if old is None:
+        if outcome == "same":
             return False
-        if shard.switch_count:
+        if old is not None:
             self._announce(shard, old, resolution.address, source, None)
         else:
             logger.info(
@@ -602,11 +708,14 @@ class ShardedSentinelPool:
         """Run ``operation(client)`` on the shard, with the pull-path safety net.
 
         A connection error, timeout or READONLY reply makes the shard re-resolve its master
-        (rate-limited); an idempotent operation is retried once if the master moved.
+        (rate-limited, and without waiting on the node that just failed); an idempotent
+        operation is retried once if the master moved. A reply that arrived after the shard
+        moved (or began a failover) is no acknowledgement: idempotent operations are retried,
+        others raise :class:`StaleReplyError`.
         """
         self.ready(shard, write)
         client = shard.client if write else shard.read_client()
-        generation = shard.generation
+        address, generation = shard.current()
         try:
             return operation(client)
         except PoolExhaustedError:
@@ -614,59 +723,101 @@ class ShardedSentinelPool:
         except MASTER_ERRORS as exc:
             if client is not shard.client:  # a replica failed: the master still serves reads
                 return operation(shard.client)
-            refusal = self.refusal(shard, exc)
-            if refusal is not None:  # credentials or TLS: asking the sentinels cannot fix it
-                raise refusal from exc
-            self.reresolve(shard, reason=f"{type(exc).__name__}: {exc}")
-            if idempotent and shard.generation != generation and shard.address is not None:
-                if write and shard.fenced:
-                    shard.wait_fence(self.config.failover_hold)
-                return operation(shard.client)
-            raise ShardUnavailableError(
-                f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
-            ) from exc
+            if self.should_reresolve(shard, exc, generation):
+                self.reresolve(shard, reason=f"{type(exc).__name__}: {exc}", suspect=address)
+            self.retry_or_raise(shard, exc, generation, idempotent=idempotent)
+        if write and shard.fenced:
+            shard.wait_fence(self.config.failover_hold)
+        return operation(shard.client)
+
+    def should_reresolve(self, shard: Shard, exc: BaseException, generation: int) -> bool:
+        """The safety net's first step after ``exc`` on the shard's master: True if the
+        sentinels should be asked again. Raises at once what asking cannot fix (credentials,
+        TLS). False when the shard already moved since the attempt began (nothing to ask)."""
+        if isinstance(exc, StaleReplyError):
+            return False
+        refusal = self.refusal(shard, exc)
+        if refusal is not None:
+            raise refusal from exc
+        return shard.generation == generation
+
+    def retry_or_raise(
+        self, shard: Shard, exc: BaseException, generation: int, *, idempotent: bool
+    ) -> None:
+        """The safety net's last step: return if the failed attempt may be retried once on the
+        shard's (new) master, else raise. A stale reply is retried even if the shard did not
+        move (a failover that began and was aborted): the retry's reply can be trusted."""
+        if isinstance(exc, StaleReplyError):
+            if idempotent:
+                return
+            raise exc
+        if idempotent and shard.generation != generation and shard.address is not None:
+            return
+        raise ShardUnavailableError(
+            f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
+        ) from exc
 
     def refusal(self, shard: Shard, exc: BaseException) -> AuthenticationFailedError | None:
         """The error to raise if ``exc`` says the shard's data node refused our credentials or
         certificates (re-resolving cannot help), else None."""
         return data_node_refusal(exc, f"shard {shard.label}", shard.address, self.discovery.secrets)
 
-    def reresolve(self, shard: Shard, *, reason: str, force: bool = False) -> bool:
+    def reresolve(
+        self,
+        shard: Shard,
+        *,
+        reason: str,
+        force: bool = False,
+        suspect: Address | None = None,
+    ) -> bool:
         """Ask the sentinels for this shard's master again; True if it moved.
 
         Rate-limited and single-flight, so a dead shard does not hammer the sentinels; with
-        every sentinel down the shard keeps its last known master.
+        every sentinel down the shard keeps its last known master. ``suspect`` is the node the
+        caller just saw fail: if the sentinels still name it, it is not asked for ``ROLE`` (a
+        hung node would hold the caller for a second timeout) and nothing changes.
         """
         now = time.monotonic()
-        if not force and now - shard._last_resolve < self.config.reresolve_interval:
+        if not force and now - shard.last_resolve < self.config.reresolve_interval:
             return False
-        if not shard._resolve_lock.acquire(blocking=False):
+        if not shard.resolving.acquire(blocking=False):
             return False
         try:
-            shard._last_resolve = now
-            outcome = self.discovery.resolve([shard.name], timeout=0)[shard.name]
-            if isinstance(outcome, Resolution):
-                return self._apply(shard, outcome, source=f"safety net ({reason})")
-            shard.error = outcome
-            logger.warning(
+            shard.last_resolve = now
+            suspects = {shard.name: suspect} if suspect is not None else None
+            outcome = self.discovery.resolve([shard.name], timeout=0, suspects=suspects)
+            result = outcome[shard.name]
+            if isinstance(result, Resolution):
+                return self._apply(shard, result, source=f"safety net ({reason})")
+            shard.error = result
+            shard.resolve_failures.warn(
+                logger,
                 "shard %s re-resolve after %s failed: %s",
                 shard.label,
                 reason,
-                outcome,
+                result,
             )
             return False
         finally:
-            shard._resolve_lock.release()
+            shard.resolving.release()
 
     def confirm_and_switch(
-        self, shard: Shard, address: Address, *, source: str, announced_at: float | None = None
+        self,
+        shard: Shard,
+        address: Address,
+        *,
+        source: str,
+        evidence: Evidence,
+        announced: bool = False,
     ) -> bool:
-        """Switch to ``address`` once ``ROLE`` says it is a master (an event is only a hint).
+        """Switch to ``address`` once ``ROLE`` says it is a master (an event is only a hint),
+        unless newer evidence moved the shard while ``ROLE`` was being asked.
 
         ``ROLE`` proves a node claims to be *a* master, not *this shard's*: an address that is
         another shard's master is refused outright (two shards on one node would mix keys).
         """
         if shard.address == address:
+            shard.switch(address, source=source, evidence=evidence)  # keep the newer evidence
             return False
         owner = next((s for s in self.shards if s is not shard and s.address == address), None)
         if owner is not None:
@@ -698,10 +849,18 @@ class ShardedSentinelPool:
                 role,
             )
             return False
-        old = shard.switch(address, source=source)
-        if old is None:
+        outcome, old = shard.switch(address, source=source, evidence=evidence)
+        if outcome != "moved":
+            if outcome == "stale":
+                logger.info(
+                    "shard %s: ignoring %s naming %s: a newer switch to %s came first",
+                    shard.label,
+                    source,
+                    address,
+                    old,
+                )
             return False
-        lag = None if announced_at is None else time.monotonic() - announced_at
+        lag = time.monotonic() - evidence.at if announced else None
         self._announce(shard, old, address, source, lag)
         return True
 
