@@ -34,6 +34,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from sentinel_cache.testing.faults import CLIENT, EVERYONE, FaultProxy, Route
+
 __all__ = [
     "BlackHoleServer",
     "LocalSentinelCluster",
@@ -384,6 +386,7 @@ class _Proc:
     popen: subprocess.Popen[bytes] | None = None
     verified_pid: int = 0  # pid seen in INFO server, proving the port is really ours
     saved_ping_period: str | None = None  # sentinel's PING-PERIOD while we run it faster
+    bind_host: str = HOST  # where it really listens: its own loopback IP with faults=True
 
     @property
     def address(self) -> Address:
@@ -444,6 +447,7 @@ class _Runtime:
     procs: list[_Proc] = field(default_factory=list)
     tmpdir: str | None = None
     clients: dict[int, redis.Redis] = field(default_factory=dict)
+    proxy: FaultProxy | None = None  # with faults=True: the helper process running the proxies
 
     def close_clients(self) -> None:
         for client in self.clients.values():
@@ -455,6 +459,9 @@ class _Runtime:
         self.close_clients()
         _terminate(self.procs)
         self.procs.clear()
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
         if self.tmpdir is not None:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
             self.tmpdir = None
@@ -462,6 +469,15 @@ class _Runtime:
 
 def _cleanup_runtime(runtime: _Runtime) -> None:
     runtime.cleanup()
+
+
+@dataclass
+class _Partition:
+    """One :meth:`LocalSentinelCluster.partition` call: how it was named and what it blocks."""
+
+    label: str
+    target: str
+    blocks: list[tuple[str, str]]
 
 
 class _PortClashError(RuntimeError):
@@ -476,6 +492,40 @@ class LocalSentinelCluster:
 
     Use it as a context manager (or call :meth:`start`/:meth:`stop`). Every process is ours,
     tracked by pid, and stopped by :meth:`stop`, by garbage collection or at interpreter exit.
+
+    **Network faults** (``faults=True``; see :mod:`sentinel_cache.testing.faults` for the
+    mechanism): every process really listens on its own loopback IP ``127.a.b.N`` (same port)
+    and connects out from it, and a proxy in one helper process listens on the address everybody
+    is given, ``127.0.0.1:port``: in settings, ``sentinel monitor``, ``replicaof``, the sentinels'
+    and replicas' announced addresses. So every byte between the test process, the nodes and the
+    sentinels crosses a proxy that knows who sends it and to whom. :meth:`node_client`,
+    :meth:`sentinel_client`, :meth:`config` and :meth:`url` give the proxied addresses (what the
+    sentinels report); the harness's own control connections (:meth:`master_address`,
+    :meth:`wait_for_master_change`, :meth:`wait_for_replication`, :meth:`failover`...) go
+    straight to the real ports, so a partition never cuts the harness off from what it
+    observes. ``node_client(address, direct=True)`` does the same for a test.
+
+    A *target* or *peer* is a master name (that shard's master when the call is made), a node or
+    sentinel address (``"127.0.0.1:port"`` or a tuple), ``"sentinel:<i>"``, or ``"client"``
+    (every connection from 127.0.0.1: the test process).
+
+    - :meth:`partition` ``(target, *, peers=None, direction="both")`` stops the bytes between the
+      target and ``peers`` (None: everyone, the test process included); ``"inbound"`` cuts only
+      what goes to the target, ``"outbound"`` only what it sends. Open connections go silent
+      (no RST, no FIN); new ones are accepted and go silent too (the kernel accepts before the
+      proxy can decide, and refusing would be an RST, which a partition never sends). Bytes
+      sent during the cut are delivered, in order, on heal (TCP retransmission).
+    - :meth:`heal` ``(target=None)`` lifts the partitions of ``target`` (as it was named in
+      :meth:`partition`, or its address), or all of them.
+    - :meth:`delay` ``(target, ms, *, jitter_ms=0)`` delays every byte the target sends (its
+      egress, like netem on its interface: a round trip with it gets ``ms`` once).
+    - :meth:`loss` ``(target, fraction)``: a TCP stream cannot lose bytes, so that fraction of the
+      chunks the target sends stall ~200 ms, as a retransmission after a lost segment does.
+    - :meth:`reset` ``(target)`` closes every open connection to or from the target with an RST
+      (``SO_LINGER`` 0) on both sides.
+    - :meth:`clear_faults` removes every partition, delay and loss.
+    - :meth:`freeze_node`/:meth:`thaw_node` (and :meth:`freeze_sentinel`) are the cheap fallback
+      without ``faults``: SIGSTOP/SIGCONT, sockets open and silent.
     """
 
     def __init__(
@@ -494,6 +544,7 @@ class LocalSentinelCluster:
         extra_server_args: Sequence[str] = (),
         start_timeout: float = 30.0,
         tls: TLSFiles | None = None,
+        faults: bool = False,
     ) -> None:
         if shards < 1 or replicas < 0 or sentinels < 1:
             raise ValueError(
@@ -529,6 +580,9 @@ class LocalSentinelCluster:
                 f"tls requested but {self.server_binary} ({self.server_kind} "
                 f"{self.server_version}) was built without TLS support"
             )
+        self.faults = faults
+        self._partitions: list[_Partition] = []
+        self._shapes: dict[str, tuple[float, float, float]] = {}
         self.startup_seconds: float | None = None
         self._runtime = _Runtime()
         self._finalizer: weakref.finalize[[_Runtime], LocalSentinelCluster] | None = None
@@ -539,6 +593,8 @@ class LocalSentinelCluster:
 
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped"
+        if self.faults:
+            state += f" faults({len(self._partitions)} partitions, {len(self._shapes)} shaped)"
         return (
             f"<LocalSentinelCluster {self.server_kind} {self.server_version} "
             f"shards={self.shards} replicas={self.replicas} sentinels={self.sentinels} {state}>"
@@ -620,8 +676,8 @@ class LocalSentinelCluster:
             began = time.monotonic()
             deadline = began + self.start_timeout
             for attempt in range(1, _START_ATTEMPTS + 1):
-                self._launch()
                 try:
+                    self._launch()
                     self._wait_ready(deadline)
                 except _PortClashError:
                     self._teardown()
@@ -643,6 +699,8 @@ class LocalSentinelCluster:
             self._running = False
 
     def _teardown(self) -> None:
+        self._partitions.clear()
+        self._shapes.clear()
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
@@ -662,6 +720,7 @@ class LocalSentinelCluster:
         ports = _free_ports(self.shards * per_shard + self.sentinels)
         node_ports = ports[: self.shards * per_shard]
         sentinel_ports = ports[self.shards * per_shard :]
+        hosts = self._bind_hosts(len(ports))
         for shard in range(self.shards):
             master_port = node_ports[shard * per_shard]
             for i in range(per_shard):
@@ -669,19 +728,25 @@ class LocalSentinelCluster:
                 port = node_ports[index]
                 node_dir = os.path.join(runtime.tmpdir, f"node{index}")
                 os.mkdir(node_dir)
-                argv = self._node_argv(port, node_dir)
+                argv = self._node_argv(port, node_dir, hosts[index])
                 if i > 0:
                     argv += ["--replicaof", HOST, str(master_port)]
+                log = os.path.join(node_dir, "server.log")
                 runtime.procs.append(
-                    _Proc("node", index, port, argv, os.path.join(node_dir, "server.log"), shard)
+                    _Proc("node", index, port, argv, log, shard, bind_host=hosts[index])
                 )
         ids = [secrets.token_hex(20) for _ in range(self.sentinels)]
         for index, port in enumerate(sentinel_ports):
             conf = os.path.join(runtime.tmpdir, f"sentinel{index}.conf")
-            Path(conf).write_text(self._sentinel_conf(index, port, sentinel_ports, ids, node_ports))
+            host = hosts[len(node_ports) + index]
+            Path(conf).write_text(
+                self._sentinel_conf(index, port, sentinel_ports, ids, node_ports, host)
+            )
             argv = [self.server_binary, conf, "--sentinel"]
             log = os.path.join(runtime.tmpdir, f"sentinel{index}.log")
-            runtime.procs.append(_Proc("sentinel", index, port, argv, log))
+            runtime.procs.append(_Proc("sentinel", index, port, argv, log, bind_host=host))
+        if self.faults:
+            self._start_proxy()
         # Masters first: a replica whose first attempt finds no master retries only a second
         # later, so replicas (and then sentinels) are spawned by _wait_ready in later waves.
         for proc in self._masters_at_start():
@@ -690,7 +755,36 @@ class LocalSentinelCluster:
     def _masters_at_start(self) -> list[_Proc]:
         return [p for p in self._nodes if p.index % (1 + self.replicas) == 0]
 
-    def _node_argv(self, port: int, node_dir: str) -> list[str]:
+    def _bind_hosts(self, count: int) -> list[str]:
+        """Where each process listens: 127.0.0.1, or with faults its own 127.a.b.N (a random
+        /24 per cluster, so concurrent clusters rarely share one)."""
+        if not self.faults:
+            return [HOST] * count
+        if count > 254:
+            raise ValueError(f"faults=True supports up to 254 processes, not {count}")
+        rng = random.SystemRandom()
+        base = f"127.{rng.randrange(1, 255)}.{rng.randrange(2, 255)}"
+        return [f"{base}.{i + 1}" for i in range(count)]
+
+    def _start_proxy(self) -> None:
+        """Start the helper process with one proxy per process, before any server starts."""
+        runtime = self._runtime
+        assert runtime.tmpdir is not None
+        routes = [
+            Route(f"{HOST}:{p.port}", (HOST, p.port), (p.bind_host, p.port)) for p in runtime.procs
+        ]
+        sources = {p.bind_host: f"{HOST}:{p.port}" for p in runtime.procs}
+        runtime.proxy = FaultProxy(
+            routes, sources, log_path=os.path.join(runtime.tmpdir, "faults.log")
+        )
+        try:
+            runtime.proxy.start(_preexec())
+        except RuntimeError as exc:
+            if "in use" in str(exc):
+                raise _PortClashError(f"fault proxy: {exc}") from exc
+            raise
+
+    def _node_argv(self, port: int, node_dir: str, bind_host: str = HOST) -> list[str]:
         if self.tls is None:
             listen = ["--port", str(port)]
         else:  # TLS only: no plain-text port at all
@@ -698,7 +792,7 @@ class LocalSentinelCluster:
         argv = [
             self.server_binary,
             *listen,
-            "--bind", HOST,
+            "--bind", bind_host,
             "--dir", node_dir,
             "--save", "",
             "--appendonly", "no",
@@ -718,6 +812,8 @@ class LocalSentinelCluster:
         ]  # fmt: skip
         if self.requirepass is not None:
             argv += ["--requirepass", self.requirepass, "--masterauth", self.requirepass]
+        if bind_host != HOST:  # faults: connect out from our own IP, be known by the proxy's
+            argv += ["--bind-source-addr", bind_host, "--replica-announce-ip", HOST]
         return argv + self.extra_server_args
 
     def _sentinel_conf(
@@ -727,6 +823,7 @@ class LocalSentinelCluster:
         sentinel_ports: list[int],
         ids: list[str],
         node_ports: list[int],
+        bind_host: str = HOST,
     ) -> str:
         """Sentinel config; known-replica/known-sentinel lines skip the slow discovery rounds.
 
@@ -743,12 +840,14 @@ class LocalSentinelCluster:
             ]
         lines = [
             *listen,
-            f"bind {HOST}",
+            f"bind {bind_host}",
             f"dir {self._runtime.tmpdir}",
             "daemonize no",
             'logfile ""',
             f"sentinel myid {ids[index]}",
         ]
+        if bind_host != HOST:  # faults: connect out from our own IP, be known by the proxy's
+            lines += [f"bind-source-addr {bind_host}", f"sentinel announce-ip {HOST}"]
         if self.sentinel_requirepass is not None:
             lines.append(f"requirepass {self.sentinel_requirepass}")
             lines.append(f"sentinel sentinel-pass {self.sentinel_requirepass}")
@@ -780,7 +879,7 @@ class LocalSentinelCluster:
         if client is None:
             password = self.sentinel_requirepass if proc.role == "sentinel" else self.requirepass
             client = redis.Redis(
-                host=HOST,
+                host=proc.bind_host,  # the real port: partitions never cut the harness off
                 port=proc.port,
                 password=password,
                 **self._tls_kwargs(),
@@ -975,7 +1074,7 @@ class LocalSentinelCluster:
     def _proc_at(self, address: Address | str) -> _Proc:
         host, port = _parse_address(address)
         for proc in self._runtime.procs:
-            if proc.port == port and host in (HOST, "localhost"):
+            if proc.port == port and host in (HOST, "localhost", proc.bind_host):
                 return proc
         raise KeyError(f"{host}:{port} is not a process of {self!r}")
 
@@ -1015,9 +1114,17 @@ class LocalSentinelCluster:
             return {}
         return {**self.tls.client_kwargs(client_cert=True), "ssl_check_hostname": False}
 
-    def node_client(self, address: Address | str, **kwargs: Any) -> redis.Redis:
-        """A new client for a data node (password and TLS filled in); the caller closes it."""
+    def node_client(
+        self, address: Address | str, *, direct: bool = False, **kwargs: Any
+    ) -> redis.Redis:
+        """A new client for a data node (password and TLS filled in); the caller closes it.
+
+        ``direct=True`` (with ``faults``) connects to the node's real port, past its proxy, so no
+        fault applies to it.
+        """
         host, port = _parse_address(address)
+        if direct:
+            host = self._proc_at(address).bind_host
         kwargs.setdefault("password", self.requirepass)
         for name, value in self._tls_kwargs().items():
             kwargs.setdefault(name, value)
@@ -1263,6 +1370,137 @@ class LocalSentinelCluster:
         except (redis.RedisError, OSError) as exc:
             return str(exc)
         return None
+
+    def freeze_node(self, address: Address | str) -> None:
+        """SIGSTOP a data node: its sockets stay open and silent (the cheap partition, no
+        ``faults`` needed; unlike a partition it also stops its replication and timers)."""
+        self._require_running()
+        popen = self._proc_at(address).popen
+        if popen is not None:
+            os.kill(popen.pid, signal.SIGSTOP)
+
+    def thaw_node(self, address: Address | str) -> None:
+        """SIGCONT a node frozen by :meth:`freeze_node`."""
+        popen = self._proc_at(address).popen
+        if popen is not None:
+            os.kill(popen.pid, signal.SIGCONT)
+
+    # ----------------------------------------------------------------- network faults
+
+    def _proxy(self) -> FaultProxy:
+        self._require_running()
+        proxy = self._runtime.proxy
+        if proxy is None:
+            raise RuntimeError(f"{self!r} was not started with faults=True")
+        return proxy
+
+    def fault_peer(self, target: Address | str) -> str:
+        """The proxy's id of a target or peer: ``"client"`` or ``"127.0.0.1:port"``."""
+        if isinstance(target, str):
+            if target == CLIENT:
+                return CLIENT
+            if target.startswith("sentinel:"):
+                port = self._sentinels[int(target.partition(":")[2])].port
+                return f"{HOST}:{port}"
+            if target in self.master_names:
+                host, port = self.master_address(target)
+                return f"{HOST}:{port}"
+        return f"{HOST}:{self._proc_at(target).port}"
+
+    def partition(
+        self,
+        target: Address | str,
+        *,
+        peers: Sequence[Address | str] | None = None,
+        direction: str = "both",
+    ) -> str:
+        """Cut the target off from ``peers`` (None: everyone); returns the target's address.
+
+        See the class docstring for what the endpoints see. Partitions add up; :meth:`heal`
+        lifts them.
+        """
+        if direction not in ("both", "inbound", "outbound"):
+            raise ValueError(
+                f"direction must be 'both', 'inbound' or 'outbound', not {direction!r}"
+            )
+        proxy = self._proxy()
+        me = self.fault_peer(target)
+        others = [EVERYONE] if peers is None else [self.fault_peer(p) for p in peers]
+        blocks: list[tuple[str, str]] = []
+        for other in others:
+            if direction in ("both", "inbound"):
+                blocks.append((other, me))
+            if direction in ("both", "outbound"):
+                blocks.append((me, other))
+        label = target if isinstance(target, str) else f"{target[0]}:{target[1]}"
+        with self._lock:
+            self._partitions.append(_Partition(label, me, blocks))
+            self._push_faults(proxy)
+        return me
+
+    def heal(self, target: Address | str | None = None) -> None:
+        """Lift the partitions of ``target`` (named as in :meth:`partition`, or by address),
+        or every partition; bytes held by them are delivered now."""
+        proxy = self._proxy()
+        with self._lock:
+            if target is None:
+                self._partitions.clear()
+            else:
+                label = target if isinstance(target, str) else f"{target[0]}:{target[1]}"
+                if any(p.label == label for p in self._partitions):
+                    self._partitions = [p for p in self._partitions if p.label != label]
+                else:
+                    me = self.fault_peer(target)
+                    self._partitions = [p for p in self._partitions if p.target != me]
+            self._push_faults(proxy)
+
+    def delay(self, target: Address | str, ms: float, *, jitter_ms: float = 0.0) -> None:
+        """Delay every byte the target sends by ``ms`` (+/- ``jitter_ms``); 0 removes it."""
+        if ms < 0 or jitter_ms < 0:
+            raise ValueError("delay and jitter must be >= 0")
+        self._shape(target, delay=ms / 1000.0, jitter=jitter_ms / 1000.0)
+
+    def loss(self, target: Address | str, fraction: float) -> None:
+        """Stall ``fraction`` of the chunks the target sends by ~200 ms (a TCP retransmission
+        after a lost segment: a stream cannot lose bytes); 0 removes it."""
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"loss fraction must be between 0 and 1, not {fraction}")
+        self._shape(target, loss=fraction)
+
+    def _shape(self, target: Address | str, **changes: float) -> None:
+        proxy = self._proxy()
+        me = self.fault_peer(target)
+        with self._lock:
+            delay, jitter, loss = self._shapes.get(me, (0.0, 0.0, 0.0))
+            delay = changes.get("delay", delay)
+            jitter = changes.get("jitter", jitter)
+            loss = changes.get("loss", loss)
+            if delay or jitter or loss:
+                self._shapes[me] = (delay, jitter, loss)
+            else:
+                self._shapes.pop(me, None)
+            self._push_faults(proxy)
+
+    def reset(self, target: Address | str) -> int:
+        """RST every open connection to or from the target; returns how many were reset."""
+        proxy = self._proxy()
+        return proxy.reset(self.fault_peer(target))
+
+    def clear_faults(self) -> None:
+        """Remove every partition, delay and loss (frozen processes stay frozen)."""
+        proxy = self._proxy()
+        with self._lock:
+            self._partitions.clear()
+            self._shapes.clear()
+            self._push_faults(proxy)
+
+    def fault_stats(self) -> dict[str, Any]:
+        """The proxy's counters: open connections (per target), accepted, bytes, queued bytes."""
+        return self._proxy().stats()
+
+    def _push_faults(self, proxy: FaultProxy) -> None:
+        blocks = sorted({b for p in self._partitions for b in p.blocks})
+        proxy.set_state(blocks, self._shapes)
 
     def describe(self) -> str:
         """A multi-line human summary (ports, roles, pids), e.g. for the CLI."""
