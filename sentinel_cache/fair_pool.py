@@ -1,0 +1,584 @@
+"""FIFO-fair blocking connection pools, drop-ins for redis-py's ``BlockingConnectionPool``.
+
+Why: redis-py's blocking pools (a LIFO queue for threads, a condition for tasks) let whoever
+releases a connection take it straight back. Under contention a few callers get all the work
+and the rest time out with "No connection available." although no connection was ever stuck
+(``max_connections=2``, 16 threads: 2 threads made ~12,000 calls each, 14 timed out). Here a
+released connection goes directly to the oldest waiter, so a caller that releases and asks
+again queues behind everyone already waiting, and the exhaustion error means that nothing was
+handed to the caller for the whole ``timeout``.
+
+Both pools create connections lazily, up to ``max_connections``; a connection that fails to
+connect when checked out is dropped and its slot handed on (to the next waiter, or freed), so
+a dead server never shrinks the pool. No network I/O happens under the pool's lock, except in
+code inherited from redis-py that is not used by this project: ``re_auth_callback`` (AUTH on
+idle connections, for streaming credential providers) and client-side caching's invalidation
+drain (``CacheProxyConnection`` reads other connections under the pool lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, Final
+
+import redis
+import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+__all__ = ["AsyncFairBlockingConnectionPool", "FairBlockingConnectionPool"]
+
+logger = logging.getLogger("sentinel_cache")
+
+#: The message redis-py's blocking pools raise on exhaustion (callers match on it).
+EXHAUSTED: Final = "No connection available."
+
+_EMPTY: Final[Any] = object()  # a waiter that was handed nothing yet
+_SLOT: Final[Any] = None  # handed instead of a connection: "create one, the slot is yours"
+_TIMED_OUT: Final[Any] = object()  # an async waiter's future when its timeout fired first
+
+try:  # redis-py >= 5.1: streaming credentials re-authenticate a connection on release
+    from redis import event as _redis_event
+except ImportError:  # pragma: no cover - older redis-py
+    _redis_event = None  # type: ignore[assignment]
+_RELEASED: Any = getattr(_redis_event, "AfterConnectionReleasedEvent", None)
+_ASYNC_RELEASED: Any = getattr(_redis_event, "AsyncAfterConnectionReleasedEvent", None)
+
+
+def _should_reconnect(connection: Any) -> bool:
+    """redis-py >= 6 marks connections for reconnection (maintenance notifications)."""
+    check = getattr(connection, "should_reconnect", None)
+    return bool(check()) if check is not None else False
+
+
+def _describe(pool: Any) -> str:
+    kwargs = pool.connection_kwargs
+    if "host" in kwargs:
+        return f"{kwargs['host']}:{kwargs.get('port', 6379)}"
+    if "path" in kwargs:
+        return str(kwargs["path"])
+    return str(pool.connection_class.__name__)
+
+
+class _Waiter:
+    """One blocked thread: a lock it sleeps on (held until someone hands it something)."""
+
+    __slots__ = ("signal", "item")
+
+    def __init__(self) -> None:
+        self.signal = threading.Lock()
+        self.signal.acquire()
+        self.item: Any = _EMPTY
+
+
+class FairBlockingConnectionPool(redis.ConnectionPool):
+    """A thread-safe blocking pool whose waiters are served first come, first served.
+
+    Same constructor and public methods as ``redis.BlockingConnectionPool``; the extras
+    :meth:`retire_idle`, :meth:`in_use`, :meth:`idle` and :meth:`waiting` are for the core.
+    Fork-safe through redis-py's pid check: a child starts with empty state and a new lock.
+    """
+
+    def __init__(
+        self,
+        max_connections: int = 50,
+        timeout: float | None = 20,
+        connection_class: type[Any] = redis.connection.Connection,
+        **connection_kwargs: Any,
+    ) -> None:
+        connection_kwargs.pop("queue_class", None)  # BlockingConnectionPool's; meaningless here
+        self.timeout = timeout
+        super().__init__(
+            connection_class=connection_class,
+            max_connections=max_connections,
+            **connection_kwargs,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {_describe(self)} max={self.max_connections} "
+            f"timeout={self.timeout} in_use={self.in_use()} idle={self.idle()} "
+            f"waiting={self.waiting()}>"
+        )
+
+    def __del__(self) -> None:
+        """redis-py 8's ``__del__`` undoes pool metrics; this pool records none."""
+
+    def reset(self) -> None:
+        """Start empty; after a fork nothing (not even a lock held by a parent thread) is shared."""
+        self._lock = threading.RLock()
+        self._available_connections: list[Any] = []  # idle, most recently used last
+        self._in_use_connections: set[Any] = set()  # checked out (or being retired)
+        self._connections: list[Any] = []  # every connection made, as BlockingConnectionPool
+        self._waiters: deque[_Waiter] = deque()
+        self._created = 0  # slots taken: connections made plus ones being made
+        # Last, as in redis-py: other threads compare pids without the lock.
+        self.pid = os.getpid()
+
+    # -- counters (for the core and for tests) ------------------------------------------------
+    def in_use(self) -> int:
+        """Slots not free to borrow: checked-out connections and ones being made or retired."""
+        return self._created - len(self._available_connections)
+
+    def idle(self) -> int:
+        return len(self._available_connections)
+
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    # -- borrowing ----------------------------------------------------------------------------
+    def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+        """A connected connection; waits in line up to ``timeout`` when all are checked out.
+
+        Arguments are accepted and ignored (redis-py < 5.3 passes the command name).
+        """
+        self._checkpid()
+        waiter = None
+        with self._lock:
+            # Idle connections or free slots only exist while nobody waits, so taking one
+            # here never jumps the queue.
+            if self._available_connections:
+                connection = self._available_connections.pop()
+                self._in_use_connections.add(connection)
+            elif self._created < self.max_connections:
+                self._created += 1
+                connection = _SLOT
+            else:
+                waiter = _Waiter()
+                self._waiters.append(waiter)
+        if waiter is not None:
+            connection = self._wait(waiter)
+        if connection is _SLOT:
+            connection = self._create()
+        try:
+            self._ensure_connected(connection)
+        except BaseException:
+            self._discard(connection)
+            raise
+        return connection
+
+    def _wait(self, waiter: _Waiter) -> Any:
+        timeout = self.timeout
+        try:
+            handed = waiter.signal.acquire(True, -1 if timeout is None else max(timeout, 0))
+        except BaseException:  # KeyboardInterrupt and friends: do not lose what was handed
+            with self._lock:
+                if waiter.item is _EMPTY:
+                    self._forget(waiter)
+                else:
+                    self._give_back_locked(waiter.item)
+            raise
+        if not handed:
+            with self._lock:
+                if waiter.item is _EMPTY:
+                    self._forget(waiter)
+                    raise RedisConnectionError(EXHAUSTED)
+            # handed over just as the timeout fired: take it
+        return waiter.item
+
+    def _forget(self, waiter: _Waiter) -> None:
+        with contextlib.suppress(ValueError):  # reset() ran meanwhile
+            self._waiters.remove(waiter)
+
+    def _create(self) -> Any:
+        """Make a connection for a slot this thread holds (constructors do no network I/O)."""
+        try:
+            connection = self.make_connection()
+        except BaseException:
+            with self._lock:
+                self._free_slot_locked()
+            raise
+        with self._lock:
+            self._in_use_connections.add(connection)
+        return connection
+
+    def make_connection(self) -> Any:
+        """A new, unconnected connection, tracked like ``BlockingConnectionPool`` does (callers
+        outside :meth:`get_connection` bypass the slot count, as there)."""
+        connection = self.connection_class(**self.connection_kwargs)
+        cache = getattr(self, "cache", None)
+        if cache is not None:  # redis-py >= 5.1 client-side caching (RESP3)
+            from redis.connection import CacheProxyConnection
+
+            proxy: Any = CacheProxyConnection
+            connection = proxy(connection, cache, self._lock)
+        with self._lock:
+            self._connections.append(connection)
+        return connection
+
+    def _check_unread(self) -> bool:
+        """redis-py skips the "unread data" check with client caching or push notifications."""
+        if getattr(self, "cache", None) is not None:
+            return False
+        maint = getattr(self, "maint_notifications_enabled", None)
+        return not (maint is not None and maint())
+
+    def _ensure_connected(self, connection: Any) -> None:
+        """Connect if needed and make sure no stale reply waits on the socket (as redis-py)."""
+        connection.connect()
+        try:
+            if connection.can_read() and self._check_unread():
+                raise RedisConnectionError("Connection has data")
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            connection.disconnect()
+            connection.connect()
+            if connection.can_read() and self._check_unread():
+                raise RedisConnectionError("Connection not ready") from None
+
+    def _discard(self, connection: Any) -> None:
+        """Drop a connection that failed at checkout; its slot goes to the next waiter."""
+        try:
+            connection.disconnect()
+        except Exception as exc:  # best effort: the connection is gone either way
+            logger.debug("disconnecting a failed connection: %r", exc)
+        with self._lock:
+            if connection not in self._in_use_connections:
+                return  # reset() ran meanwhile
+            self._in_use_connections.discard(connection)
+            self._untrack_locked(connection)
+            self._free_slot_locked()
+
+    # -- giving back --------------------------------------------------------------------------
+    def release(self, connection: Any) -> None:
+        """Hand the connection to the oldest waiter, or keep it idle if nobody waits."""
+        self._checkpid()
+        if connection not in self._in_use_connections:
+            return  # not ours (made before a fork, or another pool's), or released twice
+        if _should_reconnect(connection):
+            connection.disconnect()
+        dispatcher = getattr(self, "_event_dispatcher", None)
+        if _RELEASED is not None and dispatcher is not None:
+            # Re-authenticates if a new token is pending: network I/O, so before the lock and
+            # while the connection is still ours.
+            dispatcher.dispatch(_RELEASED(connection))
+        foreign = False
+        with self._lock:
+            if connection not in self._in_use_connections:
+                return
+            if self.owns_connection(connection):
+                self._give_back_locked(connection)
+            else:
+                foreign = True
+                self._in_use_connections.discard(connection)
+                self._untrack_locked(connection)
+                self._free_slot_locked()
+        if foreign:
+            connection.disconnect()
+
+    def _give_back_locked(self, item: Any) -> None:
+        """Pass a checked-out connection (or a slot) on: oldest waiter first."""
+        if item is _SLOT:
+            self._free_slot_locked()
+        elif self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.item = item  # stays in _in_use_connections: it changes hands only
+            waiter.signal.release()
+        else:
+            self._in_use_connections.discard(item)
+            self._available_connections.append(item)
+
+    def _free_slot_locked(self) -> None:
+        if self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.item = _SLOT
+            waiter.signal.release()
+        else:
+            self._created -= 1
+
+    def _untrack_locked(self, connection: Any) -> None:
+        with contextlib.suppress(ValueError):
+            self._connections.remove(connection)
+
+    # -- closing ------------------------------------------------------------------------------
+    def retire_idle(self) -> int:
+        """Close every idle connection now (each reconnects on its next use); returns how many.
+
+        They are checked out while they close, so nobody can borrow a half-closed socket.
+        """
+        self._checkpid()
+        with self._lock:
+            taken, self._available_connections = self._available_connections, []
+            self._in_use_connections.update(taken)
+        try:
+            for connection in taken:
+                try:
+                    connection.disconnect()
+                except Exception as exc:
+                    logger.debug("retiring an idle connection: %r", exc)
+        finally:
+            with self._lock:
+                for connection in taken:
+                    if connection in self._in_use_connections:
+                        self._give_back_locked(connection)
+        return len(taken)
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        """Close every connection (``inuse_connections=False``: only the idle ones)."""
+        self._checkpid()
+        if not inuse_connections:
+            self.retire_idle()
+            return
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            connection.disconnect()
+
+    # -- what redis-py's maintenance-notification and metrics code reads -----------------------
+    def _get_pool_lock(self) -> threading.RLock:
+        return self._lock
+
+    def _get_free_connections(self) -> list[Any]:
+        with self._lock:
+            return list(self._available_connections)
+
+    def _get_in_use_connections(self) -> set[Any]:
+        with self._lock:
+            return set(self._in_use_connections)
+
+
+class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
+    """The asyncio twin: waiting tasks are served first come, first served.
+
+    Use it from one event loop (like redis-py's asyncio pools). Its state changes never await,
+    so the event loop is its lock. A waiting task that is cancelled (or times out) gives back
+    anything handed to it meanwhile, so no connection or slot is lost.
+    """
+
+    def __init__(
+        self,
+        max_connections: int = 50,
+        timeout: float | None = 20,
+        connection_class: type[Any] = redis.asyncio.connection.Connection,
+        **connection_kwargs: Any,
+    ) -> None:
+        connection_kwargs.pop("queue_class", None)
+        self.timeout = timeout
+        super().__init__(
+            connection_class=connection_class,
+            max_connections=max_connections,
+            **connection_kwargs,
+        )
+        self.reset()
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {_describe(self)} max={self.max_connections} "
+            f"timeout={self.timeout} in_use={self.in_use()} idle={self.idle()} "
+            f"waiting={self.waiting()}>"
+        )
+
+    def __del__(self) -> None:
+        """redis-py 8's ``__del__`` undoes pool metrics; this pool records none."""
+
+    def reset(self) -> None:
+        """Start empty (also in a forked child: the parent's sockets are not ours)."""
+        self._available_connections: list[Any] = []
+        self._in_use_connections: set[Any] = set()
+        self._connections: list[Any] = []
+        self._waiters: deque[asyncio.Future[Any]] = deque()
+        self._created = 0
+        self.pid = os.getpid()
+
+    def _checkpid(self) -> None:
+        if self.pid != os.getpid():
+            self.reset()
+
+    def in_use(self) -> int:
+        """Slots not free to borrow: checked-out connections and ones being made or retired."""
+        return self._created - len(self._available_connections)
+
+    def idle(self) -> int:
+        return len(self._available_connections)
+
+    def waiting(self) -> int:
+        return sum(1 for future in self._waiters if not future.done())
+
+    def can_get_connection(self) -> bool:
+        return bool(self._available_connections) or self._created < self.max_connections
+
+    # -- borrowing ----------------------------------------------------------------------------
+    async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+        """A connected connection; waits in line up to ``timeout`` when all are checked out."""
+        self._checkpid()
+        if self._available_connections:  # only while nobody waits: no queue jumping
+            connection = self._available_connections.pop()
+            self._in_use_connections.add(connection)
+        elif self._created < self.max_connections:
+            self._created += 1
+            connection = _SLOT
+        else:
+            connection = await self._wait()
+        if connection is _SLOT:
+            connection = self._create()
+        try:
+            await self.ensure_connection(connection)
+        except BaseException:
+            await self._discard(connection)
+            raise
+        return connection
+
+    def get_available_connection(self) -> Any:
+        """Take an idle connection or a free slot without waiting (redis-py's hook)."""
+        self._checkpid()
+        if self._available_connections:
+            connection = self._available_connections.pop()
+            self._in_use_connections.add(connection)
+            return connection
+        if self._created >= self.max_connections:
+            raise RedisConnectionError("Too many connections")
+        self._created += 1
+        return self._create()
+
+    async def _wait(self) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._waiters.append(future)
+        timer = (
+            None if self.timeout is None else loop.call_later(self.timeout, self._expire, future)
+        )
+        try:
+            item = await future
+        except BaseException:  # cancelled: give back whatever was handed meanwhile
+            if timer is not None:
+                timer.cancel()
+            if future.done() and not future.cancelled():
+                handed = future.result()
+                if handed is not _TIMED_OUT:
+                    self._give_back(handed)
+            else:
+                self._forget(future)
+            raise
+        if timer is not None:
+            timer.cancel()
+        if item is _TIMED_OUT:
+            raise RedisConnectionError(EXHAUSTED)
+        return item
+
+    def _expire(self, future: asyncio.Future[Any]) -> None:
+        if not future.done():
+            self._forget(future)
+            future.set_result(_TIMED_OUT)
+
+    def _forget(self, future: asyncio.Future[Any]) -> None:
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(future)
+
+    def _create(self) -> Any:
+        try:
+            connection = self.make_connection()
+        except BaseException:
+            self._free_slot()
+            raise
+        self._in_use_connections.add(connection)
+        return connection
+
+    def make_connection(self) -> Any:
+        """A new, unconnected connection (tracked; constructors do no network I/O)."""
+        connection = self.connection_class(**self.connection_kwargs)
+        self._connections.append(connection)
+        return connection
+
+    async def _discard(self, connection: Any) -> None:
+        """Drop a connection that failed at checkout; its slot goes to the next waiter."""
+        if connection in self._in_use_connections:
+            self._in_use_connections.discard(connection)
+            self._untrack(connection)
+            self._free_slot()
+        try:
+            await connection.disconnect()
+        except Exception as exc:  # best effort: the connection is gone either way
+            logger.debug("disconnecting a failed connection: %r", exc)
+
+    # -- giving back --------------------------------------------------------------------------
+    async def release(self, connection: Any) -> None:
+        """Hand the connection to the oldest waiting task, or keep it idle."""
+        if connection not in self._in_use_connections:
+            return  # not ours, or released twice
+        try:
+            if _should_reconnect(connection):
+                await connection.disconnect()
+            dispatcher = getattr(self, "_event_dispatcher", None)
+            if _ASYNC_RELEASED is not None and dispatcher is not None:
+                # May re-authenticate (network I/O): while the connection is still ours.
+                await dispatcher.dispatch_async(_ASYNC_RELEASED(connection))
+        except BaseException:
+            # Interrupted half way (cancelled, or the re-auth failed): do not pass on a
+            # connection in an unknown state, but do not lose its slot either.
+            if connection in self._in_use_connections:
+                self._in_use_connections.discard(connection)
+                self._untrack(connection)
+                self._free_slot()
+            raise
+        if connection in self._in_use_connections:
+            self._give_back(connection)
+
+    def _give_back(self, item: Any) -> None:
+        if item is _SLOT:
+            self._free_slot()
+            return
+        while self._waiters:
+            future = self._waiters.popleft()
+            if not future.done():  # a cancelled waiter may still be queued
+                future.set_result(item)  # stays in _in_use_connections: it changes hands
+                return
+        self._in_use_connections.discard(item)
+        self._available_connections.append(item)
+
+    def _free_slot(self) -> None:
+        while self._waiters:
+            future = self._waiters.popleft()
+            if not future.done():
+                future.set_result(_SLOT)
+                return
+        self._created -= 1
+
+    def _untrack(self, connection: Any) -> None:
+        with contextlib.suppress(ValueError):
+            self._connections.remove(connection)
+
+    # -- closing ------------------------------------------------------------------------------
+    async def retire_idle(self) -> int:
+        """Close every idle connection now (each reconnects on its next use); returns how many.
+
+        They are checked out while they close, so no task borrows a half-closed socket.
+        """
+        self._checkpid()
+        taken, self._available_connections = self._available_connections, []
+        self._in_use_connections.update(taken)
+        try:
+            results = await asyncio.gather(
+                *(connection.disconnect() for connection in taken), return_exceptions=True
+            )
+            for result in results:
+                if isinstance(result, Exception):
+                    logger.debug("retiring an idle connection: %r", result)
+        finally:
+            for connection in taken:
+                if connection in self._in_use_connections:
+                    self._give_back(connection)
+        return len(taken)
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        """Close every connection (``inuse_connections=False``: only the idle ones)."""
+        if not inuse_connections:
+            await self.retire_idle()
+            return
+        connections: Iterable[Any] = list(self._connections)
+        results = await asyncio.gather(
+            *(connection.disconnect() for connection in connections), return_exceptions=True
+        )
+        error = next((r for r in results if isinstance(r, BaseException)), None)
+        if error is not None:
+            raise error
+
+    def _get_free_connections(self) -> list[Any]:
+        return list(self._available_connections)
+
+    def _get_in_use_connections(self) -> set[Any]:
+        return set(self._in_use_connections)
