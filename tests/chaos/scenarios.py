@@ -282,6 +282,11 @@ def run_scenario(scenario: str, cluster: LocalSentinelCluster, *, socket_timeout
             bound=_bound(socket_timeout, fence),
         )
         report.switched = fence is not None
+        if fence is not None:
+            report.notes.append(
+                f"fence up {fence[0] - r.fault_start:.2f}s after the fault, "
+                f"switch {fence[1] - 0.05 - r.fault_start:.2f}s"
+            )
         report.notes += r.notes + [f"settled {settled:.1f}s after the heal"]
         return report
     finally:
@@ -294,13 +299,14 @@ def run_scenario(scenario: str, cluster: LocalSentinelCluster, *, socket_timeout
 
 
 def _bound(socket_timeout: float, fence: tuple[float, float] | None) -> Callable[[Call], float]:
-    """The longest a call may take: one socket timeout (a hung master costs one), plus
-    FAILOVER_HOLD when it overlapped the write fence (POOL_TIMEOUT never applies: fewer
+    """The longest a call may take: one socket timeout (a hung master costs one, never two),
+    plus FAILOVER_HOLD if the write fence was up while the call could have been held by it: at
+    its start, or at its retry after that one timeout. POOL_TIMEOUT never applies here (fewer
     writers than connections)."""
 
     def bound(call: Call) -> float:
         allowed = socket_timeout + SLACK
-        if fence is not None and call.start <= fence[1] and call.end >= fence[0]:
+        if fence is not None and call.start <= fence[1] and fence[0] <= call.start + allowed:
             allowed += FAILOVER_HOLD
         return allowed
 
