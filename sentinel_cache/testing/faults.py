@@ -233,6 +233,9 @@ class _Side(asyncio.Protocol):
         self.transport = transport
         if self.accepted:
             self.conn.accepted(transport)
+        elif self.conn.client_side.closed and self.inbound.done and self.outbound.done:
+            self.abort()  # reset (or gone) while we were connecting: nothing left to carry
+            return
         self.outbound.flush()
 
     def data_received(self, data: bytes) -> None:
