@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import cache_page
 
 from example_project.apps import SWITCHES, register_switch_callback
+from sentinel_cache import StaleReplyError
 
 REPORT_KEY = "report:primes"
 REPORT_SECONDS = 30
@@ -108,8 +109,13 @@ def visit(request: HttpRequest, n: int) -> JsonResponse:
     key = f"visit:{n}"
     stored = cache.set(key, {"n": n, "at": _now()}, 600)
     value = cache.get(key)
-    cache.add("visits:total", 0, None)
-    total = cache.incr("visits:total")
+    try:
+        cache.add("visits:total", 0, None)
+        total: int | None = cache.incr("visits:total")
+    except StaleReplyError:
+        # The increment was in flight when the shard began a failover: whether it counted is
+        # unknown (never silently lost). A best-effort counter just shows "unknown" this time.
+        total = None
     ok = bool(stored) and value is not None and value["n"] == n
     return JsonResponse(
         {"key": key, "shard": _shard_of(key), "ok": ok, "total": total}, status=200 if ok else 500

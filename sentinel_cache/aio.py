@@ -52,6 +52,7 @@ from sentinel_cache.exceptions import (
     FailoverInProgressError,
     PoolExhaustedError,
 )
+from sentinel_cache.fair_pool import EXHAUSTED, AsyncFairBlockingConnectionPool
 from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardBound, ShardedSentinelPool
 from sentinel_cache.serializers import Codec
 
@@ -122,8 +123,8 @@ class AsyncShardSSLConnection(_AsyncShardConnectionMixin, redis.asyncio.connecti
     pass
 
 
-class AsyncShardConnectionPool(redis.asyncio.BlockingConnectionPool):
-    """A blocking pool (like the sync side's) whose exhaustion names the shard."""
+class AsyncShardConnectionPool(AsyncFairBlockingConnectionPool):
+    """A fair blocking pool (like the sync side's) whose exhaustion names the shard."""
 
     def __init__(self, label: str, **kwargs: Any) -> None:
         self._label = label
@@ -133,7 +134,7 @@ class AsyncShardConnectionPool(redis.asyncio.BlockingConnectionPool):
         try:
             return await super().get_connection(*args, **kwargs)
         except RedisConnectionError as exc:
-            if str(exc) == "No connection available.":
+            if str(exc) == EXHAUSTED:
                 raise PoolExhaustedError(
                     f"shard {self._label}: no free connection within {self.timeout}s "
                     f"(max_connections={self.max_connections}, asyncio)"
@@ -253,10 +254,13 @@ class AsyncShardClients:
             client = state.masters[shard.index] = AsyncRedis(connection_pool=pool)
         return client
 
-    def reader(self, state: _LoopState, shard: Shard, master: AsyncRedis) -> AsyncRedis:
-        replicas = shard.replicas
+    def reader(
+        self, state: _LoopState, shard: Shard, master: AsyncRedis
+    ) -> tuple[Address | None, AsyncRedis]:
+        """A replica in the shard's read rotation (its address and client), else the master."""
+        replicas = shard.serving_replicas
         if not replicas:
-            return master
+            return None, master
         address = replicas[next(self._replica_turn) % len(replicas)]
         client = state.replicas.get(address)
         if client is None:
@@ -265,7 +269,7 @@ class AsyncShardClients:
                 if self._ssl
                 else redis.asyncio.connection.Connection
             )
-            pool = redis.asyncio.BlockingConnectionPool(
+            pool = AsyncFairBlockingConnectionPool(
                 host=address.host,
                 port=address.port,
                 connection_class=connection_class,
@@ -274,7 +278,7 @@ class AsyncShardClients:
                 **self._kwargs,
             )
             client = state.replicas[address] = AsyncRedis(connection_pool=pool)
-        return client
+        return address, client
 
 
 _shared_clients: weakref.WeakKeyDictionary[ShardedSentinelPool, AsyncShardClients] = (
@@ -349,7 +353,7 @@ class AsyncCacheClient(ClientBase):
         clients = self.clients
         state = await clients.state()
         master = clients.master(state, shard)
-        client = master if write else clients.reader(state, shard, master)
+        replica, client = (None, master) if write else clients.reader(state, shard, master)
         address, generation = shard.current()
         pool = self.pool
         try:
@@ -357,7 +361,8 @@ class AsyncCacheClient(ClientBase):
         except PoolExhaustedError:
             raise
         except MASTER_ERRORS as exc:
-            if client is not master:  # a replica failed: the master still serves reads
+            if replica is not None:  # a replica failed: the master still serves reads
+                shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
                 return await operation(master)
             # The sync core's safety net, step by step; only the re-resolve goes to a thread.
             if pool.should_reresolve(shard, exc, generation):

@@ -372,6 +372,13 @@ class SentinelSet:
         with self._lock:
             self._threads.discard(threading.current_thread())
 
+    def disconnect(self) -> None:
+        """Close the idle sockets to the sentinels (they reconnect on next use)."""
+        with self._lock:
+            clients = list(self._clients.values())
+        for client in clients:
+            client.connection_pool.disconnect(inuse_connections=False)
+
     def close(self) -> None:
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}

@@ -45,9 +45,10 @@ ABORT_EVENTS = (
     "-failover-abort-waiting-for-replication-ack",  # not in every server version; harmless
     "+failover-end-for-timeout",
 )
-CHANNELS = (SWITCH, *FENCE_EVENTS, *ABORT_EVENTS)
-# A fence the events never lifted (messages lost) is re-checked through the sentinels after this.
-STALE_FENCE_SECONDS = 5.0
+# A replica went away, came back, appeared, or an old master rejoined as a replica: with
+# READ_FROM_REPLICAS, re-check that shard's read rotation now rather than at the next tick.
+REPLICA_EVENTS = ("+sdown", "-sdown", "+slave", "+convert-to-slave")
+CHANNELS = (SWITCH, *FENCE_EVENTS, *ABORT_EVENTS, *REPLICA_EVENTS)
 
 
 def _keepalive_options() -> dict[int, int]:
@@ -120,12 +121,12 @@ class SentinelListener:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0, *, wait: bool = True) -> None:
         self._stop.set()
         client = self._client
         if client is not None:
             client.connection_pool.disconnect()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        if wait and self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
     @property
@@ -189,7 +190,6 @@ class SentinelListener:
             if subscribed and now - last_seen > 2 * self._ping_interval + 1.0:
                 raise TimeoutError(f"no answer for {now - last_seen:.1f}s")
             message = pubsub.get_message(timeout=min(0.2, self._ping_interval))
-            self.core.check_fences()
             if message is None:
                 continue
             last_seen = time.monotonic()
@@ -227,12 +227,14 @@ class SentinelListener:
                         received=received,
                         sentinel=self.address,
                     )
-            elif channel_text in FENCE_EVENTS or channel_text in ABORT_EVENTS:
+            elif channel_text in (*FENCE_EVENTS, *ABORT_EVENTS, *REPLICA_EVENTS):
                 name = parse_instance_event(text)
                 shard = self.core.shard_by_name(name)
                 if shard is None:
                     return
-                if channel_text in FENCE_EVENTS:
+                if channel_text in REPLICA_EVENTS:
+                    self.core.on_replica_event(shard)
+                elif channel_text in FENCE_EVENTS:
                     if not shard.fenced:
                         logger.info("shard %s: %s, holding writes", shard.label, channel_text)
                     shard.raise_fence(channel_text)
@@ -276,14 +278,15 @@ class ListenerGroup:
         for listener in started:
             listener.start()
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
         with self._lock:
             self._stopped = True
             listeners = list(self._listeners.values())
         for listener in listeners:
-            listener._stop.set()
-        for listener in listeners:
-            listener.stop()
+            listener.stop(wait=False)  # every socket closed first, then the joins
+        if wait:
+            for listener in listeners:
+                listener.stop()
 
     def status(self) -> dict[str, bool]:
         return {str(a): listener.connected for a, listener in self._listeners.items()}

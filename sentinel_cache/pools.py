@@ -9,14 +9,13 @@ next use. Only the switching shard is touched.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
-from queue import Empty
 from typing import Any, Literal, NamedTuple, TypeVar
 
 import redis
@@ -39,7 +38,9 @@ from sentinel_cache.exceptions import (
     ShardUnavailableError,
     StaleReplyError,
 )
-from sentinel_cache.listener import STALE_FENCE_SECONDS, ListenerGroup
+from sentinel_cache.fair_pool import EXHAUSTED, FairBlockingConnectionPool
+from sentinel_cache.housekeeping import STALE_FENCE_SECONDS, Housekeeper
+from sentinel_cache.listener import ListenerGroup
 from sentinel_cache.ring import HashRing
 from sentinel_cache.throttle import Throttle
 
@@ -52,14 +53,6 @@ K = TypeVar("K", bound="str | bytes")
 MASTER_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
 SwitchCallback = Callable[["SwitchEvent"], None]
-
-# redis-py < 5.3 requires a command name when borrowing a connection; later ones warn on it.
-_BORROW_ARGS: tuple[str, ...] = (
-    ("_",)
-    if inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"].default
-    is inspect.Parameter.empty
-    else ()
-)
 
 
 class Evidence(NamedTuple):
@@ -212,8 +205,9 @@ class ShardSSLConnection(_ShardConnectionMixin, redis.connection.SSLConnection):
     pass
 
 
-class ShardConnectionPool(redis.BlockingConnectionPool):
-    """A blocking pool (Jedis ``maxTotal`` + ``maxWaitMillis``) whose exhaustion names the shard."""
+class ShardConnectionPool(FairBlockingConnectionPool):
+    """A fair blocking pool (Jedis ``maxTotal`` + ``maxWaitMillis``, waiters served in order)
+    whose exhaustion names the shard."""
 
     def __init__(self, shard: Shard, **kwargs: Any) -> None:
         self._shard_label = shard.label
@@ -221,35 +215,14 @@ class ShardConnectionPool(redis.BlockingConnectionPool):
 
     def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().get_connection(*(args or _BORROW_ARGS), **kwargs)
+            return super().get_connection(*args, **kwargs)
         except RedisConnectionError as exc:
-            if str(exc) == "No connection available.":
+            if str(exc) == EXHAUSTED:
                 raise PoolExhaustedError(
                     f"shard {self._shard_label}: no free connection within {self.timeout}s "
                     f"(max_connections={self.max_connections})"
                 ) from None
             raise
-
-    def retire_idle(self) -> int:
-        """Close every idle connection now (they would reconnect lazily anyway)."""
-        taken: list[Any] = []
-        while True:
-            try:
-                taken.append(self.pool.get_nowait())
-            except Empty:
-                break
-        closed = 0
-        for connection in taken:
-            if connection is not None:
-                connection.disconnect()
-                closed += 1
-        for connection in taken:
-            self.pool.put_nowait(connection)
-        return closed
-
-    def in_use(self) -> int:
-        idle = sum(1 for c in list(self.pool.queue) if c is not None)
-        return len(self._connections) - idle
 
 
 class Shard:
@@ -293,7 +266,10 @@ class Shard:
         )
         self.client = redis.Redis(connection_pool=self.pool)
         self._replica_kwargs = (connection_class, kwargs, config.max_connections)
-        self._replica_clients: list[tuple[Address, redis.Redis]] = []
+        self._replica_clients: dict[Address, redis.Redis] = {}
+        self._down: set[Address] = set()  # listed by the sentinels, but failing our checks
+        self.serving_replicas: tuple[Address, ...] = ()
+        self._rotation: list[redis.Redis] = []
         self._replica_turn = itertools.count()
 
     def __repr__(self) -> str:
@@ -331,12 +307,15 @@ class Shard:
             evidence = Evidence(0, time.monotonic())
         with self._lock:
             old = self.address
+            if old == address:  # a confirmation: keep the newer evidence
+                if evidence.newer_than(self.evidence):
+                    self.evidence = evidence
+                self.error = None
+                return "same", old
             if not evidence.newer_than(self.evidence):
                 return "stale", old
             self.evidence = evidence
             self.error = None
-            if old == address:
-                return "same", old
             self.address = address
             self.generation += 1
             if old is not None:
@@ -375,40 +354,69 @@ class Shard:
 
     # -- replicas ----------------------------------------------------------------------------
     def set_replicas(self, replicas: Sequence[Address]) -> None:
+        """The replicas the sentinels list; clients are kept for those still listed."""
         replicas = tuple(replicas)
         if replicas == self.replicas:
             return
         connection_class, kwargs, max_connections = self._replica_kwargs
-        clients = [
-            (
-                address,
-                redis.Redis(
-                    connection_pool=redis.BlockingConnectionPool(
+        with self._lock:
+            current = self._replica_clients
+            clients = {
+                address: current.get(address)
+                or redis.Redis(
+                    connection_pool=FairBlockingConnectionPool(
                         host=address.host,
                         port=address.port,
                         connection_class=connection_class,
                         max_connections=max_connections,
                         **kwargs,
                     )
-                ),
-            )
-            for address in replicas
-        ]
-        with self._lock:
-            old, self._replica_clients = self._replica_clients, clients
+                )
+                for address in replicas
+            }
+            dropped = [c for a, c in current.items() if a not in clients]
+            self._replica_clients = clients
             self.replicas = replicas
-        for _, client in old:
+            self._down &= set(replicas)
+            self._update_rotation()
+        for client in dropped:
             client.connection_pool.disconnect()
 
+    def set_replica_health(self, address: Address, healthy: bool, why: str = "") -> None:
+        """Take a replica out of the read rotation (a failed read or check), or back in."""
+        with self._lock:
+            if address not in self._replica_clients or (address not in self._down) == healthy:
+                return
+            if healthy:
+                self._down.discard(address)
+            else:
+                self._down.add(address)
+            self._update_rotation()
+        logger.info(
+            "shard %s: replica %s %s the read rotation%s",
+            self.label,
+            address,
+            "rejoins" if healthy else "leaves",
+            f" ({why})" if why else "",
+        )
+
+    def _update_rotation(self) -> None:
+        self.serving_replicas = tuple(a for a in self.replicas if a not in self._down)
+        self._rotation = [self._replica_clients[a] for a in self.serving_replicas]
+
+    def replica_client(self, client: redis.Redis) -> Address | None:
+        """The replica address behind ``client`` (None for the master's client)."""
+        return next((a for a, c in self._replica_clients.items() if c is client), None)
+
     def read_client(self) -> redis.Redis:
-        clients = self._replica_clients
-        if not clients:
+        rotation = self._rotation
+        if not rotation:
             return self.client
-        return clients[next(self._replica_turn) % len(clients)][1]
+        return rotation[next(self._replica_turn) % len(rotation)]
 
     def close(self) -> None:
         self.pool.disconnect()
-        for _, client in self._replica_clients:
+        for client in self._replica_clients.values():
             client.connection_pool.disconnect()
 
 
@@ -452,6 +460,7 @@ class ShardedSentinelPool:
         self._by_name = {shard.name: shard for shard in self.shards}
         self._callbacks: list[SwitchCallback] = []
         self._reset_process_state()
+        _live.add(self)
 
     def _reset_process_state(self) -> None:
         """State that must not cross a fork: locks, sentinel sockets, threads."""
@@ -469,7 +478,8 @@ class ShardedSentinelPool:
         )
         for shard in self.shards:
             shard.reset_locks()
-        self.listeners: Any = None
+        self.listeners: ListenerGroup | None = None
+        self.housekeeper: Housekeeper | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("started" if self._started else "idle")
@@ -495,9 +505,36 @@ class ShardedSentinelPool:
         self._reset_process_state()
 
     def _start_listeners(self) -> None:
-        if self.config.listeners:
-            self.listeners = ListenerGroup(self, self.config.sentinel_options())
+        config = self.config
+        if config.listeners:
+            self.listeners = ListenerGroup(self, config.sentinel_options())
             self.listeners.ensure(self.sentinels.addresses)
+        if config.listeners or config.read_from_replicas:
+            self.housekeeper = Housekeeper(
+                self, config.connection_options(), replicas=config.read_from_replicas
+            )
+            self.housekeeper.start()
+
+    def _stop_background(self, *, wait: bool) -> None:
+        listeners, self.listeners = self.listeners, None
+        housekeeper, self.housekeeper = self.housekeeper, None
+        if listeners is not None:
+            listeners.stop(wait=wait)
+        if housekeeper is not None:
+            housekeeper.stop(wait=wait)
+
+    def before_fork(self) -> None:
+        """This process is about to fork (gunicorn's arbiter after ``--preload``, a prefork
+        pool): stop its listeners and housekeeper without waiting, so only the children (which
+        start their own) hold sentinel subscriptions. If this process uses the cache again, it
+        discovers again and restarts them."""
+        if self._started and self._pid == os.getpid():
+            self._started = False
+            self._stop_background(wait=False)
+            # Idle sockets would be inherited by every child and never used there.
+            self.sentinels.disconnect()
+            for shard in self.shards:
+                shard.pool.retire_idle()
 
     # -- push path: called by the listener threads ---------------------------------------------
     def shard_by_name(self, name: str) -> Shard | None:
@@ -536,6 +573,17 @@ class ShardedSentinelPool:
                     shard.lower_fence()
         if self.listeners is not None:
             self.listeners.ensure(self.sentinels.addresses)
+
+    def on_replica_event(self, shard: Shard) -> None:
+        """A sentinel reported a change about one of the shard's replicas."""
+        if self.housekeeper is not None:
+            self.housekeeper.wake(shard)
+
+    def refresh_replicas(self, name: str) -> None:
+        """Ask the sentinels for one shard again (its replica list changed)."""
+        outcome = self.discovery.resolve([name], timeout=0)[name]
+        if isinstance(outcome, Resolution):
+            self._apply(self._by_name[name], outcome, source="replica change")
 
     def check_fences(self) -> None:
         """Lift a fence whose failover we never heard the end of (a lost message)."""
@@ -639,8 +687,7 @@ class ShardedSentinelPool:
             self._closed = True
             self._started = False  # the next use takes the slow path and sees "closed"
         _forget(self)
-        if self.listeners is not None:
-            self.listeners.stop()
+        self._stop_background(wait=True)
         self.sentinels.close()
         for shard in self.shards:
             shard.close()
@@ -722,6 +769,9 @@ class ShardedSentinelPool:
             raise
         except MASTER_ERRORS as exc:
             if client is not shard.client:  # a replica failed: the master still serves reads
+                replica = shard.replica_client(client)
+                if replica is not None:
+                    shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
                 return operation(shard.client)
             if self.should_reresolve(shard, exc, generation):
                 self.reresolve(shard, reason=f"{type(exc).__name__}: {exc}", suspect=address)
@@ -867,9 +917,9 @@ class ShardedSentinelPool:
     # -- status ------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """A cheap snapshot from memory (no network); the status module adds live checks."""
-        listeners = self.listeners.status() if self.listeners is not None else {}
+        listeners = self.listeners.status() if self.listeners is not None and self.started else {}
         return {
-            "started": self._started,
+            "started": self.started,
             "closed": self._closed,
             "shards": [
                 {
@@ -916,8 +966,16 @@ def _reinit_registry_lock() -> None:
     _registry_lock = threading.Lock()
 
 
+def _before_fork() -> None:
+    for pool in list(_live):
+        pool.before_fork()
+
+
+# Every core of this process, for the fork hook (weak: a core nobody holds is not kept alive).
+_live: weakref.WeakSet[ShardedSentinelPool] = weakref.WeakSet()
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reinit_registry_lock)
+    os.register_at_fork(before=_before_fork, after_in_child=_reinit_registry_lock)
 
 
 def _forget(pool: ShardedSentinelPool) -> None:

@@ -1,0 +1,162 @@
+"""One background thread per core for what must happen on a clock rather than on traffic.
+
+- A write fence whose failover never announced its end (a lost message) is re-checked through
+  the sentinels after ``STALE_FENCE_SECONDS``.
+- With ``READ_FROM_REPLICAS``, every replica in a shard's read rotation is asked ``ROLE`` about
+  once a second: a replica that no longer follows the shard's current master (detached by hand,
+  demoted link, still syncing, unreachable) leaves the rotation until it does again, instead of
+  serving wrong misses until something fails. Sentinel events about replicas (``+sdown``,
+  ``-sdown``, ``+slave``, ``+convert-to-slave``) wake the thread for an immediate check.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from sentinel_cache.config import Address
+from sentinel_cache.discovery import direct_client, reply_text
+
+if TYPE_CHECKING:
+    from sentinel_cache.pools import Shard, ShardedSentinelPool
+
+logger = logging.getLogger("sentinel_cache")
+
+#: A fence the events never lifted (messages lost) is re-checked through the sentinels after this.
+STALE_FENCE_SECONDS = 5.0
+#: Replica ROLE checks use their own short timeouts: a hung replica must not stall the others.
+CHECK_TIMEOUT = 0.5
+
+
+def same_node(a: Address, b: Address) -> bool:
+    """Equal addresses, or the same port on host names that resolve alike (a replica may have
+    been configured with a host name where the sentinels report an IP)."""
+    if a == b:
+        return True
+    if a.port != b.port:
+        return False
+    try:
+        return socket.gethostbyname(a.host) == socket.gethostbyname(b.host)
+    except OSError:
+        return False
+
+
+def replica_problem(role: Any, master: Address | None) -> str | None:
+    """Why a ``ROLE`` reply disqualifies a replica of ``master`` from serving reads, or None."""
+    if not isinstance(role, (list, tuple)) or len(role) < 4:
+        return f"malformed ROLE reply {role!r:.60}"
+    kind = reply_text(role[0])
+    if kind not in ("slave", "replica"):
+        return f"ROLE is {kind!r}"
+    try:
+        following = Address(reply_text(role[1]), int(role[2]))
+    except (TypeError, ValueError):
+        return f"malformed ROLE reply {role!r:.60}"
+    if master is None or not same_node(following, master):
+        return f"replicates from {following}, not the master {master}"
+    state = reply_text(role[3])
+    if state != "connected":
+        return f"replication link {state!r}"
+    return None
+
+
+class Housekeeper:
+    """The clock of one core: stale fences every ``interval``, replicas every ``replica_interval``."""
+
+    def __init__(
+        self,
+        core: ShardedSentinelPool,
+        connection_kwargs: Mapping[str, Any],
+        *,
+        replicas: bool,
+        interval: float = 0.5,
+        replica_interval: float = 1.0,
+    ) -> None:
+        self._core = core
+        self._kwargs = {
+            **connection_kwargs,
+            "socket_timeout": min(
+                CHECK_TIMEOUT, float(connection_kwargs.get("socket_timeout") or CHECK_TIMEOUT)
+            ),
+            "socket_connect_timeout": CHECK_TIMEOUT,
+        }
+        self._replicas = replicas
+        self._interval = interval
+        self._replica_interval = replica_interval
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._pending: set[str] = set()
+        self._clients: dict[Address, redis.Redis] = {}
+        self.checks = 0
+        self._thread = threading.Thread(
+            target=self._run, name="sentinel_cache-housekeeper", daemon=True
+        )
+
+    def __repr__(self) -> str:
+        state = "running" if self._thread.is_alive() else "stopped"
+        return f"<Housekeeper {state} replicas={self._replicas} checks={self.checks}>"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, *, wait: bool = True) -> None:
+        self._stop.set()
+        self._wake.set()
+        if wait and self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            client.connection_pool.disconnect()
+
+    def wake(self, shard: Shard) -> None:
+        """Check ``shard``'s replicas now (a sentinel reported a change about one)."""
+        if self._replicas:
+            self._pending.add(shard.name)
+            self._wake.set()
+
+    def _run(self) -> None:
+        next_replicas = time.monotonic()
+        while not self._stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self._core.check_fences()
+                pending, self._pending = self._pending, set()
+                for name in pending:
+                    self._core.refresh_replicas(name)
+                now = time.monotonic()
+                if self._replicas and (pending or now >= next_replicas):
+                    next_replicas = now + self._replica_interval
+                    self.check_replicas()
+            except Exception:  # the clock must keep ticking whatever one round hit
+                logger.exception("housekeeping round failed")
+
+    def check_replicas(self) -> None:
+        """Ask every listed replica ``ROLE`` and update each shard's read rotation."""
+        self.checks += 1
+        listed: set[Address] = set()
+        for shard in self._core.shards:
+            for address in shard.replicas:
+                listed.add(address)
+                problem = self._problem(address, shard.address)
+                shard.set_replica_health(address, problem is None, problem or "")
+        for address in set(self._clients) - listed:
+            self._clients.pop(address).connection_pool.disconnect()
+
+    def _problem(self, address: Address, master: Address | None) -> str | None:
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = direct_client(address, self._kwargs)
+        try:
+            return replica_problem(client.execute_command("ROLE"), master)
+        except (redis.RedisError, OSError) as exc:
+            client.connection_pool.disconnect()
+            return f"{type(exc).__name__}: {exc}"
