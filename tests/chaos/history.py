@@ -165,7 +165,8 @@ class Report:
         worst = max(self.over_bound, key=lambda c: c.duration, default=None)
         over = (
             f", {len(self.over_bound)} calls over their bound (worst {worst.duration:.3f}s "
-            f"{worst.outcome})"
+            f"{worst.outcome} on shard {worst.shard}, started {worst.start - self.fault[1]:+.3f}s "
+            f"from the heal; shards {sorted({c.shard for c in self.over_bound})})"
             if worst
             else ""
         )
