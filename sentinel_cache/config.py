@@ -308,6 +308,13 @@ class PoolConfig:
         sentinel_kwargs = dict(sentinel_kwargs or {})
         _check_connection_kwargs(sentinel_kwargs, "sentinel_kwargs")
         connection = {**DEFAULT_CONNECTION_KWARGS, **kwargs}
+        timeout = kwargs.get("socket_timeout")
+        if "socket_connect_timeout" not in kwargs and isinstance(timeout, (int, float)):
+            # SOCKET_TIMEOUT bounds a call: a black-holed master must not hold a new
+            # connection longer than an established one.
+            connection["socket_connect_timeout"] = min(
+                DEFAULT_CONNECTION_KWARGS["socket_connect_timeout"], timeout
+            )
         sentinel = {**DEFAULT_SENTINEL_KWARGS, **sentinel_kwargs}
         for side, values in (("connection_kwargs", connection), ("sentinel_kwargs", sentinel)):
             for name in ("socket_timeout", "socket_connect_timeout"):
