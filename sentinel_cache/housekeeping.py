@@ -2,6 +2,8 @@
 
 - A write fence whose failover never announced its end (a lost message) is re-checked through
   the sentinels after ``STALE_FENCE_SECONDS``.
+- A shard whose last re-resolve failed (sentinels unreachable) is re-resolved again, so its error
+  clears once the sentinels answer, even if no call fails meanwhile.
 - With ``READ_FROM_REPLICAS``, every replica in a shard's read rotation is asked ``ROLE`` about
   once a second: a replica that no longer follows the shard's current master (detached by hand,
   demoted link, still syncing, unreachable) leaves the rotation until it does again, instead of
@@ -129,6 +131,7 @@ class Housekeeper:
                 break
             try:
                 self._core.check_fences()
+                self._core.recheck_failed()
                 pending, self._pending = self._pending, set()
                 for name in pending:
                     self._core.refresh_replicas(name)

@@ -585,6 +585,12 @@ class ShardedSentinelPool:
         if isinstance(outcome, Resolution):
             self._apply(self._by_name[name], outcome, source="replica change")
 
+    def recheck_failed(self) -> None:
+        """Re-resolve the shards whose last resolution failed (rate-limited per shard)."""
+        for shard in self.shards:
+            if shard.error is not None and shard.address is not None:
+                self.reresolve(shard, reason="recheck after a failed resolution")
+
     def check_fences(self) -> None:
         """Lift a fence whose failover we never heard the end of (a lost message)."""
         for shard in self.shards:
