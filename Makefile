@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml
 lint: venv
 	$(VENV)/bin/ruff check sentinel_cache tests benchmarks example_project
 	$(VENV)/bin/ruff format --check sentinel_cache
+	$(PY) scripts/unasync.py --check
 
 typecheck: venv
 	$(VENV)/bin/mypy

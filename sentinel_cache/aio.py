@@ -20,28 +20,20 @@ and asgiref's ``async_to_sync`` both do), or by :meth:`AsyncCacheClient.aclose` 
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
 import redis.asyncio.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ReadOnlyError
+from redis.exceptions import ReadOnlyError
 
-from sentinel_cache.client import (
-    INCR_IF_EXISTS,
-    INCR_IF_EXISTS_SHA,
-    MISS,
-    ClientBase,
-    expiry_args,
-    is_ok,
-)
+from sentinel_cache._async.client import AsyncCacheOperations
 from sentinel_cache.config import (
     Address,
     PoolConfig,
@@ -49,12 +41,10 @@ from sentinel_cache.config import (
     connection_parameters,
 )
 from sentinel_cache.exceptions import (
-    FailoverInProgressError,
     PoolExhaustedError,
 )
 from sentinel_cache.fair_pool import EXHAUSTED, AsyncFairBlockingConnectionPool
-from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardBound, ShardedSentinelPool
-from sentinel_cache.serializers import Codec
+from sentinel_cache.pools import Shard, ShardBound, ShardedSentinelPool
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -254,13 +244,11 @@ class AsyncShardClients:
             client = state.masters[shard.index] = AsyncRedis(connection_pool=pool)
         return client
 
-    def reader(
-        self, state: _LoopState, shard: Shard, master: AsyncRedis
-    ) -> tuple[Address | None, AsyncRedis]:
-        """A replica in the shard's read rotation (its address and client), else the master."""
+    def reader(self, state: _LoopState, shard: Shard) -> tuple[Address, AsyncRedis] | None:
+        """A replica in the shard's read rotation (its address and client), or None."""
         replicas = shard.serving_replicas
         if not replicas:
-            return None, master
+            return None
         address = replicas[next(self._replica_turn) % len(replicas)]
         client = state.replicas.get(address)
         if client is None:
@@ -296,276 +284,16 @@ def shared_async_clients(pool: ShardedSentinelPool) -> AsyncShardClients:
         return clients
 
 
-class AsyncCacheClient(ClientBase):
-    """The asyncio twin of :class:`~sentinel_cache.client.CacheClient`, same arguments and
-    semantics: ``timeout`` in seconds, None never expires, zero or less expires at once.
+class AsyncCacheClient(AsyncCacheOperations):
+    """The asyncio client: the same operations, arguments and semantics as
+    :class:`~sentinel_cache.client.CacheClient` (one source, see
+    :mod:`sentinel_cache._async.client`). Cheap to create: connections belong to the core's
+    :class:`AsyncShardClients`."""
 
-    Cheap to create: connections belong to the core's :class:`AsyncShardClients`."""
-
-    def __init__(self, pool: ShardedSentinelPool, codec: Codec, **durability: int) -> None:
-        super().__init__(pool, codec, **durability)
-        self.clients = shared_async_clients(pool)
-
-    async def aclose(self) -> None:
-        """Close this event loop's connections to the core's shards (shared by every cache
-        on the core; they reconnect lazily). The core itself stays up."""
-        await self.clients.aclose()
-
-    # -- readiness, fence, safety net --------------------------------------------------------
-    async def _ready(self, shard: Shard, write: bool) -> None:
-        pool = self.pool
-        # The core's first discovery (and a shard without a master yet) block: do them in a
-        # thread, once. Afterwards everything needed is in memory.
-        if not pool.started or shard.address is None:
-            await asyncio.to_thread(pool.ready, shard, False)
-        if write and shard.fenced:
-            await self._wait_fence(shard)
-
-    async def _wait_fence(self, shard: Shard) -> None:
-        """Hold a write while a failover is announced, as ``Shard.wait_fence`` does, without
-        blocking the loop."""
-        hold = self.pool.config.failover_hold
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + hold
-        delay = 0.002
-        while shard.fenced:
-            left = deadline - loop.time()
-            if left <= 0:
-                raise FailoverInProgressError(
-                    f"shard {shard.label}: writes held for {hold:g}s while a failover is in "
-                    f"progress ({shard.fence_reason}); the new master was not confirmed in time"
-                )
-            await asyncio.sleep(min(delay, left))
-            delay = min(delay * 2, _FENCE_POLL_MAX)
-
-    async def execute(
-        self,
-        shard: Shard,
-        operation: Operation[T],
-        *,
-        write: bool = True,
-        idempotent: bool = True,
-    ) -> T:
-        """Run ``await operation(client)`` on the shard with the same safety net as the sync
-        ``ShardedSentinelPool.execute``: re-resolve on a connection error, timeout or READONLY,
-        and retry an idempotent operation once if the master moved."""
-        await self._ready(shard, write)
-        clients = self.clients
-        state = await clients.state()
-        master = clients.master(state, shard)
-        replica, client = (None, master) if write else clients.reader(state, shard, master)
-        address, generation = shard.current()
-        pool = self.pool
-        try:
-            return await operation(client)
-        except PoolExhaustedError:
-            raise
-        except MASTER_ERRORS as exc:
-            if replica is not None:  # a replica failed: the master still serves reads
-                shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
-                return await operation(master)
-            # The sync core's safety net, step by step; only the re-resolve goes to a thread.
-            if pool.should_reresolve(shard, exc, generation):
-                reason = f"{type(exc).__name__}: {exc}"
-                await asyncio.to_thread(pool.reresolve, shard, reason=reason, suspect=address)
-            pool.retry_or_raise(shard, exc, generation, idempotent=idempotent)
-        if write and shard.fenced:
-            await self._wait_fence(shard)
-        return await operation(master)
-
-    async def _run(
-        self, key: Any, operation: Operation[T], *, write: bool, idempotent: bool = True
-    ) -> T:
-        shard = self.pool.shard_for(key)
-        return await self.execute(shard, operation, write=write, idempotent=idempotent)
-
-    async def scatter(
-        self, plan: Mapping[Shard, Sequence[Command]], *, write: bool
-    ) -> dict[Shard, list[Any]]:
-        """Every shard's batch at once (one pipeline per shard, gathered)."""
-        shards = list(plan)
-        replies = await _gather(
-            self.execute(shard, functools.partial(_pipeline, commands=plan[shard]), write=write)
-            for shard in shards
-        )
-        return dict(zip(shards, replies, strict=True))
-
-    async def _durable(self, client: AsyncRedis, *command: Any) -> Any:
-        if not self.durable_replicas:
-            return await client.execute_command(*command)
-        pipe = client.pipeline(transaction=False)
-        pipe.execute_command(*command)
-        pipe.execute_command("WAIT", self.durable_replicas, self.durable_timeout_ms)
-        reply, acked = await pipe.execute()
-        if acked < self.durable_replicas:
-            logger.warning(
-                "write to %r acknowledged by %d of %d replicas within %d ms",
-                command[1] if len(command) > 1 else command,
-                acked,
-                self.durable_replicas,
-                self.durable_timeout_ms,
-            )
-        return reply
-
-    # -- single key --------------------------------------------------------------------------
-    async def get(self, key: Any, default: Any = None) -> Any:
-        data = await self._run(key, lambda c: c.execute_command("GET", key), write=False)
-        value = MISS if data is None else self.decode(data, key)
-        return default if value is MISS else value
-
-    async def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
-        if timeout is not None and timeout <= 0:
-            if nx:  # "added" and expired at once: it succeeds only where the key was absent
-                return not await self.has_key(key)
-            await self.delete(key)
-            return True
-        command: Command = ("SET", key, self.encode(value), *expiry_args(timeout))
-        if nx:
-            command += ("NX",)
-        reply = await self._run(
-            key, lambda c: self._durable(c, *command), write=True, idempotent=not nx
-        )
-        return is_ok(reply)
-
-    async def add(self, key: Any, value: Any, timeout: float | None) -> bool:
-        return await self.set(key, value, timeout, nx=True)
-
-    async def touch(self, key: Any, timeout: float | None) -> bool:
-        """True if the key exists (PERSIST alone answers 0 for a key that had no expiry)."""
-        if timeout is None:
-
-            async def persist(client: AsyncRedis) -> Any:
-                pipe = client.pipeline(transaction=False)
-                pipe.execute_command("EXISTS", key)
-                pipe.execute_command("PERSIST", key)
-                return await pipe.execute()
-
-            exists, _ = await self._run(key, persist, write=True)
-            return bool(exists)
-        if timeout <= 0:
-            return await self.delete(key)
-        ms = max(1, int(timeout * 1000))
-        return bool(
-            await self._run(key, lambda c: c.execute_command("PEXPIRE", key, ms), write=True)
-        )
-
-    async def delete(self, key: Any) -> bool:
-        return bool(await self._run(key, lambda c: c.execute_command("DEL", key), write=True))
-
-    async def has_key(self, key: Any) -> bool:
-        return bool(await self._run(key, lambda c: c.execute_command("EXISTS", key), write=False))
-
-    async def incr(self, key: Any, delta: int = 1) -> int:
-        """Atomic and TTL-preserving (the sync client's script); ValueError if missing."""
-
-        async def run(client: AsyncRedis) -> Any:
-            try:
-                return await client.execute_command("EVALSHA", INCR_IF_EXISTS_SHA, 1, key, delta)
-            except NoScriptError:  # nothing ran: safe to send the body, which caches it
-                return await client.execute_command("EVAL", INCR_IF_EXISTS, 1, key, delta)
-
-        value = await self._run(key, run, write=True, idempotent=False)
-        if value is None:
-            raise ValueError(f"Key {key!r} not found")
-        return int(value)
-
-    async def ttl(self, key: Any) -> float | None:
-        """Seconds left; None for no expiry; 0 for a missing key."""
-        ms = await self._run(key, lambda c: c.execute_command("PTTL", key), write=False)
-        if ms == -1:
-            return None
-        return 0 if ms < 0 else ms / 1000
-
-    async def expire(self, key: Any, timeout: float) -> bool:
-        return await self.touch(key, timeout)
-
-    async def persist(self, key: Any) -> bool:
-        return await self.touch(key, None)
-
-    # -- many keys ---------------------------------------------------------------------------
-    async def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        groups, plan = self.mget_plan(keys)
-        return self.found(groups, await self.scatter(plan, write=False)) if plan else {}
-
-    async def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
-        """Returns the keys that failed (Django's contract)."""
-        if not mapping:
-            return []
-        if timeout is not None and timeout <= 0:
-            await self.delete_many(list(mapping))
-            return []
-        groups, plan = self.set_plan(mapping, timeout)
-        return self.not_set(groups, await self.scatter(plan, write=True))
-
-    async def delete_many(self, keys: Iterable[Any]) -> int:
-        plan = self.del_plan(keys)
-        if not plan:
-            return 0
-        return sum(int(r[0]) for r in (await self.scatter(plan, write=True)).values())
-
-    # -- whole cache (per shard, so a caller can skip a shard that is down) ------------------
-    async def flush_shard(self, shard: Shard) -> None:
-        """``FLUSHDB ASYNC`` on one shard's master (the configured database only)."""
-        await self.execute(shard, lambda c: c.execute_command("FLUSHDB", "ASYNC"), write=True)
-
-    async def delete_pattern_on(self, shard: Shard, pattern: str, count: int = 1000) -> int:
-        """``SCAN MATCH`` + ``UNLINK`` of one shard's matching keys; returns how many."""
-        return await self.execute(shard, lambda c: _unlink_matching(c, pattern, count), write=True)
-
-    async def delete_pattern(self, pattern: str, *, count: int = 1000) -> int:
-        counts = await _gather(
-            self.delete_pattern_on(shard, pattern, count) for shard in self.pool.shards
-        )
-        return sum(counts)
-
-    async def iter_keys_on(
-        self, shard: Shard, pattern: str, *, count: int = 1000
-    ) -> AsyncIterator[bytes]:
-        """Every key of one shard matching ``pattern`` (``SCAN``, never ``KEYS``)."""
-
-        async def client_of(client: AsyncRedis) -> AsyncRedis:
-            return client
-
-        client = await self.execute(shard, client_of, write=False)
-        async for key in client.scan_iter(match=pattern, count=count):
-            yield key
-
-    async def iter_keys(self, pattern: str, *, count: int = 1000) -> AsyncIterator[bytes]:
-        for shard in self.pool.shards:
-            async for key in self.iter_keys_on(shard, pattern, count=count):
-                yield key
-
-
-async def _gather(awaitables: Iterable[Awaitable[T]]) -> list[T]:
-    """``asyncio.gather`` that waits for every shard and then raises the first failure, so no
-    shard's error is left unretrieved (and logged as such) when another shard failed too."""
-    results = await asyncio.gather(*awaitables, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results  # type: ignore[return-value]
-
-
-async def _pipeline(client: AsyncRedis, *, commands: Sequence[Command]) -> list[Any]:
-    if len(commands) == 1:
-        return [await client.execute_command(*commands[0])]
-    pipe = client.pipeline(transaction=False)
-    for command in commands:
-        pipe.execute_command(*command)
-    return await pipe.execute()
-
-
-async def _unlink_matching(client: AsyncRedis, pattern: str, count: int) -> int:
-    deleted = 0
-    batch: list[bytes] = []
-    async for key in client.scan_iter(match=pattern, count=count):
-        batch.append(key)
-        if len(batch) >= count:
-            deleted += await client.execute_command("UNLINK", *batch)
-            batch.clear()
-    if batch:
-        deleted += await client.execute_command("UNLINK", *batch)
-    return deleted
+    @property
+    def clients(self) -> AsyncShardClients:
+        """The core's per-event-loop clients, shared by every cache object of the core."""
+        return self.io.clients
 
 
 __all__ = [

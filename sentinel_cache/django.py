@@ -525,7 +525,7 @@ class ShardedSentinelCache(BaseCache):
         complete = True
         for shard in self.pool.shards:
             if pattern is None:
-                outcome = await self._acall(shard, _FAILED, aclient.flush_shard, shard)
+                outcome = await self._acall(shard, _FAILED, aclient.clear_shard, shard, None)
             else:
                 outcome = await self._acall(
                     shard, _FAILED, aclient.delete_pattern_on, shard, pattern

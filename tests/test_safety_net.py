@@ -191,16 +191,12 @@ def test_async_client_does_not_trust_a_replaced_master_either(
     assert old is not None and new is not None
     client = AsyncCacheClient(pool, Codec())
 
-    async def slow(c: Any) -> Any:
-        pipe = c.pipeline(transaction=False)
-        pipe.execute_command("SET", key_on(pool, 0, "async-stale"), "v")
-        pipe.execute_command("WAIT", 5, 300)
-        return await pipe.execute()
+    slow = [("SET", key_on(pool, 0, "async-stale"), "v"), ("WAIT", 5, 300)]
 
     async def main() -> None:
         switch_later(pool, 0, new, 0.1)
         with pytest.raises(StaleReplyError):
-            await client.execute(shard, slow, idempotent=False)
+            await client.execute(shard, slow, write=True, idempotent=False)
         await client.aclose()
 
     asyncio.run(main())

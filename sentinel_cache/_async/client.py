@@ -1,0 +1,357 @@
+"""Every cache operation, written once: the asyncio source of both clients.
+
+``sentinel_cache/_sync/client.py`` is generated from this file by ``scripts/unasync.py`` (as
+httpcore generates its ``_sync`` package): ``async``/``await`` are erased and ``Async`` names
+lose their prefix. Do not edit the generated file; ``make test`` fails when it is stale.
+
+What differs between the two flavours is only how a shard's connections are reached and how to
+wait: each flavour's ``io`` module, hand-written and small.
+Everything else is here once: the safety net (re-resolve without waiting on the node that
+failed, one retry of idempotent commands when the shard moved, no acknowledgement from a
+replaced master), the write fence, the scatter of multi-key batches, and each operation's
+commands and replies (with the plans of :mod:`sentinel_cache.plans`).
+
+``timeout`` is seconds, None means never expire, zero or less means the value expires at once
+(as in Django).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
+
+from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
+
+from sentinel_cache._async.io import AsyncShardIO, run_blocking, wait_fence
+from sentinel_cache.config import Address
+from sentinel_cache.exceptions import PoolExhaustedError
+from sentinel_cache.plans import (
+    INCR_IF_EXISTS,
+    INCR_IF_EXISTS_SHA,
+    ClientBase,
+    Command,
+    escape_pattern,
+    expiry_args,
+    is_ok,
+    logger,
+    short_key,
+    wrong_type,
+)
+from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool
+from sentinel_cache.serializers import Codec
+
+SCAN_COUNT = 1000
+
+
+class AsyncCacheOperations(ClientBase):
+    """The cache operations over the sharded core (the adapters' client)."""
+
+    def __init__(
+        self,
+        pool: ShardedSentinelPool,
+        codec: Codec,
+        *,
+        durable_replicas: int = 0,
+        durable_timeout_ms: int = 100,
+    ) -> None:
+        super().__init__(
+            pool, codec, durable_replicas=durable_replicas, durable_timeout_ms=durable_timeout_ms
+        )
+        self.io = AsyncShardIO(pool)
+
+    async def aclose(self) -> None:
+        """Release this flavour's connections (asyncio: the running loop's); the core stays."""
+        await self.io.aclose()
+
+    # -- the one place that talks to a shard ---------------------------------------------------
+    async def ready(self, shard: Shard, write: bool) -> None:
+        """The core started, the shard's master known, and (for a write) its fence open."""
+        pool = self.pool
+        if not pool.started or shard.address is None:
+            await run_blocking(pool.ready, shard, False)
+        if write and shard.fenced:
+            await wait_fence(shard, pool.config.failover_hold)
+
+    async def execute(
+        self, shard: Shard, commands: Sequence[Command], *, write: bool, idempotent: bool = True
+    ) -> list[Any]:
+        """Send ``commands`` to the shard in one round trip and return their replies, with the
+        pull-path safety net.
+
+        A connection error, timeout or READONLY reply makes the shard re-resolve its master
+        (rate-limited, never waiting on the node that just failed); an idempotent batch is
+        retried once if the shard moved. A reply that arrived after the shard moved (or began
+        a failover) is no acknowledgement: idempotent batches are retried, others raise
+        :class:`~sentinel_cache.StaleReplyError`. A replica that fails a read leaves the read
+        rotation and the master answers.
+        """
+        pool = self.pool
+        await self.ready(shard, write)
+        replica, connections = (None, None) if write else await self.io.reader(shard)
+        if connections is None:
+            connections = await self.io.master(shard)
+        address, generation = shard.current()
+        try:
+            return await send(connections, commands)
+        except PoolExhaustedError:
+            raise
+        except MASTER_ERRORS as exc:
+            if replica is not None:  # a replica failed: the master still serves reads
+                shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
+                return await send(await self.io.master(shard), commands)
+            if pool.should_reresolve(shard, exc, generation):
+                reason = f"{type(exc).__name__}: {exc}"
+                await run_blocking(pool.reresolve, shard, reason=reason, suspect=address)
+            pool.retry_or_raise(shard, exc, generation, idempotent=idempotent)
+        if write and shard.fenced:
+            await wait_fence(shard, pool.config.failover_hold)
+        return await send(await self.io.master(shard), commands)
+
+    async def scatter(
+        self, plan: Mapping[Shard, Sequence[Command]], *, write: bool
+    ) -> dict[Shard, list[Any]]:
+        """Every shard's batch sent before any reply is read (one round trip for all shards).
+
+        A shard whose batch failed goes through the safety net once: re-resolve, then one
+        resend only if the shard moved, so a hung master costs one socket timeout, not a second
+        one for the resend. An error reply takes the single-shard path, which raises it.
+        """
+        pool = self.pool
+        if len(plan) == 1:
+            ((shard, commands),) = plan.items()
+            return {shard: await self.execute(shard, commands, write=write)}
+        for shard in plan:
+            await self.ready(shard, write)
+        replies: dict[Shard, list[Any]] = {}
+        failed: dict[Shard, tuple[BaseException, Address | None, int]] = {}
+        resend: list[Shard] = []
+        in_flight: list[tuple[Shard, Any, Any, Sequence[Command], Address | None, int]] = []
+        try:
+            for shard, commands in plan.items():
+                address, generation = shard.current()
+                connections = await self.io.master(shard)
+                try:
+                    connection = await connections.get_connection()
+                except PoolExhaustedError:
+                    raise
+                except MASTER_ERRORS as exc:  # a refused connect
+                    failed[shard] = (exc, address, generation)
+                    continue
+                in_flight.append((shard, connections, connection, commands, address, generation))
+                try:
+                    await connection.send_packed_command(connection.pack_commands(commands))
+                except MASTER_ERRORS as exc:
+                    failed[shard] = (exc, address, generation)
+            for shard, _, connection, commands, address, generation in in_flight:
+                if shard in failed:
+                    continue
+                try:
+                    replies[shard] = [await connection.read_response() for _ in commands]
+                except MASTER_ERRORS as exc:
+                    failed[shard] = (exc, address, generation)
+                except ResponseError:
+                    resend.append(shard)
+        finally:
+            for shard, connections, connection, *_ in in_flight:
+                if shard not in replies:  # replies left unread: the socket is out of step
+                    await connection.disconnect()
+                await connections.release(connection)
+        for shard, (error, address, generation) in failed.items():
+            if pool.should_reresolve(shard, error, generation):
+                reason = f"{type(error).__name__}: {error}"
+                await run_blocking(pool.reresolve, shard, reason=reason, suspect=address)
+            pool.retry_or_raise(shard, error, generation, idempotent=True)
+            resend.append(shard)
+        for shard in resend:
+            replies[shard] = await self.execute(shard, plan[shard], write=write)
+        return replies
+
+    async def _on(
+        self, key: Any, commands: list[Command], *, write: bool, idempotent: bool = True
+    ) -> list[Any]:
+        return await self.execute(
+            self.pool.shard_for(key), commands, write=write, idempotent=idempotent
+        )
+
+    # -- single key --------------------------------------------------------------------------
+    async def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            (data,) = await self._on(key, [("GET", key)], write=False)
+        except ResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            logger.warning("key %s holds a non-string value: treated as a miss", short_key(key))
+            return default
+        return self.value_of(data, key, default)
+
+    async def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
+        if timeout is not None and timeout <= 0:
+            if nx:  # "added" and expired at once: it succeeds only where the key was absent
+                return not await self.has_key(key)
+            await self.delete(key)
+            return True
+        command: Command = ("SET", key, self.encode(value), *expiry_args(timeout))
+        if nx:
+            command += ("NX",)
+        replies = await self._on(key, self.durable([command]), write=True, idempotent=not nx)
+        self.check_durable(key, replies)
+        return is_ok(replies[0])
+
+    async def add(self, key: Any, value: Any, timeout: float | None) -> bool:
+        return await self.set(key, value, timeout, nx=True)
+
+    async def touch(self, key: Any, timeout: float | None) -> bool:
+        """True if the key exists (PERSIST alone answers 0 for a key that had no expiry)."""
+        if timeout is None:
+            exists, _ = await self._on(key, [("EXISTS", key), ("PERSIST", key)], write=True)
+            return bool(exists)
+        if timeout <= 0:
+            return await self.delete(key)
+        ms = max(1, int(timeout * 1000))
+        (reply,) = await self._on(key, [("PEXPIRE", key, ms)], write=True)
+        return bool(reply)
+
+    async def delete(self, key: Any) -> bool:
+        (reply,) = await self._on(key, [("DEL", key)], write=True)
+        return bool(reply)
+
+    async def has_key(self, key: Any) -> bool:
+        (reply,) = await self._on(key, [("EXISTS", key)], write=False)
+        return bool(reply)
+
+    async def incr(self, key: Any, delta: int = 1, *, create: bool = False) -> int:
+        """Atomic and TTL-preserving; ValueError if the key is missing (Django semantics), or,
+        with ``create``, a missing key counts from 0 without expiry (cachelib semantics)."""
+        if create:
+            (value,) = await self._on(key, [("INCRBY", key, delta)], write=True, idempotent=False)
+            return int(value)
+        command: Command = ("EVALSHA", INCR_IF_EXISTS_SHA, 1, key, delta)
+        try:
+            (value,) = await self._on(key, [command], write=True, idempotent=False)
+        except NoScriptError:  # nothing ran: safe to send the body, which caches it
+            command = ("EVAL", INCR_IF_EXISTS, 1, key, delta)
+            (value,) = await self._on(key, [command], write=True, idempotent=False)
+        if value is None:
+            raise ValueError(f"Key {key!r} not found")
+        return int(value)
+
+    async def ttl(self, key: Any) -> float | None:
+        """Seconds left; None for no expiry; 0 for a missing key."""
+        (ms,) = await self._on(key, [("PTTL", key)], write=False)
+        if ms == -1:
+            return None
+        return 0 if ms < 0 else ms / 1000
+
+    async def expire(self, key: Any, timeout: float) -> bool:
+        return await self.touch(key, timeout)
+
+    async def persist(self, key: Any) -> bool:
+        return await self.touch(key, None)
+
+    # -- many keys ---------------------------------------------------------------------------
+    async def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        groups, plan = self.mget_plan(keys)
+        return self.found(groups, await self.scatter(plan, write=False)) if plan else {}
+
+    async def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
+        """Returns the keys that failed (Django's contract)."""
+        if not mapping:
+            return []
+        if timeout is not None and timeout <= 0:
+            await self.delete_many(list(mapping))
+            return []
+        groups, plan = self.set_plan(mapping, timeout)
+        return self.not_set(groups, await self.scatter(plan, write=True))
+
+    async def delete_many(self, keys: Iterable[Any]) -> int:
+        plan = self.del_plan(keys)
+        if not plan:
+            return 0
+        replies = await self.scatter(plan, write=True)
+        return sum(int(shard_replies[0]) for shard_replies in replies.values())
+
+    # -- whole cache (per shard, so an adapter can skip a shard that is down) ----------------
+    async def iter_keys_on(
+        self, shard: Shard, pattern: str, *, count: int = SCAN_COUNT, write: bool = False
+    ) -> AsyncIterator[bytes]:
+        """Every key of one shard matching ``pattern`` (``SCAN``, never ``KEYS``); each batch
+        goes through the safety net."""
+        cursor: Any = 0
+        while True:
+            command: Command = ("SCAN", cursor, "MATCH", pattern, "COUNT", count)
+            ((cursor, keys),) = await self.execute(shard, [command], write=write)
+            for key in keys:
+                yield key
+            if int(cursor) == 0:
+                return
+
+    async def iter_keys(self, pattern: str, *, count: int = SCAN_COUNT) -> AsyncIterator[bytes]:
+        for shard in self.pool.shards:
+            async for key in self.iter_keys_on(shard, pattern, count=count):
+                yield key
+
+    async def delete_pattern_on(self, shard: Shard, pattern: str, count: int = SCAN_COUNT) -> int:
+        """``SCAN MATCH`` + ``UNLINK`` of one shard's matching keys (on its master)."""
+        deleted = 0
+        batch: list[bytes] = []
+        async for key in self.iter_keys_on(shard, pattern, count=count, write=True):
+            batch.append(key)
+            if len(batch) >= count:
+                deleted += await self._unlink(shard, batch)
+                batch = []
+        if batch:
+            deleted += await self._unlink(shard, batch)
+        return deleted
+
+    async def _unlink(self, shard: Shard, keys: list[bytes]) -> int:
+        (reply,) = await self.execute(shard, [("UNLINK", *keys)], write=True)
+        return int(reply)
+
+    async def delete_pattern(self, pattern: str, *, count: int = SCAN_COUNT) -> int:
+        deleted = 0
+        for shard in self.pool.shards:
+            deleted += await self.delete_pattern_on(shard, pattern, count)
+        return deleted
+
+    async def clear_shard(self, shard: Shard, prefix: str | None) -> None:
+        """One shard's part of :meth:`clear`: its keys under ``prefix``, or its whole database."""
+        if prefix:
+            await self.delete_pattern_on(shard, escape_pattern(prefix) + "*")
+        else:
+            await self.execute(shard, [("FLUSHDB", "ASYNC")], write=True)
+
+    async def clear(self, prefix: str | None) -> None:
+        """With a prefix: SCAN + UNLINK of this cache's keys on every shard. Without one: the
+        whole database of every shard is flushed, as Django's RedisCache does."""
+        for shard in self.pool.shards:
+            await self.clear_shard(shard, prefix)
+
+
+async def send(connections: Any, commands: Sequence[Command]) -> list[Any]:
+    """One round trip on a borrowed connection: every command sent, every reply read.
+
+    An error reply is raised after the replies that follow it were read (the connection stays
+    in step); a connection failure (or a cancelled task) drops the socket before it goes back.
+    ``READONLY`` counts as a connection failure: the node is no master.
+    """
+    connection = await connections.get_connection()
+    try:
+        await connection.send_packed_command(connection.pack_commands(commands))
+        replies: list[Any] = []
+        error: ResponseError | None = None
+        for _ in commands:
+            try:
+                replies.append(await connection.read_response())
+            except ReadOnlyError:
+                raise
+            except ResponseError as exc:
+                error = error or exc
+                replies.append(exc)
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        await connections.release(connection)
+    if error is not None:
+        raise error
+    return replies

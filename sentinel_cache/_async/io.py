@@ -1,0 +1,70 @@
+"""How the asyncio operations reach a shard and wait: the only async-specific part.
+
+Connections belong to the core's per-event-loop clients (:class:`~sentinel_cache.aio.
+AsyncShardClients`, shared by every cache object of the core); blocking work of the core
+(first discovery, the safety net's re-resolve) goes to a thread; a write fence is awaited by
+polling, since the fence is a ``threading.Event`` set by a listener thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sentinel_cache.config import Address
+from sentinel_cache.exceptions import FailoverInProgressError
+from sentinel_cache.pools import Shard, ShardedSentinelPool
+
+T = TypeVar("T")
+
+# Longest pause between two looks at a raised write fence.
+_FENCE_POLL_MAX = 0.05
+
+
+class AsyncShardIO:
+    """The running event loop's connection pools to one core's shards."""
+
+    def __init__(self, pool: ShardedSentinelPool) -> None:
+        from sentinel_cache.aio import shared_async_clients  # the connection classes live there
+
+        self.clients = shared_async_clients(pool)
+
+    def __repr__(self) -> str:
+        return f"<AsyncShardIO {self.clients!r}>"
+
+    async def master(self, shard: Shard) -> Any:
+        state = await self.clients.state()
+        return self.clients.master(state, shard).connection_pool
+
+    async def reader(self, shard: Shard) -> tuple[Address | None, Any]:
+        """A replica in the read rotation (its address and pool), or (None, None)."""
+        if not shard.serving_replicas:
+            return None, None
+        found = self.clients.reader(await self.clients.state(), shard)
+        return (None, None) if found is None else (found[0], found[1].connection_pool)
+
+    async def aclose(self) -> None:
+        await self.clients.aclose()
+
+
+async def run_blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking call of the core (discovery, re-resolve) without blocking the loop."""
+    return await asyncio.to_thread(function, *args, **kwargs)
+
+
+async def wait_fence(shard: Shard, hold: float) -> None:
+    """Hold a write while a failover is announced, as ``Shard.wait_fence`` does, without
+    blocking the loop."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + hold
+    delay = 0.002
+    while shard.fenced:
+        left = deadline - loop.time()
+        if left <= 0:
+            raise FailoverInProgressError(
+                f"shard {shard.label}: writes held for {hold:g}s while a failover is in "
+                f"progress ({shard.fence_reason}); the new master was not confirmed in time"
+            )
+        await asyncio.sleep(min(delay, left))
+        delay = min(delay * 2, _FENCE_POLL_MAX)

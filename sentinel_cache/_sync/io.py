@@ -1,0 +1,46 @@
+"""How the sync operations reach a shard and wait: the only sync-specific part.
+
+Each shard owns its fair connection pool (and one per replica); blocking work of the core
+runs inline; a write fence is waited for on its ``threading.Event``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sentinel_cache.config import Address
+from sentinel_cache.pools import Shard, ShardedSentinelPool
+
+T = TypeVar("T")
+
+
+class ShardIO:
+    """One core's shard pools, as the generated sync operations reach them."""
+
+    def __init__(self, pool: ShardedSentinelPool) -> None:
+        self.core = pool
+
+    def __repr__(self) -> str:
+        return f"<ShardIO {self.core!r}>"
+
+    def master(self, shard: Shard) -> Any:
+        return shard.pool
+
+    def reader(self, shard: Shard) -> tuple[Address | None, Any]:
+        """A replica in the read rotation (its address and pool), or (None, None)."""
+        client = shard.read_client()
+        if client is shard.client:
+            return None, None
+        return shard.replica_client(client), client.connection_pool
+
+    def close(self) -> None:
+        """Nothing to do: the shards' pools belong to the core (closed with it)."""
+
+
+def run_blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return function(*args, **kwargs)
+
+
+def wait_fence(shard: Shard, hold: float) -> None:
+    shard.wait_fence(hold)

@@ -1,0 +1,153 @@
+"""What each cache operation sends and how its replies are read: no I/O here.
+
+The operations themselves (:mod:`sentinel_cache._async.client`, and the sync client generated
+from it) turn a call into commands per shard with these helpers, hand them to one executor
+with the safety net, and read the replies back with them. Keys arrive final, exactly as stored,
+so placement matches Jedis. Multi-key calls are grouped per shard and scattered: every shard's
+batch is sent before any reply is read, so four shards cost about one round trip, not four.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sentinel_cache.pools import Shard, ShardedSentinelPool
+from sentinel_cache.serializers import Codec, InvalidValueError
+
+logger = logging.getLogger("sentinel_cache")
+
+Command = tuple[Any, ...]
+Plan = dict[Shard, list[Command]]
+Groups = dict[Shard, list[Any]]
+MISS: Any = object()  # a stored value that is absent or unreadable
+
+# Atomic "increment only if present": INCRBY alone would create a missing key (without a TTL).
+INCR_IF_EXISTS = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+    return redis.call('INCRBY', KEYS[1], ARGV[1])
+end
+return false
+"""
+# Sent as EVALSHA: the body goes over the wire (and through the server's SHA1) only when a
+# server answers NOSCRIPT (first use, restart, failover to a fresh replica, SCRIPT FLUSH).
+INCR_IF_EXISTS_SHA = hashlib.sha1(INCR_IF_EXISTS.encode()).hexdigest()
+
+
+def is_ok(reply: Any) -> bool:
+    return reply is True or reply == b"OK" or reply == "OK"
+
+
+def expiry_args(timeout: float | None) -> tuple[Any, ...]:
+    """``SET`` arguments for a timeout in seconds (None: no expiry)."""
+    if timeout is None:
+        return ()
+    return ("PX", max(1, int(timeout * 1000)))
+
+
+def wrong_type(exc: BaseException) -> bool:
+    """A ``WRONGTYPE`` error: the key holds a list, hash, ... that this cache did not write."""
+    return str(exc).startswith("WRONGTYPE")
+
+
+class ClientBase:
+    """What the sync and async clients share: the core, the codec, the durability setting, and
+    the plans and reply readers of the operations."""
+
+    def __init__(
+        self,
+        pool: ShardedSentinelPool,
+        codec: Codec,
+        *,
+        durable_replicas: int = 0,
+        durable_timeout_ms: int = 100,
+    ) -> None:
+        self.pool = pool
+        self.codec = codec
+        self.durable_replicas = durable_replicas
+        self.durable_timeout_ms = durable_timeout_ms
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.pool!r} codec={self.codec!r}>"
+
+    def encode(self, value: Any) -> bytes | int:
+        return self.codec.dumps(value)
+
+    def decode(self, data: Any, key: Any = None) -> Any:
+        """Stored bytes to a value; data that fails to decode or verify is ``MISS``, logged."""
+        try:
+            return self.codec.loads(data)
+        except InvalidValueError as exc:
+            logger.warning("unreadable value at key %s treated as a miss: %s", short_key(key), exc)
+            return MISS
+
+    def value_of(self, data: Any, key: Any, default: Any) -> Any:
+        value = MISS if data is None else self.decode(data, key)
+        return default if value is MISS else value
+
+    # -- writes that wait for replicas (DURABLE_REPLICAS) ------------------------------------
+    def durable(self, commands: list[Command]) -> list[Command]:
+        """``commands``, followed by a ``WAIT`` when writes must reach replicas."""
+        if self.durable_replicas:
+            commands.append(("WAIT", self.durable_replicas, self.durable_timeout_ms))
+        return commands
+
+    def check_durable(self, key: Any, replies: Sequence[Any]) -> None:
+        if self.durable_replicas and replies[-1] < self.durable_replicas:
+            logger.warning(
+                "write to %s acknowledged by %d of %d replicas within %d ms",
+                short_key(key),
+                replies[-1],
+                self.durable_replicas,
+                self.durable_timeout_ms,
+            )
+
+    # -- multi-key plans and their replies ---------------------------------------------------
+    def mget_plan(self, keys: Iterable[Any]) -> tuple[Groups, Plan]:
+        groups = self.pool.group_by_shard(dict.fromkeys(keys))
+        return groups, {shard: [("MGET", *group)] for shard, group in groups.items()}
+
+    def found(self, groups: Groups, replies: Mapping[Shard, list[Any]]) -> dict[Any, Any]:
+        found: dict[Any, Any] = {}
+        for shard, (values,) in replies.items():
+            for key, data in zip(groups[shard], values, strict=True):
+                value = MISS if data is None else self.decode(data, key)
+                if value is not MISS:
+                    found[key] = value
+        return found
+
+    def set_plan(self, mapping: Mapping[Any, Any], timeout: float | None) -> tuple[Groups, Plan]:
+        groups = self.pool.group_by_shard(mapping)
+        expiry = expiry_args(timeout)
+        plan: Plan = {
+            shard: self.durable([("SET", key, self.encode(mapping[key]), *expiry) for key in group])
+            for shard, group in groups.items()
+        }
+        return groups, plan
+
+    @staticmethod
+    def not_set(groups: Groups, replies: Mapping[Shard, list[Any]]) -> list[Any]:
+        """The keys whose SET was not acknowledged (a trailing WAIT reply is ignored)."""
+        return [
+            key
+            for shard, shard_replies in replies.items()
+            for key, reply in zip(groups[shard], shard_replies, strict=False)
+            if not is_ok(reply)
+        ]
+
+    def del_plan(self, keys: Iterable[Any]) -> Plan:
+        groups = self.pool.group_by_shard(dict.fromkeys(keys))
+        return {shard: [("DEL", *group)] for shard, group in groups.items()}
+
+
+def short_key(key: Any, limit: int = 200) -> str:
+    """A key for a log line: a 1 MB key must not make a 1 MB log line."""
+    text = repr(key)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+def escape_pattern(text: str) -> str:
+    """Escape glob characters so a key prefix matches only itself in ``SCAN MATCH``."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
