@@ -35,7 +35,15 @@ logger = logging.getLogger("sentinel_cache")
 
 SWITCH = "+switch-master"
 # Announced by the failover leader before and while it promotes a replica: hold writes.
-FENCE_EVENTS = ("+selected-slave", "+failover-state-send-slaveof-noone", "+promoted-slave")
+FENCE_EVENTS = (
+    "+selected-slave",
+    "+failover-state-send-slaveof-noone",
+    "+failover-state-wait-promotion",
+    "+promoted-slave",
+)
+# SLAVEOF NO ONE has been sent to the chosen replica: a reply still in flight from the old master
+# may acknowledge a write the promoted replica never got.
+PROMOTION = "+failover-state-wait-promotion"
 # The failover will not happen (or ended without a switch): release the writes.
 ABORT_EVENTS = (
     "-failover-abort-not-elected",
@@ -235,6 +243,8 @@ class SentinelListener:
                 if channel_text in REPLICA_EVENTS:
                     self.core.on_replica_event(shard)
                 elif channel_text in FENCE_EVENTS:
+                    if channel_text == PROMOTION:
+                        shard.note_promotion()
                     if not shard.fenced:
                         logger.info("shard %s: %s, holding writes", shard.label, channel_text)
                     shard.raise_fence(channel_text)

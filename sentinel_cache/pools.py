@@ -114,7 +114,7 @@ class ShardBound:
     def __init__(self, *, shard: Shard, **kwargs: Any) -> None:
         self._shard = shard
         address, self._generation = shard.current()
-        self._sent_fence = shard.fence_epoch
+        self._sent_promotions = shard.promotions
         host, port = address if address is not None else ("unresolved", 0)
         super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
 
@@ -122,19 +122,21 @@ class ShardBound:
         return self._generation != self._shard.generation
 
     def _note_sent(self) -> None:
-        self._sent_fence = self._shard.fence_epoch
+        self._sent_promotions = self._shard.promotions
 
     def _untrusted_reply(self) -> StaleReplyError | None:
         """The error to raise instead of a reply that cannot be trusted, else None.
 
         A reply is an acknowledgement only if the node that sent it was still the shard's
         master: not if the shard switched away from it while the command was in flight (an old
-        master back from a partition answers, then is demoted and drops the write), nor if a
-        failover began meanwhile (the write may land after the promotion). Two integer
+        master back from a partition answers, then is demoted and drops the write), nor if the
+        sentinels promoted a replica meanwhile (the write may have landed after the promotion).
+        Writes are held by the fence from the start of a failover, one sentinel tick or more
+        before the promotion, so only a reply that is that late is doubted. Two integer
         comparisons per reply; the caller drops the socket (the rest of its replies are moot).
         """
         shard = self._shard
-        if self._generation == shard.generation and self._sent_fence == shard.fence_epoch:
+        if self._generation == shard.generation and self._sent_promotions == shard.promotions:
             return None
         moved = self._generation != shard.generation
         return StaleReplyError(
@@ -142,7 +144,7 @@ class ShardBound:
             + (
                 "after the shard switched to another master"
                 if moved
-                else "after a failover of the shard began"
+                else "after the sentinels promoted a replica of the shard"
             )
             + "; the command's outcome is unknown",
             shard=shard.label,
@@ -250,7 +252,7 @@ class Shard:
         self.resolve_failures = Throttle(10.0)
         self._fence_open = threading.Event()
         self._fence_open.set()
-        self.fence_epoch = 0  # bumped each time the fence goes up: replies in flight then are moot
+        self.promotions = 0  # replica promotions announced: a reply in flight across one is moot
         self.fence_reason: str | None = None
         self.fence_since: float | None = None
         connection_class, kwargs = connection_class_and_kwargs(config.connection_options())
@@ -334,9 +336,14 @@ class Shard:
         with self._lock:
             if self._fence_open.is_set():
                 self.fence_since = time.monotonic()
-                self.fence_epoch += 1
             self.fence_reason = reason
             self._fence_open.clear()
+
+    def note_promotion(self) -> None:
+        """The sentinels sent ``SLAVEOF NO ONE`` to a replica of this shard: from now on the old
+        master's acknowledgements of commands already in flight prove nothing."""
+        with self._lock:
+            self.promotions += 1
 
     def lower_fence(self) -> None:
         with self._lock:

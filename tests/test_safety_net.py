@@ -166,17 +166,28 @@ def test_a_non_idempotent_write_answered_by_a_replaced_master_raises(
     shard.switch(old, source="test restore")
 
 
-def test_a_failover_that_begins_while_a_write_is_in_flight_voids_its_reply(
+def promote(shard: Any) -> None:
+    shard.raise_fence("+failover-state-wait-promotion")
+    shard.note_promotion()
+
+
+def test_a_promotion_while_a_write_is_in_flight_voids_its_reply(
     pool: ShardedSentinelPool,
 ) -> None:
     shard = pool.shards[0]
+    # A fence alone (the failover has only begun) does not void replies already in flight...
     threading.Timer(0.1, lambda: shard.raise_fence("+selected-slave")).start()
+    threading.Timer(0.5, shard.lower_fence).start()
+    pool.execute(shard, slow_write(key_on(pool, 0, "fence0"), "v"), idempotent=False)
+    wait_until(lambda: not shard.fenced, 2, "the fence to drop")
+    # ...a promotion does.
+    threading.Timer(0.1, lambda: promote(shard)).start()
     threading.Timer(0.5, shard.lower_fence).start()  # aborted: no switch
-    with pytest.raises(StaleReplyError, match="failover of the shard began"):
+    with pytest.raises(StaleReplyError, match="promoted a replica"):
         pool.execute(shard, slow_write(key_on(pool, 0, "fence"), "v"), idempotent=False)
     wait_until(lambda: not shard.fenced, 2, "the aborted failover's fence to drop")
     # An idempotent write waits for the fence and is applied once more on the same master.
-    threading.Timer(0.1, lambda: shard.raise_fence("+selected-slave")).start()
+    threading.Timer(0.1, lambda: promote(shard)).start()
     threading.Timer(0.5, shard.lower_fence).start()
     started = time.monotonic()
     pool.execute(shard, slow_write(key_on(pool, 0, "fence2"), "v"), idempotent=True)
