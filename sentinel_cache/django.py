@@ -28,7 +28,7 @@ too long during a failover): reads return the default (``get_many`` returns what
 have), writes return False (``set_many`` returns the keys that were not stored), ``incr``/``decr``
 raise ``ValueError`` as for a missing key, and the failure is logged on the
 ``sentinel_cache.django`` logger at most once per shard every ``LOG_IGNORED_EXCEPTIONS_INTERVAL``
-seconds. Serialization errors and bad commands are never ignored.
+seconds (the core's one fail-open rule, :class:`~sentinel_cache.plans.FailOpen`). Serialization errors and bad commands are never ignored.
 
 ``clear()`` with a ``KEY_PREFIX`` deletes only this cache's keys (``SCAN`` + ``UNLINK`` of the
 prefix pattern on every shard). **Without a ``KEY_PREFIX`` it empties the whole configured
@@ -38,23 +38,22 @@ the database is shared with anything else.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
-import threading
-import time
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 import redis
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache, default_key_func
 from django.core.exceptions import ImproperlyConfigured
 
 from sentinel_cache.aio import AsyncCacheClient
-from sentinel_cache.client import CacheClient, escape_pattern
+from sentinel_cache.client import SCAN_COUNT, CacheClient, escape_pattern
 from sentinel_cache.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.exceptions import ConfigurationError
-from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool, shared_pool
+from sentinel_cache.plans import FailOpen
+from sentinel_cache.pools import MASTER_ERRORS, ShardedSentinelPool, shared_pool
 from sentinel_cache.serializers import Codec, PicklingError, build_codec
 
 logger = logging.getLogger("sentinel_cache.django")
@@ -68,18 +67,55 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = MASTER_ERRORS
 # BaseCache's own options: Redis evicts by its maxmemory-policy, so they are accepted and unused.
 _DJANGO_OPTIONS = frozenset({"MAX_ENTRIES", "CULL_FREQUENCY"})
 
-_SCAN_COUNT = 1000
 # Keys that BaseCache.validate_key lets through without a CacheKeyWarning: at most 250
 # characters (MEMCACHE_MAX_KEY_LENGTH), none of them a control character, space or DEL.
 # One C-level match instead of Django's generator + lazy regex proxy (~2 us per key).
 _QUIET_KEY = re.compile(r"[^\x00-\x20\x7f]{0,250}")
 ClientT = TypeVar("ClientT", CacheClient, AsyncCacheClient)
-_FAILED: Any = object()  # "the shard was unavailable and IGNORE_EXCEPTIONS is on"
+_NOT_DONE: Any = object()
 
-# When each shard's ignored failure was last logged; shared by every alias and thread of a core,
-# because Django makes one cache object per thread.
-_last_logged: weakref.WeakKeyDictionary[Shard, float] = weakref.WeakKeyDictionary()
-_last_logged_lock = threading.Lock()
+
+def _nothing(_: Any) -> None:
+    return None
+
+
+class _Call(NamedTuple):
+    """What one Django method does, made of keys and timeouts: the client operation to run,
+    its arguments, how to turn its result into Django's (None: as it is), or the answer at once
+    (``done``, e.g. ``get_many([])``)."""
+
+    method: str
+    args: tuple[Any, ...]
+    finish: Callable[[Any], Any] | None = None
+    kwargs: Mapping[str, Any] = {}
+    done: Any = _NOT_DONE
+
+
+def _operation(prepare: Callable[..., _Call]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """One declaration (``prepare`` makes keys and timeouts into a :class:`_Call`) gives both
+    the sync method and its ``a``-prefixed async twin, on the clients of the same flavour."""
+    name = prepare.__name__.lstrip("_")
+
+    @functools.wraps(prepare)
+    def sync(self: ShardedSentinelCache, *args: Any, **kwargs: Any) -> Any:
+        call = prepare(self, *args, **kwargs)
+        if call.done is not _NOT_DONE:
+            return call.done
+        result = getattr(self.client, call.method)(*call.args, **call.kwargs)
+        return result if call.finish is None else call.finish(result)
+
+    @functools.wraps(prepare)
+    async def asynchronous(self: ShardedSentinelCache, *args: Any, **kwargs: Any) -> Any:
+        call = prepare(self, *args, **kwargs)
+        if call.done is not _NOT_DONE:
+            return call.done
+        result = await getattr(self.aclient, call.method)(*call.args, **call.kwargs)
+        return result if call.finish is None else call.finish(result)
+
+    sync.__name__, asynchronous.__name__ = name, f"a{name}"
+    sync.__qualname__ = f"ShardedSentinelCache.{name}"
+    asynchronous.__qualname__ = f"ShardedSentinelCache.a{name}"
+    return sync, asynchronous
 
 
 CachePicklingError = PicklingError  # the name this module exported first
@@ -108,7 +144,6 @@ class ShardedSentinelCache(BaseCache):
             # checks build every cache with caches[alias] and would crash before
             # sentinel_cache.checks reports this as sentinel_cache.E001.
             self._config_error = str(exc)
-        self._ignore = self._options is not None and self._options.ignore_exceptions
         self._pool: ShardedSentinelPool | None = None
         self._client: CacheClient | None = None
         self._aclient: AsyncCacheClient | None = None
@@ -173,6 +208,9 @@ class ShardedSentinelCache(BaseCache):
             self._codec_or_raise(),
             durable_replicas=options.durable_replicas,
             durable_timeout_ms=options.durable_timeout_ms,
+            fail_open=FailOpen(
+                options.ignore_exceptions, options.log_ignored_exceptions_interval, logger
+            ),
         )
 
     def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> float | None:
@@ -183,62 +221,6 @@ class ShardedSentinelCache(BaseCache):
         if timeout is DEFAULT_TIMEOUT:
             timeout = self.default_timeout
         return None if timeout is None else max(0, timeout)
-
-    # -- failure policy ------------------------------------------------------------------------
-    def _ignored(self, where: str | Shard | None, exc: BaseException, operation: str) -> None:
-        """Log an ignored failure, at most once per shard per configured interval."""
-        if where is None:  # a multi-shard call; its per-shard retry attributes the failure
-            return
-        shard = where if isinstance(where, Shard) else self.pool.shard_for(where)
-        now = time.monotonic()
-        with _last_logged_lock:
-            last = _last_logged.get(shard)
-            if (
-                last is not None
-                and now - last < self._cache_options.log_ignored_exceptions_interval
-            ):
-                return
-            _last_logged[shard] = now
-        logger.warning(
-            "cache shard %s (%s) unavailable, %s() ignored (IGNORE_EXCEPTIONS): %s: %s",
-            shard.label,
-            shard.address,
-            operation,
-            type(exc).__name__,
-            exc,
-        )
-
-    def _call(
-        self, where: str | Shard | None, default: Any, method: Callable[..., Any], *args: Any
-    ) -> Any:
-        """``method(*args)``; on an unavailable shard return ``default`` if ignoring, else raise.
-
-        The handler re-raises the original error as it is and the ignore path raises nothing,
-        so no new chain, let alone a cycle, is created.
-        """
-        try:
-            return method(*args)
-        except UNAVAILABLE_ERRORS as exc:
-            if not self._ignore:
-                raise
-            self._ignored(where, exc, method.__name__)
-        return default
-
-    async def _acall(
-        self,
-        where: str | Shard | None,
-        default: Any,
-        method: Callable[..., Awaitable[Any]],
-        *args: Any,
-    ) -> Any:
-        """The async twin of :meth:`_call`."""
-        try:
-            return await method(*args)
-        except UNAVAILABLE_ERRORS as exc:
-            if not self._ignore:
-                raise
-            self._ignored(where, exc, method.__name__)
-        return default
 
     def validate_key(self, key: Any) -> None:
         """Django's check (memcached-unsafe keys warn), with a fast path for the usual key."""
@@ -261,114 +243,112 @@ class ShardedSentinelCache(BaseCache):
             made[final] = key
         return made
 
-    # -- BaseCache API ---------------------------------------------------------------------
-    def add(
+    # -- the operations: each declared once, giving the sync method and its ``a`` twin ------
+    def _add(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> bool:
+    ) -> _Call:
         key = self.make_and_validate_key(key, version=version)
-        timeout = self.get_backend_timeout(timeout)
-        return bool(self._call(key, False, self.client.add, key, value, timeout))
+        return _Call("add", (key, value, self.get_backend_timeout(timeout)), bool)
 
-    def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
-        key = self.make_and_validate_key(key, version=version)
-        return self._call(key, default, self.client.get, key, default)
+    def _get(self, key: Any, default: Any = None, version: Any = None) -> _Call:
+        return _Call("get", (self.make_and_validate_key(key, version=version), default))
 
-    def set(  # type: ignore[override]  # Django's result is None; True/False is more useful
+    def _set(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> bool:
+    ) -> _Call:
         """Returns True when stored (django-redis style; Django's API ignores the result)."""
         key = self.make_and_validate_key(key, version=version)
-        timeout = self.get_backend_timeout(timeout)
-        return bool(self._call(key, False, self.client.set, key, value, timeout))
+        return _Call("set", (key, value, self.get_backend_timeout(timeout)), bool)
 
-    def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+    def _touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> _Call:
         key = self.make_and_validate_key(key, version=version)
-        timeout = self.get_backend_timeout(timeout)
-        return bool(self._call(key, False, self.client.touch, key, timeout))
+        return _Call("touch", (key, self.get_backend_timeout(timeout)), bool)
 
-    def delete(self, key: Any, version: Any = None) -> bool:
-        key = self.make_and_validate_key(key, version=version)
-        return bool(self._call(key, False, self.client.delete, key))
+    def _delete(self, key: Any, version: Any = None) -> _Call:
+        return _Call("delete", (self.make_and_validate_key(key, version=version),), bool)
 
-    def has_key(self, key: Any, version: Any = None) -> bool:
-        key = self.make_and_validate_key(key, version=version)
-        return bool(self._call(key, False, self.client.has_key, key))
+    def _has_key(self, key: Any, version: Any = None) -> _Call:
+        return _Call("has_key", (self.make_and_validate_key(key, version=version),), bool)
 
-    def incr(self, key: Any, delta: int = 1, version: Any = None) -> int:
+    def _incr(self, key: Any, delta: int = 1, version: Any = None) -> _Call:
         """Atomic on the server and TTL-preserving; ValueError if the key is missing."""
-        key = self.make_and_validate_key(key, version=version)
-        value = self._call(key, None, self.client.incr, key, delta)
-        if value is None:  # only when IGNORE_EXCEPTIONS swallowed an unavailable shard
-            raise ValueError(f"Key {key!r} not found (its shard is unavailable)")
-        return int(value)
+        return _Call("incr", (self.make_and_validate_key(key, version=version), delta), int)
 
-    def get_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
+    def _get_many(self, keys: Iterable[Any], version: Any = None) -> _Call:
         key_map = self._key_map(keys, version)
-        if not key_map:
-            return {}
-        found = self._call(None, _FAILED, self.client.get_many, key_map)
-        if found is _FAILED:  # some shard is down: take what the others have
-            found = {}
-            for shard, group in self.pool.group_by_shard(key_map).items():
-                found.update(self._call(shard, {}, self.client.get_many, group))
-        return {key_map[key]: value for key, value in found.items()}
+        return _Call(
+            "get_many",
+            (key_map,),
+            lambda found: {key_map[key]: value for key, value in found.items()},
+            done={} if not key_map else _NOT_DONE,
+        )
 
-    def set_many(
+    def _set_many(
         self, data: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> list[Any]:
+    ) -> _Call:
         """Returns the keys that were not stored (empty when all were)."""
-        if not data:
-            return []
         originals = self._key_map(data, version)
         safe = {made: data[key] for made, key in originals.items()}
-        timeout = self.get_backend_timeout(timeout)
-        failed = self._call(None, _FAILED, self.client.set_many, safe, timeout)
-        if failed is _FAILED:
-            failed = []
-            for shard, group in self.pool.group_by_shard(safe).items():
-                part = {key: safe[key] for key in group}
-                failed.extend(self._call(shard, group, self.client.set_many, part, timeout))
-        return [originals[key] for key in failed]
+        return _Call(
+            "set_many",
+            (safe, self.get_backend_timeout(timeout)),
+            lambda failed: [originals[key] for key in failed],
+            done=[] if not data else _NOT_DONE,
+        )
 
-    def delete_many(self, keys: Iterable[Any], version: Any = None) -> None:
+    def _delete_many(self, keys: Iterable[Any], version: Any = None) -> _Call:
         safe = list(self._key_map(keys, version))
-        if not safe:
-            return
-        if self._call(None, _FAILED, self.client.delete_many, safe) is _FAILED:
-            for shard, group in self.pool.group_by_shard(safe).items():
-                self._call(shard, 0, self.client.delete_many, group)
+        return _Call("delete_many", (safe,), _nothing, done=None if not safe else _NOT_DONE)
 
-    def clear(self) -> bool:  # type: ignore[override]  # like RedisCache, which returns a bool
+    def _clear(self) -> _Call:
         """With KEY_PREFIX: delete this cache's keys on every shard. Without: FLUSHDB ASYNC of
         the configured database on every shard. False if a shard was skipped (ignored)."""
-        pattern = self._clear_pattern()
-        complete = True
-        for shard in self.pool.shards:
-            if pattern is None:
-                outcome = self._call(shard, _FAILED, self._flush_shard, shard)
-            else:
-                outcome = self._call(shard, _FAILED, self._delete_pattern_on, shard, pattern)
-            complete = complete and outcome is not _FAILED
-        return complete
+        return _Call("clear", (self._clear_pattern(),))
+
+    def _ttl(self, key: Any, version: Any = None) -> _Call:
+        """Seconds left (fractional); None if the key never expires; 0 if it does not exist."""
+        return _Call("ttl", (self.make_and_validate_key(key, version=version),))
+
+    def _expire(self, key: Any, timeout: Any, version: Any = None) -> _Call:
+        """Set a new timeout (seconds; None makes the key persistent); False if missing."""
+        return self._touch(key, timeout, version=version)
+
+    def _persist(self, key: Any, version: Any = None) -> _Call:
+        """Remove the key's expiry; False if the key does not exist."""
+        return self._touch(key, None, version=version)
+
+    def _delete_pattern(
+        self,
+        pattern: str,
+        version: Any = None,
+        prefix: str | None = None,
+        itersize: int | None = None,
+    ) -> _Call:
+        """Delete every key matching ``pattern`` (made into a full pattern) on every shard."""
+        full = self.make_pattern(pattern, version=version, prefix=prefix)
+        return _Call("delete_pattern", (full,), None, {"count": itersize or SCAN_COUNT})
+
+    add, aadd = _operation(_add)
+    get, aget = _operation(_get)
+    set, aset = _operation(_set)  # Django's result is None; True/False is more useful
+    touch, atouch = _operation(_touch)
+    delete, adelete = _operation(_delete)
+    has_key, ahas_key = _operation(_has_key)
+    incr, aincr = _operation(_incr)
+    get_many, aget_many = _operation(_get_many)
+    set_many, aset_many = _operation(_set_many)
+    delete_many, adelete_many = _operation(_delete_many)
+    clear, aclear = _operation(_clear)  # a bool, like RedisCache
+    ttl, attl = _operation(_ttl)
+    expire, aexpire = _operation(_expire)
+    persist, apersist = _operation(_persist)
+    delete_pattern, adelete_pattern = _operation(_delete_pattern)
 
     def close(self, **kwargs: Any) -> None:
         """Nothing to do per request: connections are pooled by the shared core, which lives as
         long as the process (closing it here would cut off every other alias and thread)."""
 
-    # -- django-redis style extras, routed to the right shard ---------------------------------
-    def ttl(self, key: Any, version: Any = None) -> float | None:
-        """Seconds left (fractional); None if the key never expires; 0 if it does not exist."""
-        key = self.make_and_validate_key(key, version=version)
-        return self._call(key, 0, self.client.ttl, key)
-
-    def expire(self, key: Any, timeout: Any, version: Any = None) -> bool:
-        """Set a new timeout (seconds; None makes the key persistent); False if missing."""
-        return self.touch(key, timeout, version=version)
-
-    def persist(self, key: Any, version: Any = None) -> bool:
-        """Remove the key's expiry; False if the key does not exist."""
-        return self.touch(key, None, version=version)
-
+    # -- django-redis style extras ---------------------------------------------------------------
     def lock(self, key: Any, version: Any = None, **kwargs: Any) -> Any:
         """A redis-py ``Lock`` on the key's shard (its current master). Keyword arguments go to
         ``redis.Redis.lock`` (timeout, sleep, blocking, blocking_timeout, thread_local).
@@ -407,171 +387,16 @@ class ShardedSentinelCache(BaseCache):
         """Keys matching ``search`` (made into a full pattern) on every shard, via SCAN.
         Yields the keys as given to ``set`` (the stored key if KEY_FUNCTION is custom)."""
         pattern = self.make_pattern(search, version=version)
-        for shard in self.pool.shards:
-            client = self._call(shard, None, self._read_client_on, shard)
-            if client is None:
-                continue
-            keys = iter(client.scan_iter(match=pattern, count=itersize or _SCAN_COUNT))
-            while True:
-                stored = self._call(shard, None, next, keys, None)
-                if stored is None:
-                    break
-                yield self._reverse_key(stored)
-
-    def delete_pattern(
-        self,
-        pattern: str,
-        version: Any = None,
-        prefix: str | None = None,
-        itersize: int | None = None,
-    ) -> int:
-        """Delete every key matching ``pattern`` (made into a full pattern) on every shard."""
-        full = self.make_pattern(pattern, version=version, prefix=prefix)
-        count = itersize or _SCAN_COUNT
-        return sum(
-            self._call(shard, 0, self._delete_pattern_on, shard, full, count)
-            for shard in self.pool.shards
-        )
-
-    def _read_client_on(self, shard: Shard) -> redis.Redis:
-        return self.pool.execute(shard, lambda client: client, write=False)
-
-    def _flush_shard(self, shard: Shard) -> None:
-        self.client.clear_shard(shard, None)
-
-    def _delete_pattern_on(self, shard: Shard, pattern: str, count: int = _SCAN_COUNT) -> int:
-        return self.client.delete_pattern_on(shard, pattern, count=count)
-
-    # -- native async API (redis.asyncio, no thread hop per call) -----------------------------
-    async def aadd(
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> bool:
-        key = self.make_and_validate_key(key, version=version)
-        timeout = self.get_backend_timeout(timeout)
-        return bool(await self._acall(key, False, self.aclient.add, key, value, timeout))
-
-    async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
-        key = self.make_and_validate_key(key, version=version)
-        return await self._acall(key, default, self.aclient.get, key, default)
-
-    async def aset(  # type: ignore[override]  # see set()
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> bool:
-        key = self.make_and_validate_key(key, version=version)
-        timeout = self.get_backend_timeout(timeout)
-        return bool(await self._acall(key, False, self.aclient.set, key, value, timeout))
-
-    async def atouch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
-        key = self.make_and_validate_key(key, version=version)
-        timeout = self.get_backend_timeout(timeout)
-        return bool(await self._acall(key, False, self.aclient.touch, key, timeout))
-
-    async def adelete(self, key: Any, version: Any = None) -> bool:
-        key = self.make_and_validate_key(key, version=version)
-        return bool(await self._acall(key, False, self.aclient.delete, key))
-
-    async def ahas_key(self, key: Any, version: Any = None) -> bool:
-        key = self.make_and_validate_key(key, version=version)
-        return bool(await self._acall(key, False, self.aclient.has_key, key))
-
-    async def aincr(self, key: Any, delta: int = 1, version: Any = None) -> int:
-        key = self.make_and_validate_key(key, version=version)
-        value = await self._acall(key, None, self.aclient.incr, key, delta)
-        if value is None:
-            raise ValueError(f"Key {key!r} not found (its shard is unavailable)")
-        return int(value)
-
-    async def aget_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
-        key_map = self._key_map(keys, version)
-        if not key_map:
-            return {}
-        aclient = self.aclient
-        found = await self._acall(None, _FAILED, aclient.get_many, key_map)
-        if found is _FAILED:
-            found = {}
-            for shard, group in self.pool.group_by_shard(key_map).items():
-                found.update(await self._acall(shard, {}, aclient.get_many, group))
-        return {key_map[key]: value for key, value in found.items()}
-
-    async def aset_many(
-        self, data: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> list[Any]:
-        if not data:
-            return []
-        originals = self._key_map(data, version)
-        safe = {made: data[key] for made, key in originals.items()}
-        timeout = self.get_backend_timeout(timeout)
-        aclient = self.aclient
-        failed = await self._acall(None, _FAILED, aclient.set_many, safe, timeout)
-        if failed is _FAILED:
-            failed = []
-            for shard, group in self.pool.group_by_shard(safe).items():
-                part = {key: safe[key] for key in group}
-                failed.extend(await self._acall(shard, group, aclient.set_many, part, timeout))
-        return [originals[key] for key in failed]
-
-    async def adelete_many(self, keys: Iterable[Any], version: Any = None) -> None:
-        safe = list(self._key_map(keys, version))
-        if not safe:
-            return
-        aclient = self.aclient
-        if await self._acall(None, _FAILED, aclient.delete_many, safe) is _FAILED:
-            for shard, group in self.pool.group_by_shard(safe).items():
-                await self._acall(shard, 0, aclient.delete_many, group)
-
-    async def aclear(self) -> bool:  # type: ignore[override]  # see clear()
-        pattern = self._clear_pattern()
-        aclient = self.aclient
-        complete = True
-        for shard in self.pool.shards:
-            if pattern is None:
-                outcome = await self._acall(shard, _FAILED, aclient.clear_shard, shard, None)
-            else:
-                outcome = await self._acall(
-                    shard, _FAILED, aclient.delete_pattern_on, shard, pattern
-                )
-            complete = complete and outcome is not _FAILED
-        return complete
-
-    async def attl(self, key: Any, version: Any = None) -> float | None:
-        key = self.make_and_validate_key(key, version=version)
-        return await self._acall(key, 0, self.aclient.ttl, key)
-
-    async def aexpire(self, key: Any, timeout: Any, version: Any = None) -> bool:
-        return await self.atouch(key, timeout, version=version)
-
-    async def apersist(self, key: Any, version: Any = None) -> bool:
-        return await self.atouch(key, None, version=version)
+        for stored in self.client.iter_keys(pattern, count=itersize or SCAN_COUNT):
+            yield self._reverse_key(stored)
 
     async def aiter_keys(
         self, search: str, itersize: int | None = None, version: Any = None
     ) -> AsyncIterator[str]:
-        """The async twin of :meth:`iter_keys`."""
+        """The async :meth:`iter_keys`."""
         pattern = self.make_pattern(search, version=version)
-        aclient = self.aclient
-        for shard in self.pool.shards:
-            keys = aclient.iter_keys_on(shard, pattern, count=itersize or _SCAN_COUNT)
-            while True:
-                stored = await self._acall(shard, None, anext, keys, None)
-                if stored is None:
-                    break
-                yield self._reverse_key(stored)
-
-    async def adelete_pattern(
-        self,
-        pattern: str,
-        version: Any = None,
-        prefix: str | None = None,
-        itersize: int | None = None,
-    ) -> int:
-        full = self.make_pattern(pattern, version=version, prefix=prefix)
-        aclient = self.aclient
-        deleted = 0
-        for shard in self.pool.shards:
-            deleted += await self._acall(
-                shard, 0, aclient.delete_pattern_on, shard, full, itersize or _SCAN_COUNT
-            )
-        return deleted
+        async for stored in self.aclient.iter_keys(pattern, count=itersize or SCAN_COUNT):
+            yield self._reverse_key(stored)
 
     async def aclose(self, **kwargs: Any) -> None:
         """Close this event loop's asyncio connections to the core (shared with every cache on

@@ -75,9 +75,6 @@ import json
 import logging
 import math
 import re
-import threading
-import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -88,10 +85,11 @@ from flask.cli import with_appcontext
 from flask_caching.backends.base import BaseCache
 
 from sentinel_cache import status
-from sentinel_cache.client import CacheClient
+from sentinel_cache.client import CacheClient, escape_pattern
 from sentinel_cache.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.exceptions import ConfigurationError
-from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool, shared_pool
+from sentinel_cache.plans import FailOpen
+from sentinel_cache.pools import ShardedSentinelPool, shared_pool
 from sentinel_cache.serializers import Codec, build_codec
 
 __all__ = ["CACHE_TYPE", "ShardedSentinelCache", "init_app", "sentinel_status_command"]
@@ -100,7 +98,6 @@ logger = logging.getLogger("sentinel_cache.flask")
 
 CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"
 COMMAND_NAME = "sentinel-status"
-_KeySet = set[str]  # (inside the class, ``set`` is the cache method)
 
 # Flask-Caching setting -> the option name parse_cache_config knows.
 FLASK_OPTION_KEYS: Mapping[str, str] = {
@@ -111,17 +108,6 @@ FLASK_OPTION_KEYS: Mapping[str, str] = {
     "CACHE_REDIS_DB": "DB",
 }
 _SECRET_KEYS = frozenset({"CACHE_REDIS_PASSWORD", "CACHE_REDIS_SENTINEL_PASSWORD"})
-
-# Failures that IGNORE_EXCEPTIONS turns into misses: an unavailable shard (refused or lost
-# connection, timeout, READONLY, no master known, pool exhausted, writes held too long during a
-# failover), as in the Django adapter. Serialization errors and bad commands always raise.
-IGNORABLE_ERRORS: tuple[type[BaseException], ...] = MASTER_ERRORS
-
-_FAILED: Any = object()  # "the shard was unavailable and IGNORE_EXCEPTIONS is on"
-
-# When each shard's ignored failure was last logged; shared by every cache of a core.
-_last_logged: weakref.WeakKeyDictionary[Shard, float] = weakref.WeakKeyDictionary()
-_last_logged_lock = threading.Lock()
 
 
 def _whole_seconds(timeout: Any) -> int:
@@ -194,6 +180,11 @@ class ShardedSentinelCache(BaseCache):
             codec,
             durable_replicas=cache_options.durable_replicas,
             durable_timeout_ms=cache_options.durable_timeout_ms,
+            fail_open=FailOpen(
+                cache_options.ignore_exceptions,
+                cache_options.log_ignored_exceptions_interval,
+                logger,
+            ),
         )
 
     def __repr__(self) -> str:
@@ -288,97 +279,39 @@ class ShardedSentinelCache(BaseCache):
             return None
         return max(seconds, 0)
 
-    # -- failure policy (IGNORE_EXCEPTIONS) ------------------------------------------------------
-    def _call(
-        self, where: str | Shard | None, default: Any, method: Callable[..., Any], *args: Any
-    ) -> Any:
-        """``method(*args)``; on an unavailable shard return ``default`` if ignoring, else raise.
-
-        ``where`` is the key or shard the call goes to, or None for a call across shards (whose
-        per-shard retry does the logging).
-        """
-        try:
-            return method(*args)
-        except IGNORABLE_ERRORS as exc:
-            if not self.options.ignore_exceptions:
-                raise
-            self._log_ignored(where, exc, method.__name__)
-        return default
-
-    def _log_ignored(self, where: str | Shard | None, exc: BaseException, operation: str) -> None:
-        """Log an ignored failure, at most once per shard per configured interval."""
-        if where is None:
-            return
-        shard = where if isinstance(where, Shard) else self.pool.shard_for(where)
-        now = time.monotonic()
-        with _last_logged_lock:
-            last = _last_logged.get(shard)
-            if last is not None and now - last < self.options.log_ignored_exceptions_interval:
-                return
-            _last_logged[shard] = now
-        logger.warning(
-            "cache shard %s unavailable (%s): %s() ignored (IGNORE_EXCEPTIONS): %s: %s",
-            shard.label,
-            f"master {shard.address}" if shard.address else "no master known",
-            operation,
-            type(exc).__name__,
-            exc,
-        )
-
-    # -- single key ----------------------------------------------------------------------------
+    # -- single key (IGNORE_EXCEPTIONS is the client's: an unavailable shard answers as if the
+    # key were absent) ----------------------------------------------------------------------
     def get(self, key: str) -> Any:
-        final = self._key(key)
-        return self._call(final, None, self.client.get, final)
+        return self.client.get(self._key(key))
 
     def set(self, key: str, value: Any, timeout: int | dt.timedelta | None = None) -> bool:
-        final = self._key(key)
-        return bool(self._call(final, False, self.client.set, final, value, self._seconds(timeout)))
+        return self.client.set(self._key(key), value, self._seconds(timeout))
 
     def add(self, key: str, value: Any, timeout: int | dt.timedelta | None = None) -> bool:
-        final = self._key(key)
         seconds = self._seconds(timeout)
         if seconds is not None and seconds <= 0:
             return False  # cachelib: an entry that would expire at once is never added
-        return bool(self._call(final, False, self.client.add, final, value, seconds))
+        return self.client.add(self._key(key), value, seconds)
 
     def delete(self, key: str) -> bool:
-        final = self._key(key)
-        return bool(self._call(final, False, self.client.delete, final))
+        return self.client.delete(self._key(key))
 
     def has(self, key: str) -> bool:
-        final = self._key(key)
-        return bool(self._call(final, False, self.client.has_key, final))
+        return self.client.has_key(self._key(key))
 
     def inc(self, key: str, delta: int = 1) -> int | None:
         """Atomic ``INCRBY`` on the key's shard; a missing key counts from 0 (no TTL)."""
-        final = self._key(key)
-        return self._call(final, None, self._incrby, final, delta)
+        return self.client.incr(self._key(key), delta, create=True)
 
     def dec(self, key: str, delta: int = 1) -> int | None:
         """Atomic ``INCRBY -delta``; a missing key counts from 0."""
         return self.inc(key, -delta)
 
-    def _incrby(self, final: str, delta: int) -> int:
-        return int(
-            self.pool.execute(
-                self.pool.shard_for(final),
-                lambda client: client.execute_command("INCRBY", final, delta),
-                write=True,
-                idempotent=False,
-            )
-        )
-
     # -- many keys (one batch per shard; with IGNORE_EXCEPTIONS a down shard only costs its
     # own keys) ----------------------------------------------------------------------------------
     def get_many(self, *keys: str) -> list[Any]:
         finals = [self._key(key) for key in keys]
-        if not finals:
-            return []
-        found = self._call(None, _FAILED, self.client.get_many, finals)
-        if found is _FAILED:  # some shard is down: take what the others have
-            found = {}
-            for shard, group in self.pool.group_by_shard(dict.fromkeys(finals)).items():
-                found.update(self._call(shard, {}, self.client.get_many, group))
+        found = self.client.get_many(finals) if finals else {}
         return [found.get(final) for final in finals]
 
     def set_many(
@@ -389,62 +322,26 @@ class ShardedSentinelCache(BaseCache):
         if not finals:
             return []
         values = {finals[key]: value for key, value in mapping.items()}
-        seconds = self._seconds(timeout)
-        failed = self._call(None, _FAILED, self.client.set_many, values, seconds)
-        if failed is _FAILED:
-            failed = []
-            for shard, group in self.pool.group_by_shard(values).items():
-                part = {final: values[final] for final in group}
-                failed.extend(self._call(shard, group, self.client.set_many, part, seconds))
-        not_set = set(failed)
+        not_set = set(self.client.set_many(values, self._seconds(timeout)))
         return [key for key in mapping if finals[key] not in not_set]
 
     def delete_many(self, *keys: str) -> list[Any]:
         """Returns the keys that are gone afterwards (absent ones count). RuntimeError for the
         others unless ``ignore_delete_many_errors``; keys on a shard that IGNORE_EXCEPTIONS
         skipped are left out of the result without an error."""
-        return self._remove_many("DEL", keys)
+        return self._remove_many(keys, unlink=False)
 
     def unlink(self, *keys: str) -> list[Any]:
         """``delete_many`` with ``UNLINK``: the server frees the memory in the background."""
-        return self._remove_many("UNLINK", keys)
+        return self._remove_many(keys, unlink=True)
 
-    def _remove_many(self, command: str, keys: Iterable[str]) -> list[Any]:
-        keys = list(keys)
+    def _remove_many(self, keys: Iterable[str], *, unlink: bool) -> list[Any]:
         finals = {key: self._key(key) for key in keys}
-        groups = self.pool.group_by_shard(dict.fromkeys(finals.values()))
-        if not groups:
-            return []
-        outcome = self._call(None, _FAILED, self._remove_on, command, groups)
-        skipped: _KeySet = set()
-        if outcome is _FAILED:
-            outcome = set()
-            for shard, group in groups.items():
-                part = self._call(shard, _FAILED, self._remove_on, command, {shard: group})
-                if part is _FAILED:
-                    skipped.update(group)
-                else:
-                    outcome |= part
-        still_there: _KeySet = outcome
-        deleted = [k for k in keys if finals[k] not in still_there and finals[k] not in skipped]
-        failed = [key for key in keys if finals[key] in still_there]
+        gone = self.client.remove_many(finals.values(), unlink=unlink)
+        failed = [key for key, final in finals.items() if gone.get(final) is False]
         if failed and not self.ignore_delete_many_errors:
             raise RuntimeError(f"Failed to delete keys: {failed}")
-        return deleted
-
-    def _remove_on(self, command: str, groups: Mapping[Shard, list[str]]) -> _KeySet:
-        """One batch per shard: remove the keys, then check none came back (as cachelib does);
-        returns the keys that still exist."""
-        plan = {
-            shard: [(command, *group), *(("EXISTS", final) for final in group)]
-            for shard, group in groups.items()
-        }
-        still_there: _KeySet = set()
-        for shard, replies in self.client.scatter(plan, write=True).items():
-            for final, exists in zip(groups[shard], replies[1:], strict=True):
-                if exists:
-                    still_there.add(final)
-        return still_there
+        return [key for key, final in finals.items() if gone.get(final)]
 
     # -- whole cache ---------------------------------------------------------------------------
     def clear(self) -> bool:
@@ -452,11 +349,7 @@ class ShardedSentinelCache(BaseCache):
         ``DB`` on every shard (see the module docstring). False if IGNORE_EXCEPTIONS skipped a
         shard."""
         prefix = self._get_prefix()
-        complete = True
-        for shard in self.pool.shards:
-            outcome = self._call(shard, _FAILED, self.client.clear_shard, shard, prefix or None)
-            complete = complete and outcome is not _FAILED
-        return complete
+        return self.client.clear(escape_pattern(prefix) + "*" if prefix else None)
 
 
 # -- configuration translation -----------------------------------------------------------------

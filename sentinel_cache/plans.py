@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sentinel_cache.pools import Shard, ShardedSentinelPool
 from sentinel_cache.serializers import Codec, InvalidValueError
+from sentinel_cache.throttle import Throttle
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -52,6 +55,50 @@ def wrong_type(exc: BaseException) -> bool:
     return str(exc).startswith("WRONGTYPE")
 
 
+# One log throttle per shard, shared by every cache object on the core (Django builds one per
+# request under ASGI: a per-object throttle would log every request).
+_throttles: weakref.WeakKeyDictionary[Shard, Throttle] = weakref.WeakKeyDictionary()
+_throttles_lock = threading.Lock()
+
+
+class FailOpen:
+    """``IGNORE_EXCEPTIONS``: an unavailable shard answers as if its keys were absent, for
+    every operation and both adapters; each shard's failures logged at most once per
+    ``interval`` seconds, with a count of those suppressed."""
+
+    __slots__ = ("ignore", "interval", "logger")
+
+    def __init__(
+        self, ignore: bool = False, interval: float = 10.0, log: logging.Logger = logger
+    ) -> None:
+        self.ignore = ignore
+        self.interval = interval
+        self.logger = log  # each adapter reports on its own logger
+
+    def __repr__(self) -> str:
+        return f"FailOpen(ignore={self.ignore}, interval={self.interval:g})"
+
+    def skip(self, shard: Shard, exc: BaseException, operation: str) -> bool:
+        """True (and logged) if ``exc`` on ``shard`` is to be ignored, False to raise it."""
+        if not self.ignore:
+            return False
+        with _throttles_lock:
+            throttle = _throttles.get(shard)
+            if throttle is None:
+                throttle = _throttles[shard] = Throttle(self.interval)
+        throttle.interval = self.interval
+        throttle.warn(
+            self.logger,
+            "cache shard %s unavailable (%s): %s ignored (IGNORE_EXCEPTIONS): %s: %s",
+            shard.label,
+            f"master {shard.address}" if shard.address else "no master known",
+            operation,
+            type(exc).__name__,
+            exc,
+        )
+        return True
+
+
 class ClientBase:
     """What the sync and async clients share: the core, the codec, the durability setting, and
     the plans and reply readers of the operations."""
@@ -63,11 +110,13 @@ class ClientBase:
         *,
         durable_replicas: int = 0,
         durable_timeout_ms: int = 100,
+        fail_open: FailOpen | None = None,
     ) -> None:
         self.pool = pool
         self.codec = codec
         self.durable_replicas = durable_replicas
         self.durable_timeout_ms = durable_timeout_ms
+        self.fail_open = fail_open or FailOpen()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.pool!r} codec={self.codec!r}>"
@@ -95,7 +144,7 @@ class ClientBase:
         return commands
 
     def check_durable(self, key: Any, replies: Sequence[Any]) -> None:
-        if self.durable_replicas and replies[-1] < self.durable_replicas:
+        if self.durable_replicas and len(replies) > 1 and replies[-1] < self.durable_replicas:
             logger.warning(
                 "write to %s acknowledged by %d of %d replicas within %d ms",
                 short_key(key),
@@ -109,10 +158,13 @@ class ClientBase:
         groups = self.pool.group_by_shard(dict.fromkeys(keys))
         return groups, {shard: [("MGET", *group)] for shard, group in groups.items()}
 
-    def found(self, groups: Groups, replies: Mapping[Shard, list[Any]]) -> dict[Any, Any]:
+    def found(self, groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> dict[Any, Any]:
+        """The values found (a shard skipped by IGNORE_EXCEPTIONS found nothing)."""
         found: dict[Any, Any] = {}
-        for shard, (values,) in replies.items():
-            for key, data in zip(groups[shard], values, strict=True):
+        for shard, shard_replies in replies.items():
+            if shard_replies is None:
+                continue
+            for key, data in zip(groups[shard], shard_replies[0], strict=True):
                 value = MISS if data is None else self.decode(data, key)
                 if value is not MISS:
                     found[key] = value
@@ -128,12 +180,15 @@ class ClientBase:
         return groups, plan
 
     @staticmethod
-    def not_set(groups: Groups, replies: Mapping[Shard, list[Any]]) -> list[Any]:
-        """The keys whose SET was not acknowledged (a trailing WAIT reply is ignored)."""
+    def not_set(groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> list[Any]:
+        """The keys whose SET was not acknowledged (a trailing WAIT reply is ignored; a skipped
+        shard's keys were not set)."""
         return [
             key
             for shard, shard_replies in replies.items()
-            for key, reply in zip(groups[shard], shard_replies, strict=False)
+            for key, reply in zip(
+                groups[shard], shard_replies or [None] * len(groups[shard]), strict=False
+            )
             if not is_ok(reply)
         ]
 

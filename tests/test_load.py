@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import redis
 
-from sentinel_cache.client import CacheClient
+from sentinel_cache.client import CacheClient, escape_pattern
 from sentinel_cache.pools import ShardedSentinelPool
 from sentinel_cache.serializers import Codec
 from sentinel_cache.testing import LocalSentinelCluster
@@ -273,7 +273,7 @@ def test_durable_write_cost(
                     figures.setdefault(label, []).extend(samples)
         unacked = [r.getMessage() for r in caplog.records if "acknowledged by" in r.getMessage()]
         for prefix in ("d:", "dm:", "durable:"):
-            plain.clear(prefix=prefix)
+            plain.clear(escape_pattern(prefix) + "*")
     finally:
         pool.close()
     for samples in figures.values():

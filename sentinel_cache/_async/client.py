@@ -30,7 +30,7 @@ from sentinel_cache.plans import (
     INCR_IF_EXISTS_SHA,
     ClientBase,
     Command,
-    escape_pattern,
+    FailOpen,
     expiry_args,
     is_ok,
     logger,
@@ -41,6 +41,9 @@ from sentinel_cache.pools import MASTER_ERRORS, Shard, ShardedSentinelPool
 from sentinel_cache.serializers import Codec
 
 SCAN_COUNT = 1000
+_SKIPPED: Any = (
+    object()
+)  # the reply of a shard IGNORE_EXCEPTIONS skipped, where None means "absent"
 
 
 class AsyncCacheOperations(ClientBase):
@@ -53,9 +56,14 @@ class AsyncCacheOperations(ClientBase):
         *,
         durable_replicas: int = 0,
         durable_timeout_ms: int = 100,
+        fail_open: FailOpen | None = None,
     ) -> None:
         super().__init__(
-            pool, codec, durable_replicas=durable_replicas, durable_timeout_ms=durable_timeout_ms
+            pool,
+            codec,
+            durable_replicas=durable_replicas,
+            durable_timeout_ms=durable_timeout_ms,
+            fail_open=fail_open,
         )
         self.io = AsyncShardIO(pool)
 
@@ -109,20 +117,25 @@ class AsyncCacheOperations(ClientBase):
 
     async def scatter(
         self, plan: Mapping[Shard, Sequence[Command]], *, write: bool
-    ) -> dict[Shard, list[Any]]:
+    ) -> dict[Shard, list[Any] | None]:
         """Every shard's batch sent before any reply is read (one round trip for all shards).
 
         A shard whose batch failed goes through the safety net once: re-resolve, then one
         resend only if the shard moved, so a hung master costs one socket timeout, not a second
-        one for the resend. An error reply takes the single-shard path, which raises it.
+        one for the resend. An error reply takes the single-shard path, which raises it. With
+        IGNORE_EXCEPTIONS an unavailable shard's replies are None and the others' are kept.
         """
         pool = self.pool
         if len(plan) == 1:
             ((shard, commands),) = plan.items()
-            return {shard: await self.execute(shard, commands, write=write)}
+            return {shard: await self._shard_or_none(shard, commands, write)}
         for shard in plan:
-            await self.ready(shard, write)
-        replies: dict[Shard, list[Any]] = {}
+            try:
+                await self.ready(shard, write)
+            except MASTER_ERRORS as exc:
+                if not self.fail_open.skip(shard, exc, plan[shard][0][0]):
+                    raise
+        replies: dict[Shard, list[Any] | None] = {}
         failed: dict[Shard, tuple[BaseException, Address | None, int]] = {}
         resend: list[Shard] = []
         in_flight: list[tuple[Shard, Any, Any, Sequence[Command], Address | None, int]] = []
@@ -157,26 +170,55 @@ class AsyncCacheOperations(ClientBase):
                     await connection.disconnect()
                 await connections.release(connection)
         for shard, (error, address, generation) in failed.items():
-            if pool.should_reresolve(shard, error, generation):
-                reason = f"{type(error).__name__}: {error}"
-                await run_blocking(pool.reresolve, shard, reason=reason, suspect=address)
-            pool.retry_or_raise(shard, error, generation, idempotent=True)
-            resend.append(shard)
+            try:
+                if pool.should_reresolve(shard, error, generation):
+                    reason = f"{type(error).__name__}: {error}"
+                    await run_blocking(pool.reresolve, shard, reason=reason, suspect=address)
+                pool.retry_or_raise(shard, error, generation, idempotent=True)
+            except MASTER_ERRORS as exc:
+                if not self.fail_open.skip(shard, exc, plan[shard][0][0]):
+                    raise
+                replies[shard] = None
+            else:
+                resend.append(shard)
         for shard in resend:
-            replies[shard] = await self.execute(shard, plan[shard], write=write)
+            replies[shard] = await self._shard_or_none(shard, plan[shard], write)
         return replies
 
+    async def _shard_or_none(
+        self, shard: Shard, commands: Sequence[Command], write: bool
+    ) -> list[Any] | None:
+        """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it."""
+        try:
+            return await self.execute(shard, commands, write=write)
+        except MASTER_ERRORS as exc:
+            if not self.fail_open.skip(shard, exc, commands[0][0]):
+                raise
+            return None
+
     async def _on(
-        self, key: Any, commands: list[Command], *, write: bool, idempotent: bool = True
+        self,
+        key: Any,
+        commands: list[Command],
+        absent: list[Any],
+        *,
+        write: bool,
+        idempotent: bool = True,
     ) -> list[Any]:
-        return await self.execute(
-            self.pool.shard_for(key), commands, write=write, idempotent=idempotent
-        )
+        """``commands`` on the key's shard. With IGNORE_EXCEPTIONS an unavailable shard
+        answers ``absent``: the replies as if the key did not exist (the one fail-open rule)."""
+        shard = self.pool.shard_for(key)
+        try:
+            return await self.execute(shard, commands, write=write, idempotent=idempotent)
+        except MASTER_ERRORS as exc:
+            if not self.fail_open.skip(shard, exc, commands[0][0]):
+                raise
+            return absent
 
     # -- single key --------------------------------------------------------------------------
     async def get(self, key: Any, default: Any = None) -> Any:
         try:
-            (data,) = await self._on(key, [("GET", key)], write=False)
+            (data,) = await self._on(key, [("GET", key)], [None], write=False)
         except ResponseError as exc:
             if not wrong_type(exc):
                 raise
@@ -193,7 +235,9 @@ class AsyncCacheOperations(ClientBase):
         command: Command = ("SET", key, self.encode(value), *expiry_args(timeout))
         if nx:
             command += ("NX",)
-        replies = await self._on(key, self.durable([command]), write=True, idempotent=not nx)
+        replies = await self._on(
+            key, self.durable([command]), [None], write=True, idempotent=not nx
+        )
         self.check_durable(key, replies)
         return is_ok(replies[0])
 
@@ -203,41 +247,46 @@ class AsyncCacheOperations(ClientBase):
     async def touch(self, key: Any, timeout: float | None) -> bool:
         """True if the key exists (PERSIST alone answers 0 for a key that had no expiry)."""
         if timeout is None:
-            exists, _ = await self._on(key, [("EXISTS", key), ("PERSIST", key)], write=True)
+            exists, _ = await self._on(key, [("EXISTS", key), ("PERSIST", key)], [0, 0], write=True)
             return bool(exists)
         if timeout <= 0:
             return await self.delete(key)
         ms = max(1, int(timeout * 1000))
-        (reply,) = await self._on(key, [("PEXPIRE", key, ms)], write=True)
+        (reply,) = await self._on(key, [("PEXPIRE", key, ms)], [0], write=True)
         return bool(reply)
 
     async def delete(self, key: Any) -> bool:
-        (reply,) = await self._on(key, [("DEL", key)], write=True)
+        (reply,) = await self._on(key, [("DEL", key)], [0], write=True)
         return bool(reply)
 
     async def has_key(self, key: Any) -> bool:
-        (reply,) = await self._on(key, [("EXISTS", key)], write=False)
+        (reply,) = await self._on(key, [("EXISTS", key)], [0], write=False)
         return bool(reply)
 
-    async def incr(self, key: Any, delta: int = 1, *, create: bool = False) -> int:
+    async def incr(self, key: Any, delta: int = 1, *, create: bool = False) -> int | None:
         """Atomic and TTL-preserving; ValueError if the key is missing (Django semantics), or,
-        with ``create``, a missing key counts from 0 without expiry (cachelib semantics)."""
+        with ``create``, a missing key counts from 0 without expiry (cachelib semantics), and
+        None when IGNORE_EXCEPTIONS skipped the shard."""
         if create:
-            (value,) = await self._on(key, [("INCRBY", key, delta)], write=True, idempotent=False)
-            return int(value)
+            (value,) = await self._on(
+                key, [("INCRBY", key, delta)], [None], write=True, idempotent=False
+            )
+            return None if value is None else int(value)
         command: Command = ("EVALSHA", INCR_IF_EXISTS_SHA, 1, key, delta)
         try:
-            (value,) = await self._on(key, [command], write=True, idempotent=False)
+            (value,) = await self._on(key, [command], [_SKIPPED], write=True, idempotent=False)
         except NoScriptError:  # nothing ran: safe to send the body, which caches it
             command = ("EVAL", INCR_IF_EXISTS, 1, key, delta)
-            (value,) = await self._on(key, [command], write=True, idempotent=False)
+            (value,) = await self._on(key, [command], [_SKIPPED], write=True, idempotent=False)
+        if value is _SKIPPED:
+            raise ValueError(f"Key {key!r} not found (its shard is unavailable)")
         if value is None:
             raise ValueError(f"Key {key!r} not found")
         return int(value)
 
     async def ttl(self, key: Any) -> float | None:
         """Seconds left; None for no expiry; 0 for a missing key."""
-        (ms,) = await self._on(key, [("PTTL", key)], write=False)
+        (ms,) = await self._on(key, [("PTTL", key)], [-2], write=False)
         if ms == -1:
             return None
         return 0 if ms < 0 else ms / 1000
@@ -268,7 +317,25 @@ class AsyncCacheOperations(ClientBase):
         if not plan:
             return 0
         replies = await self.scatter(plan, write=True)
-        return sum(int(shard_replies[0]) for shard_replies in replies.values())
+        return sum(int(r[0]) for r in replies.values() if r is not None)
+
+    async def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
+        """Delete (or ``UNLINK``) the keys, then check none is still there, in one batch per
+        shard (cachelib's contract): key -> gone. Keys of a shard skipped by IGNORE_EXCEPTIONS
+        are left out."""
+        groups = self.pool.group_by_shard(dict.fromkeys(keys))
+        command = "UNLINK" if unlink else "DEL"
+        plan = {
+            shard: [(command, *group), *(("EXISTS", key) for key in group)]
+            for shard, group in groups.items()
+        }
+        gone: dict[Any, bool] = {}
+        if not plan:
+            return gone
+        for shard, replies in (await self.scatter(plan, write=True)).items():
+            if replies is not None:
+                gone.update(zip(groups[shard], (not r for r in replies[1:]), strict=True))
+        return gone
 
     # -- whole cache (per shard, so an adapter can skip a shard that is down) ----------------
     async def iter_keys_on(
@@ -286,9 +353,14 @@ class AsyncCacheOperations(ClientBase):
                 return
 
     async def iter_keys(self, pattern: str, *, count: int = SCAN_COUNT) -> AsyncIterator[bytes]:
+        """Every key matching ``pattern`` on every shard (a skipped shard yields nothing more)."""
         for shard in self.pool.shards:
-            async for key in self.iter_keys_on(shard, pattern, count=count):
-                yield key
+            try:
+                async for key in self.iter_keys_on(shard, pattern, count=count):
+                    yield key
+            except MASTER_ERRORS as exc:
+                if not self.fail_open.skip(shard, exc, "SCAN"):
+                    raise
 
     async def delete_pattern_on(self, shard: Shard, pattern: str, count: int = SCAN_COUNT) -> int:
         """``SCAN MATCH`` + ``UNLINK`` of one shard's matching keys (on its master)."""
@@ -308,23 +380,33 @@ class AsyncCacheOperations(ClientBase):
         return int(reply)
 
     async def delete_pattern(self, pattern: str, *, count: int = SCAN_COUNT) -> int:
+        """How many keys matching ``pattern`` were deleted (on the shards not skipped)."""
         deleted = 0
         for shard in self.pool.shards:
-            deleted += await self.delete_pattern_on(shard, pattern, count)
+            try:
+                deleted += await self.delete_pattern_on(shard, pattern, count)
+            except MASTER_ERRORS as exc:
+                if not self.fail_open.skip(shard, exc, "SCAN/UNLINK"):
+                    raise
         return deleted
 
-    async def clear_shard(self, shard: Shard, prefix: str | None) -> None:
-        """One shard's part of :meth:`clear`: its keys under ``prefix``, or its whole database."""
-        if prefix:
-            await self.delete_pattern_on(shard, escape_pattern(prefix) + "*")
-        else:
-            await self.execute(shard, [("FLUSHDB", "ASYNC")], write=True)
-
-    async def clear(self, prefix: str | None) -> None:
-        """With a prefix: SCAN + UNLINK of this cache's keys on every shard. Without one: the
-        whole database of every shard is flushed, as Django's RedisCache does."""
+    async def clear(self, pattern: str | None) -> bool:
+        """With a pattern (this cache's keys, see :func:`~sentinel_cache.plans.escape_pattern`):
+        SCAN + UNLINK of the matching keys on every shard. Without one: the whole database of
+        every shard is flushed, as Django's RedisCache does. False if IGNORE_EXCEPTIONS skipped
+        a shard."""
+        complete = True
         for shard in self.pool.shards:
-            await self.clear_shard(shard, prefix)
+            try:
+                if pattern:
+                    await self.delete_pattern_on(shard, pattern)
+                else:
+                    await self.execute(shard, [("FLUSHDB", "ASYNC")], write=True)
+            except MASTER_ERRORS as exc:
+                if not self.fail_open.skip(shard, exc, "clear"):
+                    raise
+                complete = False
+        return complete
 
 
 async def send(connections: Any, commands: Sequence[Command]) -> list[Any]:

@@ -13,8 +13,7 @@ import pytest
 import redis
 from django_support import build_cache, cache_entry, exception_chain
 
-import sentinel_cache.django as django_backend
-from sentinel_cache import ShardUnavailableError
+from sentinel_cache import ShardUnavailableError, throttle
 from sentinel_cache.django import ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
 
@@ -23,7 +22,7 @@ DEAD, LIVE = 1, 0
 
 
 class Clock:
-    """A monotonic clock the test moves by hand (only the backend's log throttle uses it)."""
+    """A monotonic clock the test moves by hand (only the fail-open log throttle uses it)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -35,7 +34,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(django_backend, "time", types.SimpleNamespace(monotonic=fake.monotonic))
+    monkeypatch.setattr(throttle, "time", types.SimpleNamespace(monotonic=fake.monotonic))
     return fake
 
 
