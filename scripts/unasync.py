@@ -1,12 +1,13 @@
-"""Generate the sync client from its asyncio source (httpcore's ``unasync`` approach).
+"""Generate the sync client and connections from their asyncio source (httpcore's ``unasync``).
 
-    python scripts/unasync.py           # rewrite sentinel_cache/_sync/client.py
-    python scripts/unasync.py --check   # exit 1 if the generated file is stale (make test)
+    python scripts/unasync.py           # rewrite sentinel_cache/_sync/{client,connection}.py
+    python scripts/unasync.py --check   # exit 1 if a generated file is stale (make test)
 
 Line by line, whole words only: ``async def`` -> ``def``, ``async for``/``async with`` ->
 ``for``/``with``, ``await `` -> nothing, ``AsyncX`` -> ``X``, ``_async`` -> ``_sync``,
-``aclose`` -> ``close``, ``AsyncIterator`` -> ``Iterator``. The source must not use anything
-else that differs between the two flavours: that belongs in ``_async/io.py`` / ``_sync/io.py``.
+``aclose`` -> ``close``, ``AsyncIterator`` -> ``Iterator``, ``redis.asyncio`` -> ``redis``.
+The source must not use anything else that differs between the two flavours: that belongs in
+each flavour's hand-written ``io.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "sentinel_cache"
-FILES = [(ROOT / "_async" / "client.py", ROOT / "_sync" / "client.py")]
+FILES = [(ROOT / "_async" / name, ROOT / "_sync" / name) for name in ("client.py", "connection.py")]
 
 SUBS = [
     (r"async def ", "def "),
@@ -26,6 +27,7 @@ SUBS = [
     (r"\bAsyncIterator\b", "Iterator"),
     (r"\bAsync([A-Z]\w*)", r"\1"),
     (r"\b_async\b", "_sync"),
+    (r"\bredis\.asyncio\b", "redis"),
     (r"\baclose\b", "close"),
 ]
 COMPILED = [(re.compile(pattern), replacement) for pattern, replacement in SUBS]

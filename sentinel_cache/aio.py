@@ -31,9 +31,9 @@ import redis
 import redis.asyncio
 import redis.asyncio.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError
 
 from sentinel_cache._async.client import AsyncCacheOperations
+from sentinel_cache._async.connection import AsyncShardConnection, AsyncShardSSLConnection
 from sentinel_cache.config import (
     Address,
     PoolConfig,
@@ -44,7 +44,7 @@ from sentinel_cache.exceptions import (
     PoolExhaustedError,
 )
 from sentinel_cache.fair_pool import EXHAUSTED, AsyncFairBlockingConnectionPool
-from sentinel_cache.pools import Shard, ShardBound, ShardedSentinelPool
+from sentinel_cache.pools import Shard, ShardedSentinelPool
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -61,56 +61,6 @@ _FENCE_POLL_MAX = 0.05
 ASYNC_CONNECTION_PARAMETERS = connection_parameters(
     redis.asyncio.connection.Connection, redis.asyncio.connection.SSLConnection
 ) - {"host", "port"}
-
-
-class _AsyncShardConnectionMixin(ShardBound):
-    """Looks up the shard's master whenever it is checked out; a stale socket is dropped first."""
-
-    async def _follow(self) -> None:
-        if self._stale():
-            await self.disconnect()  # type: ignore[attr-defined]
-            self._repoint()
-
-    if hasattr(redis.asyncio.connection.AbstractConnection, "connect_check_health"):
-        # redis-py >= 5.3: the pool calls connect() (hence this) on every checkout.
-        async def connect_check_health(
-            self, check_health: bool = True, retry_socket_connect: bool = True
-        ) -> None:
-            await self._follow()
-            await super().connect_check_health(  # type: ignore[misc]
-                check_health=check_health, retry_socket_connect=retry_socket_connect
-            )
-
-    else:  # pragma: no cover - older redis-py
-
-        async def connect(self) -> None:
-            await self._follow()
-            await super().connect()  # type: ignore[misc]
-
-    async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
-        self._note_sent()
-        await super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
-
-    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            reply = await super().read_response(*args, **kwargs)  # type: ignore[misc]
-        except ReadOnlyError:
-            # A demoted master: drop the socket so the next use goes where the shard points.
-            await self.disconnect()  # type: ignore[attr-defined]
-            raise
-        untrusted = self._untrusted_reply()  # see ShardBound: no acknowledgement from the past
-        if untrusted is not None:
-            await self.disconnect()  # type: ignore[attr-defined]
-            raise untrusted
-        return reply
-
-
-class AsyncShardConnection(_AsyncShardConnectionMixin, redis.asyncio.connection.Connection):
-    pass
-
-
-class AsyncShardSSLConnection(_AsyncShardConnectionMixin, redis.asyncio.connection.SSLConnection):
-    pass
 
 
 class AsyncShardConnectionPool(AsyncFairBlockingConnectionPool):

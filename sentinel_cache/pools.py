@@ -23,6 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from sentinel_cache._sync.connection import ShardConnection, ShardSSLConnection
 from sentinel_cache.config import Address, PoolConfig, connection_class_and_kwargs
 from sentinel_cache.discovery import (
     Discovery,
@@ -100,111 +101,6 @@ class SwitchEvent:
             f"<SwitchEvent shard={self.shard_index} {self.name} {self.old} -> {self.new} "
             f"via {self.source}{lag}>"
         )
-
-
-class ShardBound:
-    """A connection (sync or async) that knows its shard and the address generation it was
-    made for; the shard's current master is looked up at connect time."""
-
-    _shard: Shard
-    _generation: int
-    host: str
-    port: int
-
-    def __init__(self, *, shard: Shard, **kwargs: Any) -> None:
-        self._shard = shard
-        address, self._generation = shard.current()
-        self._sent_promotions = shard.promotions
-        host, port = address if address is not None else ("unresolved", 0)
-        super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
-
-    def _stale(self) -> bool:
-        return self._generation != self._shard.generation
-
-    def _note_sent(self) -> None:
-        self._sent_promotions = self._shard.promotions
-
-    def _untrusted_reply(self) -> StaleReplyError | None:
-        """The error to raise instead of a reply that cannot be trusted, else None.
-
-        A reply is an acknowledgement only if the node that sent it was still the shard's
-        master: not if the shard switched away from it while the command was in flight (an old
-        master back from a partition answers, then is demoted and drops the write), nor if the
-        sentinels promoted a replica meanwhile (the write may have landed after the promotion).
-        Writes are held by the fence from the start of a failover, one sentinel tick or more
-        before the promotion, so only a reply that is that late is doubted. Two integer
-        comparisons per reply; the caller drops the socket (the rest of its replies are moot).
-        """
-        shard = self._shard
-        if self._generation == shard.generation and self._sent_promotions == shard.promotions:
-            return None
-        moved = self._generation != shard.generation
-        return StaleReplyError(
-            f"shard {shard.label}: the reply from {self.host}:{self.port} came "
-            + (
-                "after the shard switched to another master"
-                if moved
-                else "after the sentinels promoted a replica of the shard"
-            )
-            + "; the command's outcome is unknown",
-            shard=shard.label,
-            address=Address(self.host, self.port),
-        )
-
-    def _repoint(self) -> None:
-        """Take the shard's current address (after the caller dropped the old socket)."""
-        shard = self._shard
-        address, self._generation = shard.current()
-        if address is None:
-            raise ShardUnavailableError(f"shard {shard.label}: master not resolved")
-        self.host, self.port = address
-
-
-class _ShardConnectionMixin(ShardBound):
-    """Drops a stale socket before connecting, so the next one goes to the current master."""
-
-    def _follow(self) -> None:
-        if self._stale():
-            self.disconnect()  # type: ignore[attr-defined]
-            self._repoint()
-
-    if hasattr(redis.connection.AbstractConnection, "connect_check_health"):
-        # redis-py >= 5.3: connect() and every reconnect go through here; follow once.
-        def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
-            self._follow()
-            super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
-
-    else:  # pragma: no cover - older redis-py
-
-        def connect(self) -> None:
-            self._follow()
-            super().connect()  # type: ignore[misc]
-
-    def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
-        self._note_sent()
-        super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
-
-    def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
-        except ReadOnlyError:
-            # A demoted master answers writes with READONLY: drop the socket so the next use
-            # reconnects to wherever the shard points by then.
-            self.disconnect()  # type: ignore[attr-defined]
-            raise
-        untrusted = self._untrusted_reply()
-        if untrusted is not None:
-            self.disconnect()  # type: ignore[attr-defined]
-            raise untrusted
-        return reply
-
-
-class ShardConnection(_ShardConnectionMixin, redis.connection.Connection):
-    pass
-
-
-class ShardSSLConnection(_ShardConnectionMixin, redis.connection.SSLConnection):
-    pass
 
 
 class ShardConnectionPool(FairBlockingConnectionPool):

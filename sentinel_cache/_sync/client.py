@@ -31,7 +31,6 @@ from sentinel_cache.plans import (
     INCR_IF_EXISTS_SHA,
     ClientBase,
     Command,
-    FailOpen,
     expiry_args,
     is_ok,
     logger,
@@ -50,22 +49,9 @@ _SKIPPED: Any = (
 class CacheOperations(ClientBase):
     """The cache operations over the sharded core (the adapters' client)."""
 
-    def __init__(
-        self,
-        pool: ShardedSentinelPool,
-        codec: Codec,
-        *,
-        durable_replicas: int = 0,
-        durable_timeout_ms: int = 100,
-        fail_open: FailOpen | None = None,
-    ) -> None:
-        super().__init__(
-            pool,
-            codec,
-            durable_replicas=durable_replicas,
-            durable_timeout_ms=durable_timeout_ms,
-            fail_open=fail_open,
-        )
+    def __init__(self, pool: ShardedSentinelPool, codec: Codec, **options: Any) -> None:
+        """``options``: see :class:`~sentinel_cache.plans.ClientBase` (durability, fail-open)."""
+        super().__init__(pool, codec, **options)
         self.io = ShardIO(pool)
 
     def close(self) -> None:

@@ -1,0 +1,71 @@
+"""What every shard connection (sync or asyncio) knows: its shard, the address generation it
+was made for, and whether a reply it reads can be trusted. The connection classes themselves
+are in ``_async/connection.py`` (and the sync ones generated from it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sentinel_cache.config import Address
+from sentinel_cache.exceptions import ShardUnavailableError, StaleReplyError
+
+if TYPE_CHECKING:
+    from sentinel_cache.pools import Shard
+
+
+class ShardBound:
+    """A connection (sync or async) that knows its shard and the address generation it was
+    made for; the shard's current master is looked up at connect time."""
+
+    _shard: Shard
+    _generation: int
+    host: str
+    port: int
+
+    def __init__(self, *, shard: Shard, **kwargs: Any) -> None:
+        self._shard = shard
+        address, self._generation = shard.current()
+        self._sent_promotions = shard.promotions
+        host, port = address if address is not None else ("unresolved", 0)
+        super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
+
+    def _stale(self) -> bool:
+        return self._generation != self._shard.generation
+
+    def _note_sent(self) -> None:
+        self._sent_promotions = self._shard.promotions
+
+    def _untrusted_reply(self) -> StaleReplyError | None:
+        """The error to raise instead of a reply that cannot be trusted, else None.
+
+        A reply is an acknowledgement only if the node that sent it was still the shard's
+        master: not if the shard switched away from it while the command was in flight (an old
+        master back from a partition answers, then is demoted and drops the write), nor if the
+        sentinels promoted a replica meanwhile (the write may have landed after the promotion).
+        Writes are held by the fence from the start of a failover, one sentinel tick or more
+        before the promotion, so only a reply that is that late is doubted. Two integer
+        comparisons per reply; the caller drops the socket (the rest of its replies are moot).
+        """
+        shard = self._shard
+        if self._generation == shard.generation and self._sent_promotions == shard.promotions:
+            return None
+        moved = self._generation != shard.generation
+        return StaleReplyError(
+            f"shard {shard.label}: the reply from {self.host}:{self.port} came "
+            + (
+                "after the shard switched to another master"
+                if moved
+                else "after the sentinels promoted a replica of the shard"
+            )
+            + "; the command's outcome is unknown",
+            shard=shard.label,
+            address=Address(self.host, self.port),
+        )
+
+    def _repoint(self) -> None:
+        """Take the shard's current address (after the caller dropped the old socket)."""
+        shard = self._shard
+        address, self._generation = shard.current()
+        if address is None:
+            raise ShardUnavailableError(f"shard {shard.label}: master not resolved")
+        self.host, self.port = address
