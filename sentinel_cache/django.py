@@ -296,6 +296,20 @@ class ShardedSentinelCache(BaseCache):
             done=[] if not data else _NOT_DONE,
         )
 
+    def _get_or_set_many(
+        self, defaults: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> _Call:
+        """``get_or_set`` for many keys: each missing key is added with its default (a
+        concurrent writer's value wins); returns every key's value. Two round trips."""
+        originals = self._key_map(defaults, version)
+        made = {stored: defaults[key] for stored, key in originals.items()}
+        return _Call(
+            "get_or_set_many",
+            (made, self.get_backend_timeout(timeout)),
+            lambda found: {originals[key]: value for key, value in found.items()},
+            done={} if not made else _NOT_DONE,
+        )
+
     def _delete_many(self, keys: Iterable[Any], version: Any = None) -> _Call:
         safe = list(self._key_map(keys, version))
         return _Call("delete_many", (safe,), _nothing, done=None if not safe else _NOT_DONE)
@@ -337,6 +351,7 @@ class ShardedSentinelCache(BaseCache):
     incr, aincr = _operation(_incr)
     get_many, aget_many = _operation(_get_many)
     set_many, aset_many = _operation(_set_many)
+    get_or_set_many, aget_or_set_many = _operation(_get_or_set_many)
     delete_many, adelete_many = _operation(_delete_many)
     clear, aclear = _operation(_clear)  # a bool, like RedisCache
     ttl, attl = _operation(_ttl)

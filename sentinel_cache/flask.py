@@ -325,6 +325,18 @@ class ShardedSentinelCache(BaseCache):
         not_set = set(self.client.set_many(values, self._seconds(timeout)))
         return [key for key in mapping if finals[key] not in not_set]
 
+    def get_or_set_many(
+        self, defaults: Mapping[str, Any], timeout: int | dt.timedelta | None = None
+    ) -> dict[str, Any]:
+        """Every key's value; a missing key is added with its default (a concurrent writer's
+        value wins). Two round trips."""
+        finals = {self._key(key): key for key in defaults}
+        if not finals:
+            return {}
+        made = {final: defaults[key] for final, key in finals.items()}
+        found = self.client.get_or_set_many(made, self._seconds(timeout))
+        return {finals[final]: value for final, value in found.items()}
+
     def delete_many(self, *keys: str) -> list[Any]:
         """Returns the keys that are gone afterwards (absent ones count). RuntimeError for the
         others unless ``ignore_delete_many_errors``; keys on a shard that IGNORE_EXCEPTIONS

@@ -192,6 +192,27 @@ class ClientBase:
             if not is_ok(reply)
         ]
 
+    def add_plan(self, mapping: Mapping[Any, Any], timeout: float | None) -> tuple[Groups, Plan]:
+        """Per key ``SET NX`` then ``GET``: the value now stored, ours or a concurrent winner's."""
+        groups = self.pool.group_by_shard(mapping)
+        expiry = expiry_args(timeout)
+        plan: Plan = {
+            shard: [
+                command
+                for key in group
+                for command in (
+                    ("SET", key, self.encode(mapping[key]), *expiry, "NX"),
+                    ("GET", key),
+                )
+            ]
+            for shard, group in groups.items()
+        }
+        return groups, plan
+
+    def stored(self, groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> dict[Any, Any]:
+        """The values an :meth:`add_plan` read back (every second reply)."""
+        return self.found(groups, {s: None if r is None else [r[1::2]] for s, r in replies.items()})
+
     def del_plan(self, keys: Iterable[Any]) -> Plan:
         groups = self.pool.group_by_shard(dict.fromkeys(keys))
         return {shard: [("DEL", *group)] for shard, group in groups.items()}

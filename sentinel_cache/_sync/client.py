@@ -299,6 +299,22 @@ class CacheOperations(ClientBase):
         groups, plan = self.set_plan(mapping, timeout)
         return self.not_set(groups, self.scatter(plan, write=True))
 
+    def get_or_set_many(
+        self, defaults: Mapping[Any, Any], timeout: float | None
+    ) -> dict[Any, Any]:
+        """The value of every key of ``defaults``; a missing key gets its default, added with
+        ``SET NX`` so a concurrent writer's value wins (and is returned). Two round trips, each
+        one batch per shard."""
+        found = self.get_many(defaults)
+        missing = {key: value for key, value in defaults.items() if key not in found}
+        if not missing:
+            return found
+        if timeout is not None and timeout <= 0:  # stored and expired at once
+            return {**missing, **found}
+        groups, plan = self.add_plan(missing, timeout)
+        found.update(self.stored(groups, self.scatter(plan, write=True)))
+        return found
+
     def delete_many(self, keys: Iterable[Any]) -> int:
         plan = self.del_plan(keys)
         if not plan:
