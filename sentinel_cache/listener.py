@@ -22,14 +22,14 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 
 from sentinel_cache.config import Address, connection_class_and_kwargs
 
 if TYPE_CHECKING:
-    from sentinel_cache.pools import ShardedSentinelPool
+    from sentinel_cache.pools import Shard
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -98,12 +98,32 @@ def _port(text: str) -> int:
     return port
 
 
+class ListenerCore(Protocol):
+    """What a listener needs from the core, and all it may touch (the core implements it)."""
+
+    def shard_by_name(self, name: str) -> Shard | None: ...
+
+    def on_switch_announced(
+        self,
+        shard: Shard,
+        address: Address,
+        *,
+        source: str,
+        received: float,
+        sentinel: Address | None = None,
+    ) -> None: ...
+
+    def on_replica_event(self, shard: Shard) -> None: ...
+
+    def recheck(self, *, source: str) -> None: ...
+
+
 class SentinelListener:
     """Subscribes to one sentinel and forwards failover events to the core."""
 
     def __init__(
         self,
-        core: ShardedSentinelPool,
+        core: ListenerCore,
         address: Address,
         sentinel_kwargs: Mapping[str, Any],
         *,
@@ -264,7 +284,7 @@ class SentinelListener:
 class ListenerGroup:
     """The listeners of one core: one per known sentinel."""
 
-    def __init__(self, core: ShardedSentinelPool, sentinel_kwargs: Mapping[str, Any]) -> None:
+    def __init__(self, core: ListenerCore, sentinel_kwargs: Mapping[str, Any]) -> None:
         self._core = core
         self._kwargs = dict(sentinel_kwargs)
         self._lock = threading.Lock()
