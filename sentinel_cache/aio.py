@@ -180,6 +180,20 @@ class AsyncShardClients:
             if guard is not None:
                 await guard.aclose()
 
+    def close_all(self) -> None:
+        """Close every event loop's connections (the core was closed): each still running loop
+        is asked to close its own, since asyncio sockets belong to their loop."""
+        with self._lock:
+            states = list(self._loops.items())
+            self._loops.clear()
+        for loop, state in states:
+            if loop.is_closed():
+                continue
+            try:
+                loop.call_soon_threadsafe(_spawn, loop, state.aclose())
+            except RuntimeError:  # closed meanwhile: its sockets went with it
+                continue
+
     def master(self, state: _LoopState, shard: Shard) -> AsyncRedis:
         client = state.masters.get(shard.index)
         if client is None:
@@ -219,6 +233,17 @@ class AsyncShardClients:
         return address, client
 
 
+# Tasks started from another thread by close_all(): kept until done (a task only weakly held by
+# its loop could be collected before it ran).
+_closing: set[asyncio.Task[None]] = set()
+
+
+def _spawn(loop: asyncio.AbstractEventLoop, closing: Any) -> None:
+    task = loop.create_task(closing)
+    _closing.add(task)
+    task.add_done_callback(_closing.discard)
+
+
 _shared_clients: weakref.WeakKeyDictionary[ShardedSentinelPool, AsyncShardClients] = (
     weakref.WeakKeyDictionary()
 )
@@ -231,6 +256,7 @@ def shared_async_clients(pool: ShardedSentinelPool) -> AsyncShardClients:
         clients = _shared_clients.get(pool)
         if clients is None:
             clients = _shared_clients[pool] = AsyncShardClients(pool.config)
+            pool.on_close(clients.close_all)
         return clients
 
 

@@ -362,6 +362,7 @@ class ShardedSentinelPool:
         )
         self._by_name = {shard.name: shard for shard in self.shards}
         self._callbacks: list[SwitchCallback] = []
+        self._closers: list[Callable[[], None]] = []
         self._reset_process_state()
         _live.add(self)
 
@@ -600,6 +601,15 @@ class ShardedSentinelPool:
         self.sentinels.close()
         for shard in self.shards:
             shard.close()
+        for closer in self._closers:
+            try:
+                closer()
+            except Exception:
+                logger.exception("closing %r failed", closer)
+
+    def on_close(self, closer: Callable[[], None]) -> None:
+        """Call ``closer()`` when this core closes (the asyncio clients close their sockets)."""
+        self._closers.append(closer)
 
     @property
     def closed(self) -> bool:

@@ -1,0 +1,41 @@
+"""Closing the core releases everything it holds, asyncio connections included."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from sentinel_cache.aio import AsyncCacheClient
+from sentinel_cache.pools import ShardedSentinelPool
+from sentinel_cache.serializers import Codec
+from sentinel_cache.testing import LocalSentinelCluster
+
+
+def test_closing_the_core_closes_its_asyncio_connections(cluster: LocalSentinelCluster) -> None:
+    core = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
+    client = AsyncCacheClient(core, Codec())
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+
+        async def use() -> list[object]:
+            await client.set("lifecycle", 1, None)
+            assert await client.get("lifecycle") == 1
+            return [await client.io.master(shard) for shard in core.shards]
+
+        pools = asyncio.run_coroutine_threadsafe(use(), loop).result(10)
+        connections = [c for p in pools for c in p._connections]  # type: ignore[attr-defined]
+        assert connections and any(c.is_connected for c in connections)
+        assert client.clients.loop_count == 1
+        core.close()  # from another thread than the loop's
+        deadline = time.monotonic() + 5
+        while any(c.is_connected for c in connections) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not any(c.is_connected for c in connections)
+        assert client.clients.loop_count == 0
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
