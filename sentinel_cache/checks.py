@@ -49,7 +49,7 @@ def pool_config(entry: Mapping[str, Any]) -> PoolConfig:
     params = dict(entry)
     backend = import_string(params.pop("BACKEND"))
     location = params.pop("LOCATION", "")
-    config: PoolConfig = backend(location, params)._pool_config
+    config: PoolConfig = backend(location, params).pool_config
     return config
 
 

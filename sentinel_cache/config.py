@@ -3,7 +3,8 @@
 Two front doors lead here: the core's Python constructor (redis-py style keyword arguments) and
 the adapters' option mappings (Django ``OPTIONS`` / Flask ``CACHE_OPTIONS``, upper-case names).
 Both end in :class:`PoolConfig` (what the shared core needs; it keys the process-wide registry)
-and :class:`CacheOptions` (what a cache front end needs). Every error names the field and value.
+and :class:`CacheOptions` (what a cache front end needs). Every error names the field and value,
+also as its ``option``, ``value`` and ``reason`` attributes (:class:`ConfigurationError`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import redis.connection
 
 from sentinel_cache.exceptions import ConfigurationError
+from sentinel_cache.ring import is_valid_weight
+from sentinel_cache.serializers import check_compress_min_length, check_signing_key
 
 
 class Address(NamedTuple):
@@ -36,7 +39,8 @@ class Address(NamedTuple):
 
 
 def _bad(field_name: str, value: Any, why: str) -> ConfigurationError:
-    return ConfigurationError(f"{field_name}: {why} (got {value!r})")
+    """``field_name: why (got value)``, with the three parts as the error's attributes."""
+    return ConfigurationError(option=field_name, value=value, reason=f"{why} (got {value!r})")
 
 
 def parse_address(value: Any, field_name: str = "sentinels") -> Address:
@@ -143,7 +147,7 @@ def parse_weights(
             field_name, value, f"{len(weights)} weights for {len(masters)} masters; they must match"
         )
     for weight in weights:
-        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+        if not is_valid_weight(weight):  # the ring's rule; the count and bound are ours
             raise _bad(field_name, value, f"every weight must be a positive integer: {weight!r}")
         if weight > MAX_WEIGHT:
             # 160 virtual nodes per unit of weight: a typo here would stall start-up.
@@ -454,7 +458,11 @@ def _lookup_option(name: Any) -> tuple[str, str]:
     hint = difflib.get_close_matches(key, sorted(OPTION_NAMES), n=1, cutoff=0.5)
     suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
     valid = ", ".join(sorted(OPTION_NAMES))
-    raise ConfigurationError(f"OPTIONS: unknown option {name!r}{suggestion} (valid: {valid})")
+    raise ConfigurationError(
+        option="OPTIONS",
+        value=str(name),
+        reason=f"unknown option {name!r}{suggestion} (valid: {valid})",
+    )
 
 
 def redact_url(url: str) -> str:
@@ -581,16 +589,22 @@ def parse_cache_config(
         key = str(name).upper()
         if key in given:
             raise ConfigurationError(
-                f"OPTIONS: {key} is given twice (as {given[key]!r} and {name!r})"
+                option="OPTIONS",
+                value=str(name),
+                reason=f"{key} is given twice (as {given[key]!r} and {name!r})",
             )
         given[key] = name
         if key in merged:
             raise ConfigurationError(
-                f"OPTIONS: {key} is given both in the LOCATION URL and in OPTIONS"
+                option="OPTIONS",
+                value=str(name),
+                reason=f"{key} is given both in the LOCATION URL and in OPTIONS",
             )
         merged[key] = value
     if "MASTERS" not in merged:
-        raise ConfigurationError("OPTIONS: MASTERS is required (the ordered list of master names)")
+        raise ConfigurationError(
+            option="OPTIONS", reason="MASTERS is required (the ordered list of master names)"
+        )
 
     connection: dict[str, Any] = {}
     sentinel: dict[str, Any] = {}
@@ -625,8 +639,9 @@ def parse_cache_config(
         )
     except ConfigurationError as exc:
         # Name the option as the user wrote it (MAX_CONNECTIONS), not the core's field.
-        field, sep, rest = str(exc).partition(": ")
-        raise ConfigurationError(f"{_option_label(field)}{sep}{rest}") from None
+        if exc.option is None:
+            raise
+        raise exc.renamed(_option_label(exc.option)) from None
     return config, _cache_options(cache)
 
 
@@ -652,16 +667,13 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
     compressor = values.get("compressor")
     if compressor is not None and not isinstance(compressor, str):
         raise _bad("COMPRESSOR", compressor, 'expected "zlib", "zstd" or a dotted path')
-    signing_key = values.get("signing_key")
-    if isinstance(signing_key, str):
-        signing_key = signing_key.encode()
-    if signing_key is not None and (not isinstance(signing_key, bytes) or len(signing_key) < 16):
-        raise _bad("SIGNING_KEY", "***", "must be a str or bytes of at least 16 characters")
+    # The codec owns SIGNING_KEY and COMPRESS_MIN_LENGTH: its checks, also run by Codec(...).
+    signing_key = check_signing_key(values.get("signing_key"))
     ignore = values.get("ignore_exceptions", False)
     if not isinstance(ignore, bool):
         raise _bad("IGNORE_EXCEPTIONS", ignore, "must be True or False")
+    compress_min_length = check_compress_min_length(values.get("compress_min_length", 1024))
     for name, integer in (
-        ("compress_min_length", True),
         ("durable_replicas", True),
         ("durable_timeout_ms", True),
         ("log_ignored_exceptions_interval", False),
@@ -671,7 +683,7 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
     return CacheOptions(
         serializer=serializer,
         compressor=compressor,
-        compress_min_length=values.get("compress_min_length", 1024),
+        compress_min_length=compress_min_length,
         signing_key=signing_key,
         ignore_exceptions=ignore,
         log_ignored_exceptions_interval=values.get("log_ignored_exceptions_interval", 10.0),

@@ -152,13 +152,15 @@ class ShardedSentinelCache(BaseCache):
         return ImproperlyConfigured(self._config_error)
 
     @property
-    def _pool_config(self) -> PoolConfig:
-        """What the shared core needs, available without connecting (``sentinel_status`` and
-        the system checks read it); ImproperlyConfigured naming the field if LOCATION/OPTIONS
-        do not parse."""
+    def pool_config(self) -> PoolConfig:
+        """The parsed :class:`~sentinel_cache.config.PoolConfig` (what the shared core needs),
+        available without connecting (``sentinel_status`` and the system checks read it);
+        ImproperlyConfigured naming the field if LOCATION/OPTIONS do not parse."""
         if self._config is None:
             raise self._improperly_configured()
         return self._config
+
+    _pool_config = pool_config  # the name it had before it was public
 
     @property
     def _cache_options(self) -> CacheOptions:

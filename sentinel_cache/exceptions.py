@@ -6,6 +6,8 @@ want everything from this library catch :class:`SentinelCacheError`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.exceptions import AuthenticationError as RedisAuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -16,7 +18,49 @@ class SentinelCacheError(Exception):
 
 
 class ConfigurationError(SentinelCacheError, ValueError):
-    """A configuration value is missing or invalid; the message names the field and the value."""
+    """A configuration value is missing or invalid; the message names the field and the value.
+
+    The parts of the message are also attributes, for code that reports or renames them
+    (the Flask adapter names its own settings this way):
+
+    * ``option``: the setting the message starts with, as the user wrote it (``SOCKET_TIMEOUT``,
+      ``LOCATION``, ``OPTIONS``, ``CACHE_REDIS_URL``), or the core's dotted name where that is
+      what is known (``connection_kwargs.socket_timeout`` from ``ShardedSentinelPool(...)``);
+      ``None`` when the error names no setting.
+    * ``value``: the offending value as the message shows it (secrets as ``"***"``, URLs with
+      their secrets masked); ``None`` when the value is missing. For an error about the
+      ``OPTIONS`` mapping itself (an unknown or repeated option) it is the option name.
+    * ``reason``: the message without its ``option: `` prefix, so that
+      ``str(exc) == f"{exc.option}: {exc.reason}"`` whenever ``option`` is set.
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        option: str | None = None,
+        value: object = None,
+        reason: str | None = None,
+    ) -> None:
+        if message is None:
+            message = (reason or "") if option is None else f"{option}: {reason}"
+        elif reason is None:
+            prefix = f"{option}: "
+            has_prefix = option is not None and message.startswith(prefix)
+            reason = message[len(prefix) :] if has_prefix else message
+        super().__init__(message)
+        self.option = option
+        self.value = value
+        self.reason: str = message if reason is None else reason
+
+    def renamed(self, option: str) -> ConfigurationError:
+        """The same error under another setting name (``max_connections`` ->
+        ``MAX_CONNECTIONS``, ``OPTIONS`` -> ``CACHE_OPTIONS``); the reason and value stay."""
+        return type(self)(option=option, value=self.value, reason=self.reason)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep the attributes across pickling (multiprocessing, test runners).
+        return (type(self), self.args, self.__dict__)
 
 
 class DiscoveryError(SentinelCacheError, RedisConnectionError):

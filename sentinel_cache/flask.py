@@ -74,7 +74,6 @@ import datetime as dt
 import json
 import logging
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -147,21 +146,27 @@ class ShardedSentinelCache(BaseCache):
             seconds = _whole_seconds(default_timeout)
         except (TypeError, ValueError, OverflowError):
             raise ConfigurationError(
-                f"CACHE_DEFAULT_TIMEOUT: expected whole seconds or a timedelta "
-                f"(got {default_timeout!r})"
+                option="CACHE_DEFAULT_TIMEOUT",
+                value=default_timeout,
+                reason=f"expected whole seconds or a timedelta (got {default_timeout!r})",
             ) from None
         if seconds < 0:
             raise ConfigurationError(
-                f"CACHE_DEFAULT_TIMEOUT: must be >= 0 (0: never expire) (got {default_timeout!r})"
+                option="CACHE_DEFAULT_TIMEOUT",
+                value=default_timeout,
+                reason=f"must be >= 0 (0: never expire) (got {default_timeout!r})",
             )
         if key_prefix is not None and not isinstance(key_prefix, str) and not callable(key_prefix):
             raise ConfigurationError(
-                f"CACHE_KEY_PREFIX: expected a string or a callable returning one "
-                f"(got {key_prefix!r})"
+                option="CACHE_KEY_PREFIX",
+                value=key_prefix,
+                reason=f"expected a string or a callable returning one (got {key_prefix!r})",
             )
         if not isinstance(ignore_delete_many_errors, bool):
             raise ConfigurationError(
-                f"CACHE_IGNORE_ERRORS: must be True or False (got {ignore_delete_many_errors!r})"
+                option="CACHE_IGNORE_ERRORS",
+                value=ignore_delete_many_errors,
+                reason=f"must be True or False (got {ignore_delete_many_errors!r})",
             )
         super().__init__(
             default_timeout=seconds,
@@ -206,8 +211,10 @@ class ShardedSentinelCache(BaseCache):
         CACHE_OPTIONS, merged by Flask-Caching); registers ``flask sentinel-status``."""
         if args:
             raise ConfigurationError(
-                f"CACHE_ARGS: {cls.__name__} takes no positional arguments; use the "
-                f"CACHE_REDIS_* settings and CACHE_OPTIONS (got {args!r})"
+                option="CACHE_ARGS",
+                value=args,
+                reason=f"{cls.__name__} takes no positional arguments; use the "
+                f"CACHE_REDIS_* settings and CACHE_OPTIONS (got {args!r})",
             )
         options = dict(kwargs)
         default_timeout = options.pop("default_timeout", 300)
@@ -248,8 +255,10 @@ class ShardedSentinelCache(BaseCache):
             and callable(getattr(serializer, "loads", None))
         ):
             raise ConfigurationError(
-                f"CACHE_SERIALIZER: expected an object with dumps() and loads(), a Codec or a "
-                f"serializer name (got {serializer!r})"
+                option="CACHE_SERIALIZER",
+                value=serializer,
+                reason=f"expected an object with dumps() and loads(), a Codec or a "
+                f"serializer name (got {serializer!r})",
             )
         options = self.options
         return Codec(
@@ -377,7 +386,9 @@ def _translate(
         upper = str(name).upper()
         if upper in spelled:
             raise ConfigurationError(
-                f"CACHE_OPTIONS: {spelled[upper]!r} and {name!r} name the same option"
+                option="CACHE_OPTIONS",
+                value=name,
+                reason=f"{spelled[upper]!r} and {name!r} name the same option",
             )
         spelled[upper] = str(name)
     sources = {upper: f"CACHE_OPTIONS[{name!r}]" for upper, name in spelled.items()}
@@ -388,7 +399,9 @@ def _translate(
             continue
         if option in sources:
             raise ConfigurationError(
-                f"{setting}: {option} is also set by {sources[option]}; set it once"
+                option=setting,
+                value=value if setting not in _SECRET_KEYS else "***",
+                reason=f"{option} is also set by {sources[option]}; set it once",
             )
         merged[option] = value
         sources[option] = setting
@@ -401,55 +414,57 @@ def _translate(
     if sentinels:
         if url_is_sentinel:
             raise ConfigurationError(
-                "CACHE_REDIS_SENTINELS: the sentinels are also given by CACHE_REDIS_URL; "
-                "set one of them"
+                option="CACHE_REDIS_SENTINELS",
+                value=sentinels,
+                reason="the sentinels are also given by CACHE_REDIS_URL; set one of them",
             )
         return sentinels, "CACHE_REDIS_SENTINELS", merged, sources
     if url:
         if not url_is_sentinel:
             raise ConfigurationError(
-                f"CACHE_REDIS_URL: ShardedSentinelCache needs a sentinel:// URL "
-                f"(sentinel://host:26379,host2:26379/master_a,master_b) or CACHE_REDIS_SENTINELS "
-                f"(got {url!r})"
+                option="CACHE_REDIS_URL",
+                value=url,
+                reason="ShardedSentinelCache needs a sentinel:// URL "
+                "(sentinel://host:26379,host2:26379/master_a,master_b) or CACHE_REDIS_SENTINELS "
+                f"(got {url!r})",
             )
         return url, "CACHE_REDIS_URL", merged, sources
     raise ConfigurationError(
-        "CACHE_REDIS_SENTINELS: required, the sentinel addresses as a list of "
-        '"host:port" (or a sentinel:// URL in CACHE_REDIS_URL)'
-        + (f" (got {sentinels!r})" if sentinels is not None else "")
+        option="CACHE_REDIS_SENTINELS",
+        value=sentinels,
+        reason='required, the sentinel addresses as a list of "host:port" '
+        "(or a sentinel:// URL in CACHE_REDIS_URL)"
+        + (f" (got {sentinels!r})" if sentinels is not None else ""),
     )
 
 
 def _in_flask_terms(
     exc: ConfigurationError, location_key: str, sources: Mapping[str, str]
 ) -> ConfigurationError:
-    """Name the Flask setting a core error is about (the core names its own fields)."""
-    message = str(exc)
-    field, sep, rest = message.partition(": ")
-    if not sep:
-        return ConfigurationError(f"CACHE_OPTIONS: {message}")
-    if field.startswith("CACHE_"):
+    """Name the Flask setting a core error is about (the core names its own options), from the
+    error's ``option``, ``value`` and ``reason``."""
+    option = exc.option
+    if option is None:
+        return ConfigurationError(option="CACHE_OPTIONS", value=exc.value, reason=str(exc))
+    if option.startswith("CACHE_"):
         return exc
-    if field == "LOCATION":
-        return ConfigurationError(f"{location_key}: {rest}")
-    if field == "OPTIONS":
-        if rest.startswith("MASTERS is required"):
+    if option == "LOCATION":
+        return exc.renamed(location_key)
+    if option == "OPTIONS":  # about the mapping: an option that is unknown, repeated or missing
+        if exc.value is None:  # the one option that must be given
             return ConfigurationError(
-                "CACHE_REDIS_SENTINEL_MASTERS: required, the ordered list of master names"
+                option="CACHE_REDIS_SENTINEL_MASTERS",
+                reason="required, the ordered list of master names",
             )
-        unknown = re.match(r"unknown option '([^']*)'", rest)
-        if unknown and location_key == "CACHE_REDIS_URL" and unknown[1].upper() not in sources:
-            return ConfigurationError(f"CACHE_REDIS_URL: {rest}")  # from its query string
-        return ConfigurationError(f"CACHE_OPTIONS: {rest}")
-    option = field.split(".")[-1].upper()
-    if option in ("SOCKET_TIMEOUT", "SOCKET_CONNECT_TIMEOUT") and field.startswith("sentinel"):
-        option = "SENTINEL_" + option
+        if location_key == "CACHE_REDIS_URL" and str(exc.value).upper() not in sources:
+            return exc.renamed("CACHE_REDIS_URL")  # from its query string
+        return exc.renamed("CACHE_OPTIONS")
     source = sources.get(option)
     if source is not None:
-        return ConfigurationError(f"{source}: {rest}")
+        return exc.renamed(source)
     # Not from a Flask setting nor CACHE_OPTIONS: a sentinel:// URL's query string set it.
     label = location_key if location_key == "CACHE_REDIS_URL" else "CACHE_OPTIONS"
-    return ConfigurationError(f"{label}: {message}")
+    return ConfigurationError(option=label, value=exc.value, reason=str(exc))
 
 
 # -- command line ------------------------------------------------------------------------------

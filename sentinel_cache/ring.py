@@ -67,6 +67,14 @@ def _encode(key: str) -> bytes:
         return joined.encode("utf-8", "replace")
 
 
+def is_valid_weight(weight: object) -> bool:
+    """The one rule for a shard's weight, here and in the configuration parser: a positive int.
+
+    bool is an int subclass, but True as a weight is almost certainly a config mistake.
+    """
+    return isinstance(weight, int) and not isinstance(weight, bool) and weight > 0
+
+
 def _validate_weights(weights: Sequence[int]) -> tuple[int, ...]:
     """Reject what Jedis would silently turn into an empty or lopsided ring."""
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Iterable):
@@ -75,8 +83,7 @@ def _validate_weights(weights: Sequence[int]) -> tuple[int, ...]:
     if not values:
         raise ConfigurationError(f"weights must not be empty, got {weights!r}")
     for i, w in enumerate(values):
-        # bool is an int subclass, but True as a weight is almost certainly a config mistake.
-        if isinstance(w, bool) or not isinstance(w, int) or w <= 0:
+        if not is_valid_weight(w):
             raise ConfigurationError(
                 f"weights[{i}] must be a positive int, got {w!r} (weights={values!r})"
             )

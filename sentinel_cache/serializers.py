@@ -107,7 +107,29 @@ _Transform = Callable[[bytes], bytes]
 
 
 def _bad(field_name: str, value: Any, why: str) -> ConfigurationError:
-    return ConfigurationError(f"{field_name}: {why} (got {value!r})")
+    return ConfigurationError(option=field_name, value=value, reason=f"{why} (got {value!r})")
+
+
+# --- the codec's own options, checked here only (the configuration parser calls these) -------
+
+
+def check_compress_min_length(value: Any) -> int:
+    """``COMPRESS_MIN_LENGTH``: an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _bad("COMPRESS_MIN_LENGTH", value, "must be an integer >= 0")
+    return value
+
+
+def check_signing_key(value: Any) -> bytes | None:
+    """``SIGNING_KEY`` as bytes: a str (UTF-8 encoded) or bytes of at least 16 characters, or
+    None. The key never appears in the error."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    if not isinstance(value, (bytes, bytearray)) or len(value) < 16:
+        raise _bad("SIGNING_KEY", "***", "must be a str or bytes of at least 16 characters")
+    return bytes(value)
 
 
 def _type_name(value: Any) -> str:
@@ -379,14 +401,8 @@ class Codec:
                 pickle_protocol,
                 f"must be an integer from 0 to {pickle.HIGHEST_PROTOCOL}",
             )
-        if (
-            isinstance(compress_min_length, bool)
-            or not isinstance(compress_min_length, int)
-            or compress_min_length < 0
-        ):
-            raise _bad("COMPRESS_MIN_LENGTH", compress_min_length, "must be an integer >= 0")
         self.pickle_protocol = pickle_protocol
-        self.compress_min_length = compress_min_length
+        self.compress_min_length = check_compress_min_length(compress_min_length)
 
         protocol = pickle_protocol
         loaders: dict[int, _Loads] = {
@@ -458,14 +474,8 @@ class Codec:
         self._prefix = bytes((MAGIC, self._serializer_id << 4))
         self._compressed_prefix = bytes((MAGIC, self._serializer_id << 4 | compressor_id))
 
-        if signing_key is not None:
-            if isinstance(signing_key, str):
-                signing_key = signing_key.encode("utf-8")
-            if not isinstance(signing_key, (bytes, bytearray)) or len(signing_key) < 16:
-                raise _bad("SIGNING_KEY", "***", "must be bytes (or str) of at least 16 characters")
-            self._signer = _Signer(bytes(signing_key))
-        else:
-            self._signer = None
+        key = check_signing_key(signing_key)
+        self._signer = None if key is None else _Signer(key)
         self._legacy_pickle = self._serializer_id == PICKLE_ID and self._signer is None
         # Reading: unsigned framed pickle (what the default configuration writes) skips dispatch.
         self._fast_prefix = self._prefix[:1] + _PLAIN_PICKLE_HEADER if self._legacy_pickle else None

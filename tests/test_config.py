@@ -197,3 +197,78 @@ def test_a_secret_in_a_misplaced_tls_option_is_not_echoed() -> None:
     with pytest.raises(ConfigurationError) as info:
         PoolConfig.create(["a"], "h:1", ssl_password="hunter2-secret")
     assert "hunter2" not in str(info.value) and "ssl_password" in str(info.value)
+
+
+# -- the structured parts of an error ----------------------------------------------------------
+
+
+def _error(location: object, options: dict | None) -> ConfigurationError:
+    with pytest.raises(ConfigurationError) as info:
+        parse_cache_config(location, options)
+    error = info.value
+    assert str(error) == f"{error.option}: {error.reason}"
+    return error
+
+
+def test_a_bad_number_names_option_value_and_reason() -> None:
+    error = _error(["h:1"], {"MASTERS": ["a"], "socket_timeout": -1})
+    assert (error.option, error.value) == ("SOCKET_TIMEOUT", -1)
+    assert error.reason == "must be a finite number >= 0.001 (got -1)"
+    # The core's constructor knows only its own, dotted name.
+    with pytest.raises(ConfigurationError) as info:
+        PoolConfig.create(["a"], "h:1", socket_timeout=-1)
+    assert (info.value.option, info.value.value) == ("connection_kwargs.socket_timeout", -1)
+    assert info.value.reason == error.reason
+
+
+def test_an_unknown_option_is_an_error_of_the_options_mapping() -> None:
+    error = _error(["h:1"], {"MASTERS": ["a"], "WIEGHTS": [1]})
+    assert (error.option, error.value) == ("OPTIONS", "WIEGHTS")
+    assert error.reason.startswith("unknown option 'WIEGHTS'; did you mean 'WEIGHTS'?")
+    missing = _error(["h:1"], {})
+    assert (missing.option, missing.value) == ("OPTIONS", None)
+
+
+def test_a_bad_url_part_shows_the_url_with_its_secrets_masked() -> None:
+    error = _error("sentinel://user:hunter2-secret@h:notaport/a", None)
+    assert error.option == "LOCATION"
+    assert error.value == "sentinel://***@h:notaport/a"
+    assert "hunter2" not in repr(error.__dict__)
+    query = _error("sentinel://h:1/a?max_connections=x", None)
+    assert (query.option, query.value) == ("MAX_CONNECTIONS", "x")
+
+
+def test_a_secret_value_is_masked_in_the_attribute_too() -> None:
+    error = _error(["h:1"], {"MASTERS": ["a"], "SIGNING_KEY": "short-secret"})
+    assert (error.option, error.value) == ("SIGNING_KEY", "***")
+
+
+def test_the_attributes_survive_pickling() -> None:
+    import pickle
+
+    error = _error(["h:1"], {"MASTERS": ["a"], "MAX_CONNECTIONS": 0})
+    copy = pickle.loads(pickle.dumps(error))
+    assert str(copy) == str(error)
+    assert (copy.option, copy.value, copy.reason) == (error.option, error.value, error.reason)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "keyword"),
+    [
+        ("SIGNING_KEY", "short", "signing_key"),
+        ("SIGNING_KEY", 12345678901234567, "signing_key"),
+        ("COMPRESS_MIN_LENGTH", -1, "compress_min_length"),
+        ("COMPRESS_MIN_LENGTH", True, "compress_min_length"),
+    ],
+)
+def test_codec_options_are_checked_by_the_codec_rule_only(
+    option: str, value: object, keyword: str
+) -> None:
+    """The adapters' parser and a Codec built by hand apply the same check: same error."""
+    from sentinel_cache.serializers import Codec
+
+    error = _error(["h:1"], {"MASTERS": ["a"], option: value})
+    with pytest.raises(ConfigurationError) as info:
+        Codec(**{keyword: value})
+    assert str(info.value) == str(error)
+    assert (info.value.option, info.value.value) == (error.option, error.value)

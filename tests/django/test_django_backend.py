@@ -351,7 +351,7 @@ def test_clear_without_prefix_flushes_the_database(
         other_db.delete("django-tests-db0-canary")
     finally:
         other_db.close()
-    assert unprefixed._pool_config.connection_options()["db"] == DJANGO_DB
+    assert unprefixed.pool_config.connection_options()["db"] == DJANGO_DB
 
 
 def test_serialization_errors_are_not_swallowed(make_cache: MakeCache) -> None:

@@ -1,5 +1,5 @@
 """Configuration: every LOCATION form, OPTIONS, errors naming the field, and no connection at
-construction (``_pool_config`` is what ``sentinel_status`` and the system checks read)."""
+construction (``pool_config`` is what ``sentinel_status`` and the system checks read)."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ def backend(location: Any, **params: Any) -> ShardedSentinelCache:
 
 def test_location_list_string_and_url_forms_agree() -> None:
     masters = {"OPTIONS": {"MASTERS": ["shard_a", "shard_b"]}}
-    as_list = backend(["10.0.0.1:26379", "10.0.0.2:26380"], **masters)._pool_config
-    as_text = backend("10.0.0.1:26379,10.0.0.2:26380", **masters)._pool_config
-    as_url = backend("sentinel://10.0.0.1:26379,10.0.0.2:26380/shard_a,shard_b")._pool_config
+    as_list = backend(["10.0.0.1:26379", "10.0.0.2:26380"], **masters).pool_config
+    as_text = backend("10.0.0.1:26379,10.0.0.2:26380", **masters).pool_config
+    as_url = backend("sentinel://10.0.0.1:26379,10.0.0.2:26380/shard_a,shard_b").pool_config
     assert as_list == as_text == as_url
     assert as_list.sentinels == (Address("10.0.0.1", 26379), Address("10.0.0.2", 26380))
     assert as_list.masters == ("shard_a", "shard_b")
@@ -41,9 +41,9 @@ def test_location_list_string_and_url_forms_agree() -> None:
 def test_url_carries_credentials_and_query_options() -> None:
     cache = backend("sentinel://app:s%40cret@h1:26379,h2:26379/a,b?db=3&weights=x")
     with pytest.raises(ImproperlyConfigured, match="(?i)weights"):
-        cache._pool_config  # noqa: B018 - the property raises
+        cache.pool_config  # noqa: B018 - the property raises
     cache = backend("sentinel://app:s%40cret@h1:26379,h2:26379/a,b?db=3")
-    options = cache._pool_config.connection_options()
+    options = cache.pool_config.connection_options()
     assert (options["username"], options["password"], options["db"]) == ("app", "s@cret", 3)
 
 
@@ -67,7 +67,7 @@ def test_options_reach_the_pool_and_the_cache_options() -> None:
         TIMEOUT=60,
         VERSION=3,
     )
-    config = cache._pool_config
+    config = cache.pool_config
     assert config.weights == (1, 2, 1)
     assert config.connection_options()["db"] == 4
     assert config.connection_options()["password"] == "data-secret"
@@ -101,7 +101,7 @@ def test_bad_settings_are_improperly_configured_naming_the_field(
 ) -> None:
     cache = backend(location, OPTIONS=options)  # constructing never raises: see below
     for use in (
-        lambda: cache._pool_config,
+        lambda: cache.pool_config,
         lambda: cache.pool,
         lambda: cache.get("k"),
     ):
@@ -125,7 +125,7 @@ def test_bad_settings_do_not_break_djangos_own_cache_checks() -> None:
 def test_construction_and_pool_config_connect_nowhere() -> None:
     # Nothing listens there: anything that connected would fail or hang.
     cache = backend([f"127.0.0.1:{_closed_port()}"], OPTIONS={"MASTERS": ["a", "b"]})
-    assert cache._pool_config.masters == ("a", "b")
+    assert cache.pool_config.masters == ("a", "b")
     pool = cache.pool
     assert pool.status()["started"] is False
     assert all(shard.address is None for shard in pool.shards)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -359,3 +360,42 @@ def test_command_is_registered_by_the_factory() -> None:
     Cache(app, config={"CACHE_KEY_PREFIX": "second:"})  # a second cache: registered once
     init_app(app)
     assert list(app.cli.commands).count(COMMAND_NAME) == 1
+
+
+# -- structured errors: renamed for Flask from the core's option, value and reason -------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "option", "value"),
+    [
+        ({"CACHE_OPTIONS": {"max_connections": 0}}, "CACHE_OPTIONS['max_connections']", 0),
+        ({"CACHE_REDIS_DB": "x"}, "CACHE_REDIS_DB", "x"),
+        ({"CACHE_REDIS_SENTINELS": ["nohost"]}, "CACHE_REDIS_SENTINELS", "nohost"),
+        ({"CACHE_OPTIONS": {"WIEGHTS": [1, 1]}}, "CACHE_OPTIONS", "WIEGHTS"),
+        ({"CACHE_OPTIONS": {"SIGNING_KEY": "short-secret"}}, "CACHE_OPTIONS['SIGNING_KEY']", "***"),
+    ],
+)
+def test_renamed_errors_keep_value_and_reason(settings: dict, option: str, value: Any) -> None:
+    error = fails("^" + re.escape(f"{option}: "), **settings)
+    assert (error.option, error.value) == (option, value)
+    assert str(error) == f"{option}: {error.reason}"
+    core = error.__cause__
+    assert isinstance(core, ConfigurationError)
+    assert core.reason == error.reason and core.value == error.value
+
+
+def test_url_errors_name_the_url_setting() -> None:
+    url = {"CACHE_REDIS_SENTINELS": None, "CACHE_REDIS_SENTINEL_MASTERS": None}
+    error = fails("^CACHE_REDIS_URL: ", CACHE_REDIS_URL="sentinel://h:1/a?wieghts=1", **url)
+    assert (error.option, error.value) == ("CACHE_REDIS_URL", "WIEGHTS")
+    assert error.reason.startswith("unknown option 'WIEGHTS'")
+    # An option from the query string: the URL setting, then the option the core named.
+    error = fails("^CACHE_REDIS_URL: ", CACHE_REDIS_URL="sentinel://h:1/a?max_connections=x", **url)
+    assert (error.option, error.value) == ("CACHE_REDIS_URL", "x")
+    assert error.reason == "MAX_CONNECTIONS: must be an integer >= 1 (got 'x')"
+
+
+def test_missing_masters_is_a_missing_value() -> None:
+    error = fails("^CACHE_REDIS_SENTINEL_MASTERS: required", CACHE_REDIS_SENTINEL_MASTERS=None)
+    assert (error.option, error.value) == ("CACHE_REDIS_SENTINEL_MASTERS", None)
+    assert error.reason == "required, the ordered list of master names"
