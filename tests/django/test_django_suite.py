@@ -1,8 +1,8 @@
 """Django's own cache test suite (``BaseCacheTests`` from Django's source distribution, for the
 installed Django version) must pass against this backend on a real 2-shard topology.
 
-The sdist is downloaded once into ``.cache/django-sdist`` (git-ignored) and reused; without it
-(no network) this test fails, it never skips.
+The sdist is downloaded once into ``.cache/sdists`` (git-ignored, see ``upstream_sdist``) and
+reused; without it (no network) this test fails, it never skips.
 """
 
 from __future__ import annotations
@@ -12,62 +12,35 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
-import time
 from pathlib import Path
 
 import django
 import pytest
 from django_support import DJANGO_SUITE_DB, HERE
+from upstream_sdist import SdistUnavailable, extract, sdist
 
 from sentinel_cache.testing import LocalSentinelCluster
 
-ROOT = HERE.parent.parent
-SDIST_DIR = ROOT / ".cache" / "django-sdist"
 SUITE_FILES = ("__init__.py", "models.py", "tests.py")
 MIN_TESTS = 50
 
 
 def django_sdist() -> Path:
-    """The cached sdist of the installed Django, downloaded with pip if missing (one retry)."""
-    version = django.get_version()
-    names = (f"django-{version}.tar.gz", f"Django-{version}.tar.gz")
-    SDIST_DIR.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-        "--disable-pip-version-check", "--timeout", "30", "--dest", str(SDIST_DIR),
-        f"django=={version}",
-    ]  # fmt: skip
-    outputs: list[str] = []
-    for attempt in range(2):
-        for name in names:
-            if (SDIST_DIR / name).is_file():
-                return SDIST_DIR / name
-        if attempt:
-            time.sleep(2)
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-        outputs.append(f"exit {done.returncode}: {done.stdout[-1500:]}{done.stderr[-1500:]}")
-    for name in names:
-        if (SDIST_DIR / name).is_file():
-            return SDIST_DIR / name
-    pytest.fail(
-        f"could not download Django {version}'s sdist into {SDIST_DIR}:\n" + "\n".join(outputs)
-    )
+    """The cached sdist of the installed Django; a failed download fails the test."""
+    try:
+        return sdist("django")
+    except SdistUnavailable as exc:
+        pytest.fail(str(exc))
 
 
-def extract_suite(sdist: Path, target: Path) -> None:
+def extract_suite(archive: Path, target: Path) -> None:
     """``tests/cache/{__init__,models,tests}.py`` into the package ``target/cache``."""
     package = target / "cache"
     package.mkdir()
-    with tarfile.open(sdist) as archive:
-        for member in archive.getmembers():
-            parts = Path(member.name).parts
-            if len(parts) == 4 and parts[1:3] == ("tests", "cache") and parts[3] in SUITE_FILES:
-                source = archive.extractfile(member)
-                assert source is not None
-                (package / parts[3]).write_bytes(source.read())
-    missing = [name for name in SUITE_FILES if not (package / name).is_file()]
-    assert not missing, f"{sdist.name} has no tests/cache/{missing}"
+    try:
+        extract(archive, [f"tests/cache/{name}" for name in SUITE_FILES], package)
+    except SdistUnavailable as exc:
+        pytest.fail(str(exc))
     shutil.copy(HERE / "sharded_cache_suite.py", package / "tests_sharded.py")
     shutil.copy(HERE / "settings.py", target / "suite_settings.py")
 

@@ -1,10 +1,11 @@
 """Flask-Caching's and cachelib's own backend test suites, run against our backend.
 
 The test files come from the source distributions of the *installed* versions (downloaded once
-into ``.cache/sdists`` with ``pip download``, retried once; a failed download is a failed test,
-never a skip). The needed files are extracted into a temporary directory and imported under
-unique module names (pytest rewrites their asserts); the classes below subclass the upstream
-test classes and provide what their ``conftest.py`` fixtures provided:
+into ``.cache/sdists`` with ``pip download``, retried once, by ``upstream_sdist``; a failed
+download is a failed test, never a skip). The needed files are extracted into a temporary
+directory and imported under unique module names (pytest rewrites their asserts); the classes
+below subclass the upstream test classes and provide what their ``conftest.py`` fixtures
+provided:
 
 * Flask-Caching ``tests/test_backend_cache.py``: ``GenericCacheTests`` needs ``make_cache``
   (here: the backend built through ``CACHE_TYPE`` by ``Cache(app)``, with and without a key
@@ -24,15 +25,10 @@ from __future__ import annotations
 
 import atexit
 import importlib
-import importlib.metadata
 import importlib.util
-import re
 import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
-import time
 import traceback
 import types
 from collections.abc import Callable, Iterator
@@ -41,11 +37,11 @@ from typing import Any
 
 import pytest
 from flask_support import opened, settings_for
+from upstream_sdist import extract, sdists
 
 from sentinel_cache.flask import ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
 
-SDIST_DIR = Path(__file__).resolve().parents[2] / ".cache" / "sdists"
 FLASK_CACHING_DB = 11
 CACHELIB_DB = 12
 
@@ -66,81 +62,14 @@ WANTED = {
 }
 
 
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
-def _find_sdist(dist: str, version: str) -> Path | None:
-    for path in SDIST_DIR.glob("*.tar.gz"):
-        stem = path.name[: -len(".tar.gz")]
-        name, _, found_version = stem.rpartition("-")
-        if _normalize(name) == _normalize(dist) and found_version == version:
-            return path
-    return None
-
-
-def _download(requirements: list[str]) -> None:
-    """``pip download`` the sdists into SDIST_DIR; one retry, then the error is raised."""
-    SDIST_DIR.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-binary",
-        ":all:",
-        "--disable-pip-version-check",
-        *requirements,
-        "-d",
-        str(SDIST_DIR),
-    ]
-    for attempt in (1, 2):
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        if result.returncode == 0:
-            return
-        if attempt == 1:
-            time.sleep(2)
-    raise RuntimeError(
-        f"could not download {requirements} (exit {result.returncode}):\n"
-        f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
-    )
-
-
-def _sdists() -> dict[str, Path]:
-    versions = {dist: importlib.metadata.version(dist) for dist in WANTED}
-    missing = [f"{d}=={v}" for d, v in versions.items() if _find_sdist(d, v) is None]
-    if missing:
-        _download(missing)
-    found: dict[str, Path] = {}
-    for dist, version in versions.items():
-        path = _find_sdist(dist, version)
-        if path is None:
-            raise RuntimeError(f"pip download left no {dist} {version} sdist in {SDIST_DIR}")
-        found[dist] = path
-    return found
-
-
-def _extract(sdist: Path, files: list[str], prefix: str, into: Path) -> None:
-    with tarfile.open(sdist) as archive:
-        members = {m.name.split("/", 1)[-1]: m for m in archive.getmembers() if m.isfile()}
-        for name in files:
-            member = members.get(f"tests/{name}")
-            if member is None:
-                raise RuntimeError(f"{sdist.name} has no tests/{name}")
-            source = archive.extractfile(member)
-            assert source is not None
-            (into / f"{prefix}{name}").write_bytes(source.read())
-
-
 def _load() -> dict[str, types.ModuleType]:
     """Download, extract and import the upstream test modules."""
-    sdists = _sdists()
+    archives = sdists(*WANTED)
     workdir = Path(tempfile.mkdtemp(prefix="sentinel_cache_upstream_"))
     atexit.register(shutil.rmtree, workdir, ignore_errors=True)
     names: list[str] = []
     for dist, (files, prefix) in WANTED.items():
-        _extract(sdists[dist], files, prefix, workdir)
+        extract(archives[dist], [f"tests/{name}" for name in files], workdir, prefix)
         names += [prefix + name[:-3] for name in files]
     pytest.register_assert_rewrite(*names)
     sys.path.insert(0, str(workdir))
