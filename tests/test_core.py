@@ -227,12 +227,12 @@ def test_close_leaves_no_threads_or_sockets(cluster: LocalSentinelCluster) -> No
             assert time.monotonic() < deadline
             time.sleep(0.02)
         # This pool's own threads (other tests' pools may run listeners of their own).
-        threads = [listener._thread for listener in pool.listeners.listeners()]
-        assert threads and all(t.is_alive() for t in threads)
+        listeners = pool.listeners.listeners()
+        assert listeners and all(listener.alive for listener in listeners)
         pool.close()
         pool.close()  # idempotent
         gc.collect()
-    assert not any(t.is_alive() for t in threads)
+    assert not any(listener.alive for listener in listeners)
     assert not pool.sentinels._threads  # no discovery thread left either
     for shard in pool.shards:
         assert all(c._sock is None for c in shard.pool._connections)

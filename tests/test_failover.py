@@ -345,8 +345,7 @@ def test_32_threads_through_a_failover(make_cluster: ClusterFactory) -> None:
     assert not any(t.is_alive() for t in threads), "a thread is stuck"
     print(f"\n32 threads: {done[0]} operations, {len(errors)} errors during a planned failover")
     assert errors == []
-    for shard in pool.shards:
-        assert len(shard.pool._connections) <= 40
+    assert all(shard["connections"] <= 40 for shard in pool.status()["shards"])
     pool.close()
 
 

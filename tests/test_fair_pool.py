@@ -189,7 +189,7 @@ def test_connect_failure_frees_its_slot() -> None:
         thread.join()
     assert len(messages) == 8 and EXHAUSTED not in messages
     assert time.monotonic() - started < 4
-    assert (pool.in_use(), pool.idle(), pool.waiting(), pool._created) == (0, 0, 0, 0)
+    assert (pool.in_use(), pool.idle(), pool.waiting()) == (0, 0, 0)
 
 
 class TaggedConnection(redis.connection.Connection):
@@ -222,12 +222,13 @@ def test_retire_idle_closes_now_and_reconnects_lazily(make_pool: Callable[..., A
     pool = make_pool(max_connections=2, timeout=1)
     client = redis.Redis(connection_pool=pool)
     assert client.get(KEY) == b"v"
-    connection = pool._available_connections[0]
-    assert connection._sock is not None
+    connection = pool.get_connection()  # the idle one
+    pool.release(connection)
+    assert connection.is_connected and pool.idle() == 1
     assert pool.retire_idle() == 1
-    assert connection._sock is None and (pool.idle(), pool.in_use()) == (1, 0)
+    assert not connection.is_connected and (pool.idle(), pool.in_use()) == (1, 0)
     assert client.get(KEY) == b"v"
-    assert connection._sock is not None
+    assert connection.is_connected
 
 
 def test_forked_child_gets_a_fresh_pool(make_pool: Callable[..., Any]) -> None:
@@ -464,12 +465,12 @@ def test_async_failed_or_cancelled_connects_free_their_slots(node: dict[str, Any
         )
         assert all(isinstance(r, RedisConnectionError) for r in results)
         assert all(str(r) != EXHAUSTED for r in results)
-        assert (pool.in_use(), pool.idle(), pool._created, pool._connections) == (0, 0, 0, [])
+        assert (pool.in_use(), pool.idle(), pool._connections) == (0, 0, [])
 
         hanging = make_async(node, max_connections=1, timeout=5, connection_class=HangingConnection)
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(hanging.get_connection(), 0.05)
-        assert (hanging.in_use(), hanging._created) == (0, 0)
+        assert (hanging.in_use(), hanging.idle()) == (0, 0)
 
     asyncio.run(scenario())
 

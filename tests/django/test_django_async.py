@@ -176,7 +176,7 @@ def test_cache_objects_of_one_core_share_connections(
         clients = cache.aclient.clients
         state = await clients.state()
         masters = [clients.master(state, shard) for shard in cache.pool.shards]
-        return sum(len(m.connection_pool._available_connections) for m in masters)
+        return sum(m.connection_pool.idle() for m in masters)
 
     assert asyncio.run(main()) == 1  # one connection, used by every cache object in turn
     assert cache.get(key) == 20

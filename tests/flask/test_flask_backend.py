@@ -35,12 +35,12 @@ def masters(cluster: LocalSentinelCluster) -> Iterator[list[redis.Redis]]:
 
 def stored(backend: ShardedSentinelCache, masters: list[redis.Redis], key: str) -> Any:
     """The raw bytes under ``key``'s final name, read from the master the ring names."""
-    final = backend._get_prefix() + key
+    final = backend.key_prefix + key
     return masters[backend.pool.shard_index(final)].get(final)
 
 
 def pttl(backend: ShardedSentinelCache, masters: list[redis.Redis], key: str) -> int:
-    final = backend._get_prefix() + key
+    final = backend.key_prefix + key
     return int(masters[backend.pool.shard_index(final)].pttl(final))
 
 
@@ -180,7 +180,7 @@ def test_delete_many_reports_keys_that_survive(backend: ShardedSentinelCache) ->
         replies = real(plan, write=write)
         for shard, commands in plan.items():
             for i, command in enumerate(commands):
-                if command == ("EXISTS", backend._get_prefix() + "b"):
+                if command == ("EXISTS", backend.key_prefix + "b"):
                     replies[shard][i] = 1
         return replies
 
@@ -216,7 +216,7 @@ def test_multi_key_calls_send_one_batch_per_shard(backend: ShardedSentinelCache)
     mget = plans[1]
     assert all(len(commands) == 1 and commands[0][0] == "MGET" for commands in mget.values())
     sent = [key for commands in mget.values() for key in commands[0][1:]]
-    assert sorted(sent) == sorted(backend._get_prefix() + k for k in PAIRS)
+    assert sorted(sent) == sorted(backend.key_prefix + k for k in PAIRS)
 
 
 # -- placement -------------------------------------------------------------------------------
@@ -253,13 +253,13 @@ def test_clear_removes_only_this_prefix_on_every_shard(
     _, _, other = make_app(CACHE_KEY_PREFIX=unique_prefix())
     mine.set_many(PAIRS)
     other.set_many(PAIRS)
-    assert {mine.pool.shard_index(mine._get_prefix() + k) for k in PAIRS} == {0, 1}
+    assert {mine.pool.shard_index(mine.key_prefix + k) for k in PAIRS} == {0, 1}
     assert mine.clear() is True
     assert mine.get_many(*PAIRS) == [None] * len(PAIRS)
     assert other.get_many(*PAIRS) == list(PAIRS.values())
     assert other.clear() is True
     for client in masters:
-        assert not list(client.scan_iter(match=other._get_prefix() + "*"))
+        assert not list(client.scan_iter(match=other.key_prefix + "*"))
 
 
 def test_clear_without_prefix_flushes_the_database(
@@ -354,7 +354,7 @@ def test_serializer_keeps_signing_and_compression(
     assert raw[:1] == b"\xff" and len(raw) < 1000  # signed and compressed
     assert backend.get("big") == value
     # A tampered value is a miss, not an unpickled payload.
-    final = backend._get_prefix() + "big"
+    final = backend.key_prefix + "big"
     masters[backend.pool.shard_index(final)].set(final, raw[:-1] + bytes([raw[-1] ^ 1]))
     assert backend.get("big") is None
     backend.clear()
@@ -449,7 +449,7 @@ def test_ignore_exceptions_degrades_per_shard(
         CACHE_REDIS_SENTINEL_MASTERS=["shard0", "nope"],
         CACHE_OPTIONS={"IGNORE_EXCEPTIONS": True, "DISCOVERY_TIMEOUT": 0.2},
     )
-    prefix = backend._get_prefix()
+    prefix = backend.key_prefix
     keys = [f"k{i}" for i in range(30)]
     up = [k for k in keys if backend.pool.shard_index(prefix + k) == 0]
     down = [k for k in keys if k not in up]
