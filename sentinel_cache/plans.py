@@ -34,6 +34,15 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 return false
 """
+# SET with PX for many keys in one command: KEYS are the keys, ARGV[1] the milliseconds, then
+# the values. Sent as EVAL (the server caches it by its SHA1), so no NOSCRIPT round trip.
+SET_EACH = """
+local ms = ARGV[1]
+for i, key in ipairs(KEYS) do
+    redis.call('SET', key, ARGV[i + 1], 'PX', ms)
+end
+return #KEYS
+"""
 # Sent as EVALSHA: the body goes over the wire (and through the server's SHA1) only when a
 # server answers NOSCRIPT (first use, restart, failover to a fresh replica, SCRIPT FLUSH).
 INCR_IF_EXISTS_SHA = hashlib.sha1(INCR_IF_EXISTS.encode()).hexdigest()
@@ -171,26 +180,26 @@ class ClientBase:
         return found
 
     def set_plan(self, mapping: Mapping[Any, Any], timeout: float | None) -> tuple[Groups, Plan]:
+        """One command per shard, whatever the number of keys: ``MSET`` without a timeout, the
+        ``SET_EACH`` script with one (``MSET`` takes no expiry). Atomic per shard."""
         groups = self.pool.group_by_shard(mapping)
-        expiry = expiry_args(timeout)
-        plan: Plan = {
-            shard: self.durable([("SET", key, self.encode(mapping[key]), *expiry) for key in group])
-            for shard, group in groups.items()
-        }
+        dumps = self.codec.dumps
+        plan: Plan = {}
+        for shard, group in groups.items():
+            values = [dumps(mapping[key]) for key in group]
+            if timeout is None:
+                command: Command = ("MSET", *(x for pair in zip(group, values) for x in pair))
+            else:
+                ms = max(1, int(timeout * 1000))
+                command = ("EVAL", SET_EACH, len(group), *group, ms, *values)
+            plan[shard] = self.durable([command])
         return groups, plan
 
     @staticmethod
     def not_set(groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> list[Any]:
-        """The keys whose SET was not acknowledged (a trailing WAIT reply is ignored; a skipped
-        shard's keys were not set)."""
-        return [
-            key
-            for shard, shard_replies in replies.items()
-            for key, reply in zip(
-                groups[shard], shard_replies or [None] * len(groups[shard]), strict=False
-            )
-            if not is_ok(reply)
-        ]
+        """The keys not stored: those of a shard skipped by IGNORE_EXCEPTIONS (a shard's batch
+        is one atomic command: an error would have been raised)."""
+        return [key for shard, reply in replies.items() if reply is None for key in groups[shard]]
 
     def add_plan(self, mapping: Mapping[Any, Any], timeout: float | None) -> tuple[Groups, Plan]:
         """Per key ``SET NX`` then ``GET``: the value now stored, ours or a concurrent winner's."""

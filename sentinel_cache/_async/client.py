@@ -102,7 +102,7 @@ class AsyncCacheOperations(ClientBase):
         return await send(await self.io.master(shard), commands)
 
     async def scatter(
-        self, plan: Mapping[Shard, Sequence[Command]], *, write: bool
+        self, plan: Mapping[Shard, Sequence[Command]], *, write: bool, operation: str
     ) -> dict[Shard, list[Any] | None]:
         """Every shard's batch sent before any reply is read (one round trip for all shards).
 
@@ -114,12 +114,12 @@ class AsyncCacheOperations(ClientBase):
         pool = self.pool
         if len(plan) == 1:
             ((shard, commands),) = plan.items()
-            return {shard: await self._shard_or_none(shard, commands, write)}
+            return {shard: await self._shard_or_none(shard, commands, write, operation)}
         for shard in plan:
             try:
                 await self.ready(shard, write)
             except MASTER_ERRORS as exc:
-                if not self.fail_open.skip(shard, exc, plan[shard][0][0]):
+                if not self.fail_open.skip(shard, exc, operation):
                     raise
         replies: dict[Shard, list[Any] | None] = {}
         failed: dict[Shard, tuple[BaseException, Address | None, int]] = {}
@@ -162,23 +162,23 @@ class AsyncCacheOperations(ClientBase):
                     await run_blocking(pool.reresolve, shard, reason=reason, suspect=address)
                 pool.retry_or_raise(shard, error, generation, idempotent=True)
             except MASTER_ERRORS as exc:
-                if not self.fail_open.skip(shard, exc, plan[shard][0][0]):
+                if not self.fail_open.skip(shard, exc, operation):
                     raise
                 replies[shard] = None
             else:
                 resend.append(shard)
         for shard in resend:
-            replies[shard] = await self._shard_or_none(shard, plan[shard], write)
+            replies[shard] = await self._shard_or_none(shard, plan[shard], write, operation)
         return replies
 
     async def _shard_or_none(
-        self, shard: Shard, commands: Sequence[Command], write: bool
+        self, shard: Shard, commands: Sequence[Command], write: bool, operation: str
     ) -> list[Any] | None:
         """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it."""
         try:
             return await self.execute(shard, commands, write=write)
         except MASTER_ERRORS as exc:
-            if not self.fail_open.skip(shard, exc, commands[0][0]):
+            if not self.fail_open.skip(shard, exc, operation):
                 raise
             return None
 
@@ -286,7 +286,9 @@ class AsyncCacheOperations(ClientBase):
     # -- many keys ---------------------------------------------------------------------------
     async def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         groups, plan = self.mget_plan(keys)
-        return self.found(groups, await self.scatter(plan, write=False)) if plan else {}
+        if not plan:
+            return {}
+        return self.found(groups, await self.scatter(plan, write=False, operation="get_many"))
 
     async def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
         """Returns the keys that failed (Django's contract)."""
@@ -296,7 +298,7 @@ class AsyncCacheOperations(ClientBase):
             await self.delete_many(list(mapping))
             return []
         groups, plan = self.set_plan(mapping, timeout)
-        return self.not_set(groups, await self.scatter(plan, write=True))
+        return self.not_set(groups, await self.scatter(plan, write=True, operation="set_many"))
 
     async def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
@@ -311,14 +313,15 @@ class AsyncCacheOperations(ClientBase):
         if timeout is not None and timeout <= 0:  # stored and expired at once
             return {**missing, **found}
         groups, plan = self.add_plan(missing, timeout)
-        found.update(self.stored(groups, await self.scatter(plan, write=True)))
+        replies = await self.scatter(plan, write=True, operation="get_or_set_many")
+        found.update(self.stored(groups, replies))
         return found
 
     async def delete_many(self, keys: Iterable[Any]) -> int:
         plan = self.del_plan(keys)
         if not plan:
             return 0
-        replies = await self.scatter(plan, write=True)
+        replies = await self.scatter(plan, write=True, operation="delete_many")
         return sum(int(r[0]) for r in replies.values() if r is not None)
 
     async def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
@@ -334,7 +337,8 @@ class AsyncCacheOperations(ClientBase):
         gone: dict[Any, bool] = {}
         if not plan:
             return gone
-        for shard, replies in (await self.scatter(plan, write=True)).items():
+        removed = await self.scatter(plan, write=True, operation="delete_many")
+        for shard, replies in removed.items():
             if replies is not None:
                 gone.update(zip(groups[shard], (not r for r in replies[1:]), strict=True))
         return gone

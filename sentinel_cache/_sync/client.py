@@ -103,7 +103,7 @@ class CacheOperations(ClientBase):
         return send(self.io.master(shard), commands)
 
     def scatter(
-        self, plan: Mapping[Shard, Sequence[Command]], *, write: bool
+        self, plan: Mapping[Shard, Sequence[Command]], *, write: bool, operation: str
     ) -> dict[Shard, list[Any] | None]:
         """Every shard's batch sent before any reply is read (one round trip for all shards).
 
@@ -115,12 +115,12 @@ class CacheOperations(ClientBase):
         pool = self.pool
         if len(plan) == 1:
             ((shard, commands),) = plan.items()
-            return {shard: self._shard_or_none(shard, commands, write)}
+            return {shard: self._shard_or_none(shard, commands, write, operation)}
         for shard in plan:
             try:
                 self.ready(shard, write)
             except MASTER_ERRORS as exc:
-                if not self.fail_open.skip(shard, exc, plan[shard][0][0]):
+                if not self.fail_open.skip(shard, exc, operation):
                     raise
         replies: dict[Shard, list[Any] | None] = {}
         failed: dict[Shard, tuple[BaseException, Address | None, int]] = {}
@@ -163,23 +163,23 @@ class CacheOperations(ClientBase):
                     run_blocking(pool.reresolve, shard, reason=reason, suspect=address)
                 pool.retry_or_raise(shard, error, generation, idempotent=True)
             except MASTER_ERRORS as exc:
-                if not self.fail_open.skip(shard, exc, plan[shard][0][0]):
+                if not self.fail_open.skip(shard, exc, operation):
                     raise
                 replies[shard] = None
             else:
                 resend.append(shard)
         for shard in resend:
-            replies[shard] = self._shard_or_none(shard, plan[shard], write)
+            replies[shard] = self._shard_or_none(shard, plan[shard], write, operation)
         return replies
 
     def _shard_or_none(
-        self, shard: Shard, commands: Sequence[Command], write: bool
+        self, shard: Shard, commands: Sequence[Command], write: bool, operation: str
     ) -> list[Any] | None:
         """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it."""
         try:
             return self.execute(shard, commands, write=write)
         except MASTER_ERRORS as exc:
-            if not self.fail_open.skip(shard, exc, commands[0][0]):
+            if not self.fail_open.skip(shard, exc, operation):
                 raise
             return None
 
@@ -287,7 +287,9 @@ class CacheOperations(ClientBase):
     # -- many keys ---------------------------------------------------------------------------
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         groups, plan = self.mget_plan(keys)
-        return self.found(groups, self.scatter(plan, write=False)) if plan else {}
+        if not plan:
+            return {}
+        return self.found(groups, self.scatter(plan, write=False, operation="get_many"))
 
     def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
         """Returns the keys that failed (Django's contract)."""
@@ -297,7 +299,7 @@ class CacheOperations(ClientBase):
             self.delete_many(list(mapping))
             return []
         groups, plan = self.set_plan(mapping, timeout)
-        return self.not_set(groups, self.scatter(plan, write=True))
+        return self.not_set(groups, self.scatter(plan, write=True, operation="set_many"))
 
     def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
@@ -312,14 +314,15 @@ class CacheOperations(ClientBase):
         if timeout is not None and timeout <= 0:  # stored and expired at once
             return {**missing, **found}
         groups, plan = self.add_plan(missing, timeout)
-        found.update(self.stored(groups, self.scatter(plan, write=True)))
+        replies = self.scatter(plan, write=True, operation="get_or_set_many")
+        found.update(self.stored(groups, replies))
         return found
 
     def delete_many(self, keys: Iterable[Any]) -> int:
         plan = self.del_plan(keys)
         if not plan:
             return 0
-        replies = self.scatter(plan, write=True)
+        replies = self.scatter(plan, write=True, operation="delete_many")
         return sum(int(r[0]) for r in replies.values() if r is not None)
 
     def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
@@ -335,7 +338,8 @@ class CacheOperations(ClientBase):
         gone: dict[Any, bool] = {}
         if not plan:
             return gone
-        for shard, replies in (self.scatter(plan, write=True)).items():
+        removed = self.scatter(plan, write=True, operation="delete_many")
+        for shard, replies in removed.items():
             if replies is not None:
                 gone.update(zip(groups[shard], (not r for r in replies[1:]), strict=True))
         return gone

@@ -176,8 +176,8 @@ def test_delete_many_reports_keys_that_survive(backend: ShardedSentinelCache) ->
     backend.set_many({"a": 1, "b": 2})
     real = backend.client.scatter
 
-    def resurrect_b(plan: Any, *, write: bool) -> Any:
-        replies = real(plan, write=write)
+    def resurrect_b(plan: Any, **options: Any) -> Any:
+        replies = real(plan, **options)
         for shard, commands in plan.items():
             for i, command in enumerate(commands):
                 if command == ("EXISTS", backend.key_prefix + "b"):
@@ -199,9 +199,9 @@ def test_multi_key_calls_send_one_batch_per_shard(backend: ShardedSentinelCache)
     plans: list[dict[Any, list[tuple[Any, ...]]]] = []
     real = backend.client.scatter
 
-    def spy(plan: Any, *, write: bool) -> Any:
+    def spy(plan: Any, **options: Any) -> Any:
         plans.append(plan)
-        return real(plan, write=write)
+        return real(plan, **options)
 
     backend.client.scatter = spy  # type: ignore[method-assign]
     try:
@@ -467,7 +467,7 @@ def test_ignore_exceptions_degrades_per_shard(
         logged = [r.getMessage() for r in caplog.records if r.name == "sentinel_cache.flask"]
         assert (
             len(logged) == 1
-            and "shard 1 (nope) unavailable (no master known): SET ignored" in logged[0]
+            and "shard 1 (nope) unavailable (no master known): set_many ignored" in logged[0]
         ), logged
     finally:
         backend.pool.close()
