@@ -188,7 +188,10 @@ class ClientBase:
         for shard, group in groups.items():
             values = [dumps(mapping[key]) for key in group]
             if timeout is None:
-                command: Command = ("MSET", *(x for pair in zip(group, values) for x in pair))
+                command: Command = (
+                    "MSET",
+                    *(x for pair in zip(group, values, strict=True) for x in pair),
+                )
             else:
                 ms = max(1, int(timeout * 1000))
                 command = ("EVAL", SET_EACH, len(group), *group, ms, *values)
