@@ -140,8 +140,8 @@ def test_64_threads_4_shards_planned_failover(make_cluster: Callable[..., Any]) 
 
     def watch() -> None:  # the pools' own count, sampled all along
         while not watching.is_set():
-            for i, shard in enumerate(pool.shards):
-                peak[i] = max(peak[i], len(shard.pool._connections))
+            for i, shard in enumerate(pool.status()["shards"]):
+                peak[i] = max(peak[i], shard["connections"])
             watching.wait(0.01)
 
     watcher = threading.Thread(target=watch, daemon=True)
