@@ -1,5 +1,10 @@
 """sentinel_cache: one cache over a sharded set of Sentinel-managed Redis masters."""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
     ConfigurationError,
@@ -18,8 +23,29 @@ from sentinel_cache.exceptions import (
 
 __version__ = "0.1.0"
 
+# The core's two names Jedis users know, imported on first use so that ``import sentinel_cache``
+# (exceptions only) stays light and connects nothing.
+_LAZY = {
+    "ShardedSentinelPool": "sentinel_cache.pools",
+    "HashRing": "sentinel_cache.ring",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sentinel_cache' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+if TYPE_CHECKING:
+    from sentinel_cache.pools import ShardedSentinelPool
+    from sentinel_cache.ring import HashRing
+
 __all__ = [
     "AuthenticationFailedError",
+    "HashRing",
+    "ShardedSentinelPool",
     "ConfigurationError",
     "DataNodeAuthenticationError",
     "DiscoveryError",

@@ -257,3 +257,24 @@ def test_a_name_no_sentinel_monitors_fails_without_waiting(cluster: LocalSentine
     # Every sentinel answered "unknown": no point retrying until the 5 s deadline.
     assert time.monotonic() - started < 1.5
     pool.close()
+
+
+def test_top_level_names_are_imported_lazily() -> None:
+    """``sentinel_cache.ShardedSentinelPool`` and ``.HashRing`` work, and a bare import of the
+    package loads neither (it connects nothing and stays light)."""
+    code = (
+        "import sys, sentinel_cache\n"
+        "assert 'sentinel_cache.pools' not in sys.modules, 'pools imported eagerly'\n"
+        "from sentinel_cache import HashRing, ShardedSentinelPool\n"
+        "from sentinel_cache.pools import ShardedSentinelPool as Pool\n"
+        "from sentinel_cache.ring import HashRing as Ring\n"
+        "assert ShardedSentinelPool is Pool and HashRing is Ring\n"
+        "try:\n"
+        "    sentinel_cache.Nope\n"
+        "except AttributeError as exc:\n"
+        "    assert 'Nope' in str(exc)\n"
+        "else:\n"
+        "    raise SystemExit('no AttributeError')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
