@@ -53,16 +53,12 @@ from sentinel_cache.client import SCAN_COUNT, CacheClient, escape_pattern
 from sentinel_cache.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.plans import FailOpen
-from sentinel_cache.pools import MASTER_ERRORS, ShardedSentinelPool, shared_pool
+from sentinel_cache.pools import ShardedSentinelPool, shared_pool
 from sentinel_cache.serializers import Codec, PicklingError, build_codec
 
 logger = logging.getLogger("sentinel_cache.django")
 
 __all__ = ["CachePicklingError", "ShardedSentinelCache"]
-
-# What "the shard is unavailable" looks like; our ShardUnavailableError, PoolExhaustedError,
-# DiscoveryError and FailoverInProgressError are subclasses of the redis-py classes in here.
-UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = MASTER_ERRORS
 
 # BaseCache's own options: Redis evicts by its maxmemory-policy, so they are accepted and unused.
 _DJANGO_OPTIONS = frozenset({"MAX_ENTRIES", "CULL_FREQUENCY"})
