@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for n in range(args.rounds):
                     settle(cluster)
                     report = run_scenario(scenario, cluster, socket_timeout=socket_timeout)
+                    report.history.clear()  # judged; kept calls would grow GC pauses
                     reports.append(report)
                     if args.verbose:
                         print(f"round {n + 1}: {report.summary()}", file=sys.stderr)
