@@ -167,7 +167,7 @@ class Shard:
         self._replica_clients: dict[Address, redis.Redis] = {}
         self._down: set[Address] = set()  # listed by the sentinels, but failing our checks
         self.serving_replicas: tuple[Address, ...] = ()
-        self._rotation: list[redis.Redis] = []
+        self._rotation: list[tuple[Address, redis.Redis]] = []
         self._replica_turn = itertools.count()
 
     def __repr__(self) -> str:
@@ -305,17 +305,18 @@ class Shard:
 
     def _update_rotation(self) -> None:
         self.serving_replicas = tuple(a for a in self.replicas if a not in self._down)
-        self._rotation = [self._replica_clients[a] for a in self.serving_replicas]
+        self._rotation = [(a, self._replica_clients[a]) for a in self.serving_replicas]
 
-    def replica_client(self, client: redis.Redis) -> Address | None:
-        """The replica address behind ``client`` (None for the master's client)."""
-        return next((a for a, c in self._replica_clients.items() if c is client), None)
-
-    def read_client(self) -> redis.Redis:
+    def read_replica(self) -> tuple[Address, redis.Redis] | None:
+        """The next replica in the read rotation (its address and client), or None."""
         rotation = self._rotation
         if not rotation:
-            return self.client
+            return None
         return rotation[next(self._replica_turn) % len(rotation)]
+
+    def read_client(self) -> redis.Redis:
+        replica = self.read_replica()
+        return self.client if replica is None else replica[1]
 
     def close(self) -> None:
         self.pool.disconnect()
@@ -680,17 +681,16 @@ class ShardedSentinelPool:
         others raise :class:`StaleReplyError`.
         """
         self.ready(shard, write)
-        client = shard.client if write else shard.read_client()
+        replica = None if write else shard.read_replica()
+        client = shard.client if replica is None else replica[1]
         address, generation = shard.current()
         try:
             return operation(client)
         except PoolExhaustedError:
             raise
         except MASTER_ERRORS as exc:
-            if client is not shard.client:  # a replica failed: the master still serves reads
-                replica = shard.replica_client(client)
-                if replica is not None:
-                    shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
+            if replica is not None:  # a replica failed: the master still serves reads
+                shard.set_replica_health(replica[0], False, f"{type(exc).__name__}: {exc}")
                 return operation(shard.client)
             if self.should_reresolve(shard, exc, generation):
                 self.reresolve(shard, reason=f"{type(exc).__name__}: {exc}", suspect=address)

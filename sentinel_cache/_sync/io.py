@@ -29,10 +29,10 @@ class ShardIO:
 
     def reader(self, shard: Shard) -> tuple[Address | None, Any]:
         """A replica in the read rotation (its address and pool), or (None, None)."""
-        client = shard.read_client()
-        if client is shard.client:
+        replica = shard.read_replica()
+        if replica is None:
             return None, None
-        return shard.replica_client(client), client.connection_pool
+        return replica[0], replica[1].connection_pool
 
     def close(self) -> None:
         """Nothing to do: the shards' pools belong to the core (closed with it)."""
