@@ -127,7 +127,7 @@ class ShardedRedisPy(RedisPy):
     for a sharded cache (the same servers and key placement as ours, no library around it)."""
 
     def __init__(self, clients: Sequence[redis.Redis]) -> None:
-        from sentinel_cache.ring import HashRing
+        from sentinel_cache.core.ring import HashRing
 
         self.clients = list(clients)
         self.client = self.clients[0]
@@ -348,10 +348,10 @@ def _flask_sentinel(topo: Topology) -> Contender:
 
 
 def _ours_core(topo: Topology) -> Contender:
-    from sentinel_cache.client import CacheClient
-    from sentinel_cache.config import PoolConfig
-    from sentinel_cache.pools import shared_pool
-    from sentinel_cache.serializers import Codec
+    from sentinel_cache.core.client import CacheClient
+    from sentinel_cache.core.config import PoolConfig
+    from sentinel_cache.core.registry import shared_pool
+    from sentinel_cache.core.serializers import Codec
 
     pool = shared_pool(PoolConfig.create(list(topo.masters), topo.sentinel_strings))
     return CoreClient(CacheClient(pool, Codec()))

@@ -59,9 +59,9 @@ class Ours(Subject):
     label = "sentinel_cache (core CacheClient)"
 
     def __init__(self, sentinels: Sequence[str], masters: Sequence[str]) -> None:
-        from sentinel_cache.client import CacheClient
-        from sentinel_cache.pools import ShardedSentinelPool
-        from sentinel_cache.serializers import Codec
+        from sentinel_cache.core.client import CacheClient
+        from sentinel_cache.core.serializers import Codec
+        from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 
         self.pool = ShardedSentinelPool(list(masters), list(sentinels))
         self.client = CacheClient(self.pool, Codec())

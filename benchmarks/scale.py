@@ -54,9 +54,9 @@ def _child(sentinels: list[str], masters: list[str], trace: bool) -> dict[str, A
 
     import redis  # noqa: F401  (imported before the baseline, like any app would have)
 
-    from sentinel_cache.client import CacheClient
-    from sentinel_cache.pools import ShardedSentinelPool
-    from sentinel_cache.serializers import Codec
+    from sentinel_cache.core.client import CacheClient
+    from sentinel_cache.core.serializers import Codec
+    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 
     gc.collect()
     threads_before = threading.active_count()
@@ -131,9 +131,9 @@ def per_op(
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
     """get/set medians (µs) through CacheClient over 2..16 shards, interleaved."""
-    from sentinel_cache.client import CacheClient
-    from sentinel_cache.pools import ShardedSentinelPool
-    from sentinel_cache.serializers import Codec
+    from sentinel_cache.core.client import CacheClient
+    from sentinel_cache.core.serializers import Codec
+    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 
     value = {"id": 1, "name": "scale", "tags": ["a", "b"]}
     counts = [c for c in SHARD_COUNTS if c <= len(masters)]
@@ -217,7 +217,7 @@ class _RawAsClient:
 
 def ring_lookup(counts: Sequence[int]) -> dict[str, dict[str, float]]:
     """ns per ``HashRing.shard_index``: warm (cached key) and cold (a new key every call)."""
-    from sentinel_cache.ring import HashRing
+    from sentinel_cache.core.ring import HashRing
 
     out: dict[str, dict[str, float]] = {"warm_ns": {}, "cold_ns": {}}
     for c in counts:

@@ -26,8 +26,8 @@ __version__ = "0.1.0"
 # The core's two names Jedis users know, imported on first use so that ``import sentinel_cache``
 # (exceptions only) stays light and connects nothing.
 _LAZY = {
-    "ShardedSentinelPool": "sentinel_cache.pools",
-    "HashRing": "sentinel_cache.ring",
+    "ShardedSentinelPool": "sentinel_cache.core.sharded_pool",
+    "HashRing": "sentinel_cache.core.ring",
 }
 
 
@@ -39,8 +39,8 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from sentinel_cache.pools import ShardedSentinelPool
-    from sentinel_cache.ring import HashRing
+    from sentinel_cache.core.ring import HashRing
+    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 
 __all__ = [
     "AuthenticationFailedError",

@@ -12,6 +12,6 @@ class SentinelCacheConfig(AppConfig):
     verbose_name = "Sharded Sentinel cache"
 
     def ready(self) -> None:
-        from sentinel_cache import checks
+        from sentinel_cache.django import checks
 
         checks.register()

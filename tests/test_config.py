@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sentinel_cache import ConfigurationError
-from sentinel_cache.config import (
+from sentinel_cache.core.config import (
     Address,
     PoolConfig,
     parse_cache_config,
@@ -265,7 +265,7 @@ def test_codec_options_are_checked_by_the_codec_rule_only(
     option: str, value: object, keyword: str
 ) -> None:
     """The adapters' parser and a Codec built by hand apply the same check: same error."""
-    from sentinel_cache.serializers import Codec
+    from sentinel_cache.core.serializers import Codec
 
     error = _error(["h:1"], {"MASTERS": ["a"], option: value})
     with pytest.raises(ConfigurationError) as info:

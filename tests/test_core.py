@@ -18,15 +18,16 @@ from sentinel_cache import (
     PoolExhaustedError,
     SentinelCacheError,
 )
-from sentinel_cache.config import Address, PoolConfig
-from sentinel_cache.pools import ShardedSentinelPool, shared_pool
+from sentinel_cache.core.config import Address, PoolConfig
+from sentinel_cache.core.registry import shared_pool
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
 
 
 def test_core_imports_no_framework() -> None:
     code = (
-        "import sys, sentinel_cache, sentinel_cache.pools, sentinel_cache.client, "
-        "sentinel_cache.listener, sentinel_cache.testing, sentinel_cache.serializers\n"
+        "import sys, sentinel_cache, sentinel_cache.core.sharded_pool, sentinel_cache.core.client, "
+        "sentinel_cache.core.listener, sentinel_cache.testing, sentinel_cache.core.serializers\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'flask', 'flask_caching')]\n"
         "assert not bad, bad\n"
     )
@@ -152,7 +153,7 @@ def test_unknown_master_name_is_a_different_error(cluster: LocalSentinelCluster)
 
 
 def test_an_answer_naming_a_replica_is_rejected(cluster: LocalSentinelCluster) -> None:
-    from sentinel_cache.discovery import Discovery, SentinelReply, SentinelSet
+    from sentinel_cache.core.discovery import Discovery, SentinelReply, SentinelSet
 
     name = cluster.master_names[0]
     replica = Address(*cluster.replica_addresses(name)[0])
@@ -264,10 +265,10 @@ def test_top_level_names_are_imported_lazily() -> None:
     package loads neither (it connects nothing and stays light)."""
     code = (
         "import sys, sentinel_cache\n"
-        "assert 'sentinel_cache.pools' not in sys.modules, 'pools imported eagerly'\n"
+        "assert 'sentinel_cache.core.sharded_pool' not in sys.modules, 'pools imported eagerly'\n"
         "from sentinel_cache import HashRing, ShardedSentinelPool\n"
-        "from sentinel_cache.pools import ShardedSentinelPool as Pool\n"
-        "from sentinel_cache.ring import HashRing as Ring\n"
+        "from sentinel_cache.core.sharded_pool import ShardedSentinelPool as Pool\n"
+        "from sentinel_cache.core.ring import HashRing as Ring\n"
         "assert ShardedSentinelPool is Pool and HashRing is Ring\n"
         "try:\n"
         "    sentinel_cache.Nope\n"

@@ -181,8 +181,8 @@ def _import_dotted(path: str) -> None:
 
 def validate_config(code: str, label: str) -> list[str]:
     """Evaluate a settings snippet and validate what it defines; returns what was checked."""
-    from sentinel_cache.config import parse_cache_config
-    from sentinel_cache.serializers import build_codec
+    from sentinel_cache.core.config import parse_cache_config
+    from sentinel_cache.core.serializers import build_codec
 
     namespace: dict[str, Any] = {"__name__": "docs_settings"}
     exec(compile(code, label, "exec"), namespace)
@@ -234,7 +234,7 @@ def validate_config(code: str, label: str) -> list[str]:
 
 def run_page(page: Path, sentinels: Sequence[str]) -> int:
     """Run one page's blocks in order in one namespace; print a line per block."""
-    from sentinel_cache.pools import close_all
+    from sentinel_cache.core.registry import close_all
 
     namespace: dict[str, Any] = {"__name__": "__docs__"}
     try:
@@ -404,7 +404,7 @@ def _redis_py_defaults() -> dict[str, Any]:
 
 def code_defaults() -> dict[str, Any]:
     """Each option's default as the code (or, where it sets none, redis-py) has it."""
-    from sentinel_cache.config import (
+    from sentinel_cache.core.config import (
         DEFAULT_CONNECTION_KWARGS,
         DEFAULT_SENTINEL_KWARGS,
         OPTION_NAMES,
@@ -439,7 +439,7 @@ def code_defaults() -> dict[str, Any]:
 
 
 def test_every_option_is_documented() -> None:
-    from sentinel_cache.config import OPTION_NAMES
+    from sentinel_cache.core.config import OPTION_NAMES
 
     documented = documented_options()
     missing = sorted(set(OPTION_NAMES) - set(documented))

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import redis
 
-from sentinel_cache.config import Address
-from sentinel_cache.pools import ShardedSentinelPool, SwitchEvent
+from sentinel_cache.core.config import Address
+from sentinel_cache.core.shard import SwitchEvent
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 pytestmark = pytest.mark.failover

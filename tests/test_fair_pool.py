@@ -20,7 +20,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
-from sentinel_cache.fair_pool import (
+from sentinel_cache.core.fair_pool import (
     EXHAUSTED,
     AsyncFairBlockingConnectionPool,
     FairBlockingConnectionPool,

@@ -36,8 +36,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sentinel_cache import ConfigurationError, DiscoveryError
-from sentinel_cache.client import CacheClient
-from sentinel_cache.config import (
+from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.config import (
     CONNECTION_PARAMETERS,
     OPTION_NAMES,
     Address,
@@ -46,9 +46,14 @@ from sentinel_cache.config import (
     parse_sentinels,
     parse_url,
 )
-from sentinel_cache.listener import CHANNELS, SentinelListener, parse_instance_event, parse_switch
-from sentinel_cache.pools import ShardedSentinelPool
-from sentinel_cache.serializers import Codec
+from sentinel_cache.core.listener import (
+    CHANNELS,
+    SentinelListener,
+    parse_instance_event,
+    parse_switch,
+)
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
 
 FUZZ = settings(

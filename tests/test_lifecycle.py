@@ -6,9 +6,9 @@ import asyncio
 import threading
 import time
 
-from sentinel_cache.aio import AsyncCacheClient
-from sentinel_cache.pools import ShardedSentinelPool
-from sentinel_cache.serializers import Codec
+from sentinel_cache.core.aio import AsyncCacheClient
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 

@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 import redis
 
-from sentinel_cache.client import CacheClient, escape_pattern
-from sentinel_cache.pools import ShardedSentinelPool
-from sentinel_cache.serializers import Codec
+from sentinel_cache.core.client import CacheClient, escape_pattern
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 THREADS = 64

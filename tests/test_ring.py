@@ -1,4 +1,4 @@
-"""Tests for sentinel_cache.ring: bit-exact Jedis ShardedJedis placement, spread, and validation.
+"""Tests for sentinel_cache.core.ring: bit-exact Jedis ShardedJedis placement, spread, and validation.
 
 No servers are needed. ``JAVA_VECTORS`` were produced by running Jedis's ``MurmurHash.hash64A``
 (ByteBuffer version, seed 0x1234ABCD) and its ``Sharded`` TreeMap ring on a real JVM, so they
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sentinel_cache.ring as ring_module
+import sentinel_cache.core.ring as ring_module
+from sentinel_cache.core.ring import HashRing, murmur64a
 from sentinel_cache.exceptions import ConfigurationError
-from sentinel_cache.ring import HashRing, murmur64a
 
 # --- slow reference, written straight from the spec, independent of the optimized code --------
 

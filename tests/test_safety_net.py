@@ -15,14 +15,15 @@ import pytest
 import redis
 
 from sentinel_cache import PoolExhaustedError, ShardUnavailableError, StaleReplyError
-from sentinel_cache.aio import AsyncCacheClient
-from sentinel_cache.client import CacheClient
-from sentinel_cache.config import Address
-from sentinel_cache.discovery import Discovery, Resolution, SentinelReply, SentinelSet
-from sentinel_cache.pools import Evidence, ShardedSentinelPool
-from sentinel_cache.serializers import Codec
+from sentinel_cache.core.aio import AsyncCacheClient
+from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.config import Address
+from sentinel_cache.core.discovery import Discovery, Resolution, SentinelReply, SentinelSet
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.shard import Evidence
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.testing import LocalSentinelCluster
-from sentinel_cache.throttle import Throttle
 
 ClusterFactory = Callable[..., LocalSentinelCluster]
 

@@ -1,4 +1,4 @@
-"""Tests for sentinel_cache.serializers: round trips, the storage format, cross-configuration
+"""Tests for sentinel_cache.core.serializers: round trips, the storage format, cross-configuration
 reads, compression thresholds, signing, and the refusal to unpickle untrusted bytes.
 
 No servers are needed: the Redis side is represented by redis-py's own ``Encoder`` (what it
@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis._parsers.encoders import Encoder
 
-from sentinel_cache.config import CacheOptions
+from sentinel_cache.core.config import CacheOptions
+from sentinel_cache.core.serializers import Codec, InvalidValueError, build_codec
 from sentinel_cache.exceptions import ConfigurationError, SentinelCacheError, SerializationError
-from sentinel_cache.serializers import Codec, InvalidValueError, build_codec
 
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32
@@ -488,7 +488,7 @@ def test_signed_value_layout_and_mac() -> None:
     assert isinstance(data, bytes)
     inner = data[33:]
     assert inner == Codec().dumps({"a": 1})
-    mac_key = hmac.digest(KEY, b"sentinel_cache.serializers.Codec v1", "sha256")
+    mac_key = hmac.digest(KEY, b"sentinel_cache.core.serializers.Codec v1", "sha256")
     assert data[1:33] == hmac.digest(mac_key, inner, "sha256")
 
 
@@ -617,7 +617,7 @@ def test_missing_msgpack_is_a_configuration_error(monkeypatch: pytest.MonkeyPatc
 
 
 def test_missing_zstandard(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sentinel_cache.serializers as serializers
+    import sentinel_cache.core.serializers as serializers
 
     data = stored(Codec(compressor="zstd", compress_min_length=0), "v" * 100)
     _block_import(monkeypatch, "zstandard")
@@ -690,7 +690,7 @@ def test_build_codec_from_cache_options() -> None:
 
 def test_core_imports_no_web_framework() -> None:
     code = (
-        "import sys, sentinel_cache.serializers\n"
+        "import sys, sentinel_cache.core.serializers\n"
         "bad = [m for m in ('django', 'flask', 'flask_caching') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -19,8 +19,8 @@ import django
 from django.apps import apps
 from django.conf import settings
 
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django import ShardedSentinelCache
-from sentinel_cache.pools import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 HERE = Path(__file__).resolve().parent

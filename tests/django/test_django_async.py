@@ -13,7 +13,7 @@ import redis
 from django_support import MakeCache, build_cache, cache_entry
 
 from sentinel_cache import FailoverInProgressError
-from sentinel_cache.config import Address
+from sentinel_cache.core.config import Address
 from sentinel_cache.django import ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
 

@@ -16,8 +16,8 @@ from django.core.cache import CacheKeyWarning
 from django_support import DJANGO_DB, MakeCache, unique_prefix
 
 from sentinel_cache import SerializationError
+from sentinel_cache.core.ring import HashRing
 from sentinel_cache.django import ShardedSentinelCache
-from sentinel_cache.ring import HashRing
 from sentinel_cache.testing import LocalSentinelCluster
 
 

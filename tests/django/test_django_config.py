@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 from django_support import BACKEND, build_cache, cache_entry, remember
 
-from sentinel_cache.config import Address
+from sentinel_cache.core.config import Address
 from sentinel_cache.django import ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
 

@@ -13,7 +13,7 @@ from django.core.cache import caches
 from django.test import Client, override_settings
 from django_support import cache_entry, configure_django
 
-from sentinel_cache.config import Address
+from sentinel_cache.core.config import Address
 from sentinel_cache.django import ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
 

@@ -13,7 +13,8 @@ import pytest
 import redis
 from django_support import build_cache, cache_entry, exception_chain
 
-from sentinel_cache import ShardUnavailableError, throttle
+from sentinel_cache import ShardUnavailableError
+from sentinel_cache.core import throttle
 from sentinel_cache.django import ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
 

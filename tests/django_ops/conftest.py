@@ -18,7 +18,7 @@ from django.core.cache import caches
 from django.test import override_settings
 from ops_support import LOCMEM, UseCaches, configure_django
 
-from sentinel_cache.checks import sentinel_aliases
+from sentinel_cache.django.checks import sentinel_aliases
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,7 +11,7 @@ import django
 from django.apps import apps
 from django.conf import settings
 
-from sentinel_cache.checks import BACKEND
+from sentinel_cache.django.checks import BACKEND
 from sentinel_cache.testing import LocalSentinelCluster
 
 # This directory's caches use a database of their own, so their pools are never the shared core

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from ops_support import UseCaches, closed_port, cluster_cache, hostport, sentinel_cache
 
-from sentinel_cache.checks import check_configuration, check_deployment
+from sentinel_cache.django.checks import check_configuration, check_deployment
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
 
 

@@ -14,8 +14,8 @@ from typing import Any
 from flask import Flask
 from flask_caching import Cache
 
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.flask import CACHE_TYPE, ShardedSentinelCache
-from sentinel_cache.pools import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 FLASK_DB = 9  # this directory's own tests; the upstream suites use 11 and 12

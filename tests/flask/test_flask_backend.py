@@ -16,8 +16,8 @@ from cachelib.serializers import BaseSerializer, JSONSerializer
 from flask_support import FLASK_DB, MakeApp, build_app, settings_for, unique_prefix
 
 from sentinel_cache import ConfigurationError, SerializationError, ShardUnavailableError
+from sentinel_cache.core.serializers import Codec
 from sentinel_cache.flask import ShardedSentinelCache
-from sentinel_cache.serializers import Codec
 from sentinel_cache.testing import LocalSentinelCluster
 
 

@@ -17,9 +17,9 @@ from flask import Flask
 from flask_caching import Cache
 
 from sentinel_cache import ConfigurationError
-from sentinel_cache.config import Address
+from sentinel_cache.core.config import Address
+from sentinel_cache.core.serializers import Codec
 from sentinel_cache.flask import CACHE_TYPE, COMMAND_NAME, ShardedSentinelCache, init_app
-from sentinel_cache.serializers import Codec
 
 SENTINELS = ["127.0.0.1:26379", "127.0.0.1:26380"]
 MASTERS = ["shard_a", "shard_b"]

@@ -15,10 +15,10 @@ from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sentinel_cache import status
-from sentinel_cache.checks import BACKEND, sentinel_aliases
+from sentinel_cache.core import status
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.django.checks import BACKEND, sentinel_aliases
 from sentinel_cache.exceptions import ConfigurationError
-from sentinel_cache.pools import ShardedSentinelPool
 
 CLEAR_SCREEN = "\033[H\033[2J"
 DEFAULT_WATCH_SECONDS = 2.0

@@ -21,7 +21,7 @@ Storage format (one Redis string value)
 ``SIGNED = 0xFF, mac[32], FRAMED...``
     Written when a signing key is configured. ``mac`` is HMAC-SHA256 over the complete inner
     ``FRAMED`` value (magic and header included, so the header cannot be altered either) under
-    ``HMAC-SHA256(signing_key, b"sentinel_cache.serializers.Codec v1")``; deriving the MAC key
+    ``HMAC-SHA256(signing_key, b"sentinel_cache.core.serializers.Codec v1")``; deriving the MAC key
     keeps a signing key that is shared with another system from turning that system into an
     oracle for our values.
 
@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING, Any
 from sentinel_cache.exceptions import ConfigurationError, SentinelCacheError, SerializationError
 
 if TYPE_CHECKING:
-    from sentinel_cache.config import CacheOptions
+    from sentinel_cache.core.config import CacheOptions
 
 __all__ = ["Codec", "InvalidValueError", "build_codec"]
 
@@ -93,7 +93,7 @@ CUSTOM_ID = 15  # either nibble: this codec's own custom serializer / compressor
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
-_MAC_CONTEXT = b"sentinel_cache.serializers.Codec v1"
+_MAC_CONTEXT = b"sentinel_cache.core.serializers.Codec v1"
 _LEGACY_PICKLE = 0x80
 _MINUS = 0x2D
 _SIGNED_PREFIX = bytes((SIGNED_MAGIC,))

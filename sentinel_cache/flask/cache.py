@@ -26,7 +26,7 @@ Configure it like any Flask-Caching backend; ``Cache(app)`` builds it through :m
   ``SENTINEL_PASSWORD`` and ``DB`` options; setting one both ways is an error.
   ``CACHE_REDIS_HOST``/``CACHE_REDIS_PORT`` are not used: the sentinels name the masters.
 * ``CACHE_OPTIONS`` takes the option names of the Django backend (case-insensitive). Everything
-  is parsed by :func:`sentinel_cache.config.parse_cache_config`, so a bad value raises
+  is parsed by :func:`sentinel_cache.core.config.parse_cache_config`, so a bad value raises
   :class:`~sentinel_cache.ConfigurationError` from ``Cache(app)`` naming the Flask setting.
   ``app.config`` is never modified.
 
@@ -58,9 +58,9 @@ Semantics (cachelib's ``RedisCache`` contract):
   without ``RuntimeError``), ``inc``/``dec`` return None, ``clear`` returns False; the failure is
   logged on ``sentinel_cache.flask`` at most once per shard every
   ``LOG_IGNORED_EXCEPTIONS_INTERVAL`` seconds. Serialization errors and bad commands still raise.
-* ``.pool`` is the process-wide :class:`~sentinel_cache.pools.ShardedSentinelPool` (shared by
+* ``.pool`` is the process-wide :class:`~sentinel_cache.core.sharded_pool.ShardedSentinelPool` (shared by
   every cache with the same connection settings, never closed by a cache) and ``.client`` the
-  :class:`~sentinel_cache.client.CacheClient`.
+  :class:`~sentinel_cache.core.client.CacheClient`.
 
 Command line: building the backend for an app registers ``flask sentinel-status`` with it (so
 ``CACHE_TYPE`` is all a Flask user writes). It prints each shard's master, replicas, sentinel
@@ -71,42 +71,26 @@ when degraded, 2 when a shard is unavailable. :func:`init_app` registers it expl
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import click
 from cachelib import BaseCache as CachelibBaseCache
-from flask import Flask, current_app
-from flask.cli import with_appcontext
+from flask import Flask
 from flask_caching.backends.base import BaseCache
 
-from sentinel_cache import status
-from sentinel_cache.client import CacheClient, escape_pattern
-from sentinel_cache.config import CacheOptions, PoolConfig, parse_cache_config
+from sentinel_cache.core.client import CacheClient, escape_pattern
+from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
+from sentinel_cache.core.plans import FailOpen
+from sentinel_cache.core.registry import shared_pool
+from sentinel_cache.core.serializers import Codec, build_codec
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConfigurationError
-from sentinel_cache.plans import FailOpen
-from sentinel_cache.pools import ShardedSentinelPool, shared_pool
-from sentinel_cache.serializers import Codec, build_codec
-
-__all__ = ["CACHE_TYPE", "ShardedSentinelCache", "init_app", "sentinel_status_command"]
+from sentinel_cache.flask.cli import init_app
+from sentinel_cache.flask.settings import _in_flask_terms, _translate
 
 logger = logging.getLogger("sentinel_cache.flask")
-
-CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"
-COMMAND_NAME = "sentinel-status"
-
-# Flask-Caching setting -> the option name parse_cache_config knows.
-FLASK_OPTION_KEYS: Mapping[str, str] = {
-    "CACHE_REDIS_SENTINEL_MASTERS": "MASTERS",
-    "CACHE_REDIS_SENTINEL_MASTER": "MASTERS",
-    "CACHE_REDIS_PASSWORD": "PASSWORD",
-    "CACHE_REDIS_SENTINEL_PASSWORD": "SENTINEL_PASSWORD",
-    "CACHE_REDIS_DB": "DB",
-}
-_SECRET_KEYS = frozenset({"CACHE_REDIS_PASSWORD", "CACHE_REDIS_SENTINEL_PASSWORD"})
 
 
 def _whole_seconds(timeout: Any) -> int:
@@ -123,9 +107,9 @@ def _whole_seconds(timeout: Any) -> int:
 
 
 class ShardedSentinelCache(BaseCache):
-    """Flask-Caching/cachelib backend over :class:`~sentinel_cache.pools.ShardedSentinelPool`.
+    """Flask-Caching/cachelib backend over :class:`~sentinel_cache.core.sharded_pool.ShardedSentinelPool`.
 
-    ``location`` and ``options`` are what :func:`~sentinel_cache.config.parse_cache_config`
+    ``location`` and ``options`` are what :func:`~sentinel_cache.core.config.parse_cache_config`
     takes (sentinel addresses or a ``sentinel://`` URL, and upper-case option names), so the
     class can also be used without Flask. Flask apps build it from their config via
     :meth:`factory` (``CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"``).
@@ -371,147 +355,3 @@ class ShardedSentinelCache(BaseCache):
         shard."""
         prefix = self._get_prefix()
         return self.client.clear(escape_pattern(prefix) + "*" if prefix else None)
-
-
-# -- configuration translation -----------------------------------------------------------------
-def _translate(
-    config: Mapping[str, Any], options: dict[str, Any]
-) -> tuple[Any, str, dict[str, Any], dict[str, str]]:
-    """Flask settings -> (location, its setting name, options, option -> setting it came from).
-
-    Only renames: every value is checked by the one parser, parse_cache_config.
-    """
-    spelled: dict[str, str] = {}
-    for name in options:
-        upper = str(name).upper()
-        if upper in spelled:
-            raise ConfigurationError(
-                option="CACHE_OPTIONS",
-                value=name,
-                reason=f"{spelled[upper]!r} and {name!r} name the same option",
-            )
-        spelled[upper] = str(name)
-    sources = {upper: f"CACHE_OPTIONS[{name!r}]" for upper, name in spelled.items()}
-    merged = dict(options)
-    for setting, option in FLASK_OPTION_KEYS.items():
-        value = config.get(setting)
-        if value is None or (setting in _SECRET_KEYS and value == ""):
-            continue
-        if option in sources:
-            raise ConfigurationError(
-                option=setting,
-                value=value if setting not in _SECRET_KEYS else "***",
-                reason=f"{option} is also set by {sources[option]}; set it once",
-            )
-        merged[option] = value
-        sources[option] = setting
-
-    sentinels = config.get("CACHE_REDIS_SENTINELS")
-    url = config.get("CACHE_REDIS_URL")
-    url_is_sentinel = isinstance(url, str) and url.lower().startswith(
-        ("sentinel://", "sentinels://")
-    )
-    if sentinels:
-        if url_is_sentinel:
-            raise ConfigurationError(
-                option="CACHE_REDIS_SENTINELS",
-                value=sentinels,
-                reason="the sentinels are also given by CACHE_REDIS_URL; set one of them",
-            )
-        return sentinels, "CACHE_REDIS_SENTINELS", merged, sources
-    if url:
-        if not url_is_sentinel:
-            raise ConfigurationError(
-                option="CACHE_REDIS_URL",
-                value=url,
-                reason="ShardedSentinelCache needs a sentinel:// URL "
-                "(sentinel://host:26379,host2:26379/master_a,master_b) or CACHE_REDIS_SENTINELS "
-                f"(got {url!r})",
-            )
-        return url, "CACHE_REDIS_URL", merged, sources
-    raise ConfigurationError(
-        option="CACHE_REDIS_SENTINELS",
-        value=sentinels,
-        reason='required, the sentinel addresses as a list of "host:port" '
-        "(or a sentinel:// URL in CACHE_REDIS_URL)"
-        + (f" (got {sentinels!r})" if sentinels is not None else ""),
-    )
-
-
-def _in_flask_terms(
-    exc: ConfigurationError, location_key: str, sources: Mapping[str, str]
-) -> ConfigurationError:
-    """Name the Flask setting a core error is about (the core names its own options), from the
-    error's ``option``, ``value`` and ``reason``."""
-    option = exc.option
-    if option is None:
-        return ConfigurationError(option="CACHE_OPTIONS", value=exc.value, reason=str(exc))
-    if option.startswith("CACHE_"):
-        return exc
-    if option == "LOCATION":
-        return exc.renamed(location_key)
-    if option == "OPTIONS":  # about the mapping: an option that is unknown, repeated or missing
-        if exc.value is None:  # the one option that must be given
-            return ConfigurationError(
-                option="CACHE_REDIS_SENTINEL_MASTERS",
-                reason="required, the ordered list of master names",
-            )
-        if location_key == "CACHE_REDIS_URL" and str(exc.value).upper() not in sources:
-            return exc.renamed("CACHE_REDIS_URL")  # from its query string
-        return exc.renamed("CACHE_OPTIONS")
-    source = sources.get(option)
-    if source is not None:
-        return exc.renamed(source)
-    # Not from a Flask setting nor CACHE_OPTIONS: a sentinel:// URL's query string set it.
-    label = location_key if location_key == "CACHE_REDIS_URL" else "CACHE_OPTIONS"
-    return ConfigurationError(option=label, value=exc.value, reason=str(exc))
-
-
-# -- command line ------------------------------------------------------------------------------
-def _backends(app: Flask) -> list[ShardedSentinelCache]:
-    caches = getattr(app, "extensions", {}).get("cache", {})
-    return [c for c in caches.values() if isinstance(c, ShardedSentinelCache)]
-
-
-@click.command(COMMAND_NAME)
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.01),
-    default=1.0,
-    show_default=True,
-    help="Seconds to wait for each sentinel and master.",
-)
-@with_appcontext
-def sentinel_status_command(as_json: bool, timeout: float) -> None:
-    """Show every shard's master, replicas and sentinels for this app's sharded cache.
-
-    Exit code 0: healthy; 1: degraded (still serving); 2: a shard is unavailable.
-    """
-    # Caches with equal connection settings share one pool: report each pool once.
-    pools: dict[int, tuple[ShardedSentinelPool, list[str]]] = {}
-    for cache in _backends(current_app):
-        entry = pools.setdefault(id(cache.pool), (cache.pool, []))
-        entry[1].append(repr(cache._get_prefix()))
-    if not pools:
-        raise click.UsageError(f"this app has no cache of type {CACHE_TYPE}")
-    reports = [status.collect(pool, timeout=timeout) for pool, _ in pools.values()]
-    if as_json:
-        # One pool (the usual case): its report; several: a list of them, in config order.
-        if len(reports) == 1:
-            click.echo(status.render_json(reports[0]))
-        else:
-            click.echo(json.dumps(reports, indent=2, default=str))
-    else:
-        for n, (report, (_, prefixes)) in enumerate(zip(reports, pools.values(), strict=True)):
-            title = f"cache with prefix {', '.join(prefixes)}" if len(reports) > 1 else None
-            click.echo(("\n" if n else "") + status.render_text(report, title=title), nl=False)
-    code = max(status.exit_code(report) for report in reports)
-    if code:
-        raise click.exceptions.Exit(code)
-
-
-def init_app(app: Flask) -> None:
-    """Register ``flask sentinel-status`` with ``app`` (done by :meth:`factory`; idempotent)."""
-    if COMMAND_NAME not in app.cli.commands:
-        app.cli.add_command(sentinel_status_command)

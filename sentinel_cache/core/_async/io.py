@@ -1,6 +1,6 @@
 """How the asyncio operations reach a shard and wait: the only async-specific part.
 
-Connections belong to the core's per-event-loop clients (:class:`~sentinel_cache.aio.
+Connections belong to the core's per-event-loop clients (:class:`~sentinel_cache.core.aio.
 AsyncShardClients`, shared by every cache object of the core); blocking work of the core
 (first discovery, the safety net's re-resolve) goes to a thread; a write fence is awaited by
 polling, since the fence is a ``threading.Event`` set by a listener thread.
@@ -12,9 +12,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sentinel_cache.config import Address
+from sentinel_cache.core.config import Address
+from sentinel_cache.core.shard import Shard
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import FailoverInProgressError
-from sentinel_cache.pools import Shard, ShardedSentinelPool
 
 T = TypeVar("T")
 
@@ -26,7 +27,9 @@ class AsyncShardIO:
     """The running event loop's connection pools to one core's shards."""
 
     def __init__(self, pool: ShardedSentinelPool) -> None:
-        from sentinel_cache.aio import shared_async_clients  # the connection classes live there
+        from sentinel_cache.core.aio import (
+            shared_async_clients,  # the connection classes live there
+        )
 
         self.clients = shared_async_clients(pool)
 

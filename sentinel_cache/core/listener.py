@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 
-from sentinel_cache.config import Address, connection_class_and_kwargs
+from sentinel_cache.core.config import Address, connection_class_and_kwargs
 
 if TYPE_CHECKING:
-    from sentinel_cache.pools import Shard
+    from sentinel_cache.core.shard import Shard
 
 logger = logging.getLogger("sentinel_cache")
 

@@ -19,9 +19,9 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from sentinel_cache.config import PoolConfig
+from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.core.status import probe_sentinels, run_all
 from sentinel_cache.exceptions import ConfigurationError
-from sentinel_cache.status import probe_sentinels, run_all
 
 BACKEND = "sentinel_cache.django.ShardedSentinelCache"
 TAG = "sentinel_cache"

@@ -28,7 +28,7 @@ from typing import Any
 import redis
 from redis.exceptions import AuthenticationWrongNumberOfArgsError, NoPermissionError
 
-from sentinel_cache.config import Address, connection_class_and_kwargs
+from sentinel_cache.core.config import Address, connection_class_and_kwargs
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
     DataNodeAuthenticationError,

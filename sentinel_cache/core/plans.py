@@ -1,6 +1,6 @@
 """What each cache operation sends and how its replies are read: no I/O here.
 
-The operations themselves (:mod:`sentinel_cache._async.client`, and the sync client generated
+The operations themselves (:mod:`sentinel_cache.core._async.client`, and the sync client generated
 from it) turn a call into commands per shard with these helpers, hand them to one executor
 with the safety net, and read the replies back with them. Keys arrive final, exactly as stored,
 so placement matches Jedis. Multi-key calls are grouped per shard and scattered: every shard's
@@ -16,9 +16,10 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sentinel_cache.pools import Shard, ShardedSentinelPool
-from sentinel_cache.serializers import Codec, InvalidValueError
-from sentinel_cache.throttle import Throttle
+from sentinel_cache.core.serializers import Codec, InvalidValueError
+from sentinel_cache.core.shard import Shard
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.throttle import Throttle
 
 logger = logging.getLogger("sentinel_cache")
 

@@ -21,9 +21,9 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis.connection
 
+from sentinel_cache.core.ring import is_valid_weight
+from sentinel_cache.core.serializers import check_compress_min_length, check_signing_key
 from sentinel_cache.exceptions import ConfigurationError
-from sentinel_cache.ring import is_valid_weight
-from sentinel_cache.serializers import check_compress_min_length, check_signing_key
 
 
 class Address(NamedTuple):

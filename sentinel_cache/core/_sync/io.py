@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sentinel_cache.config import Address
-from sentinel_cache.pools import Shard, ShardedSentinelPool
+from sentinel_cache.core.config import Address
+from sentinel_cache.core.shard import Shard
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 
 T = TypeVar("T")
 

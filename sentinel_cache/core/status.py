@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from sentinel_cache.config import Address
-from sentinel_cache.discovery import (
+from sentinel_cache.core.config import Address
+from sentinel_cache.core.discovery import (
     direct_client,
     instance_healthy,
     reply_address,
@@ -31,7 +31,7 @@ from sentinel_cache.discovery import (
 )
 
 if TYPE_CHECKING:
-    from sentinel_cache.pools import ShardedSentinelPool
+    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 
 __all__ = [
     "DEFAULT_TIMEOUT",

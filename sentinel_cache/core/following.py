@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sentinel_cache.config import Address
+from sentinel_cache.core.config import Address
 from sentinel_cache.exceptions import ShardUnavailableError, StaleReplyError
 
 if TYPE_CHECKING:
-    from sentinel_cache.pools import Shard
+    from sentinel_cache.core.shard import Shard
 
 
 class ShardBound:

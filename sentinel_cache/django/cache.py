@@ -14,8 +14,8 @@
 
 Like Django's own ``RedisCache``, this class only makes keys (``make_and_validate_key``) and
 timeouts (``get_backend_timeout``) and hands every call to a
-:class:`~sentinel_cache.client.CacheClient` (sync) or
-:class:`~sentinel_cache.aio.AsyncCacheClient` (async, native ``redis.asyncio``). Both run on the
+:class:`~sentinel_cache.core.client.CacheClient` (sync) or
+:class:`~sentinel_cache.core.aio.AsyncCacheClient` (async, native ``redis.asyncio``). Both run on the
 process-wide shared core for this configuration, so several aliases with equal settings share one
 set of pools, listeners and failover state; :meth:`close` never tears it down.
 
@@ -28,7 +28,7 @@ too long during a failover): reads return the default (``get_many`` returns what
 have), writes return False (``set_many`` returns the keys that were not stored), ``incr``/``decr``
 raise ``ValueError`` as for a missing key, and the failure is logged on the
 ``sentinel_cache.django`` logger at most once per shard every ``LOG_IGNORED_EXCEPTIONS_INTERVAL``
-seconds (the core's one fail-open rule, :class:`~sentinel_cache.plans.FailOpen`). Serialization errors and bad commands are never ignored.
+seconds (the core's one fail-open rule, :class:`~sentinel_cache.core.plans.FailOpen`). Serialization errors and bad commands are never ignored.
 
 ``clear()`` with a ``KEY_PREFIX`` deletes only this cache's keys (``SCAN`` + ``UNLINK`` of the
 prefix pattern on every shard). **Without a ``KEY_PREFIX`` it empties the whole configured
@@ -48,13 +48,14 @@ import redis
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache, default_key_func
 from django.core.exceptions import ImproperlyConfigured
 
-from sentinel_cache.aio import AsyncCacheClient
-from sentinel_cache.client import SCAN_COUNT, CacheClient, escape_pattern
-from sentinel_cache.config import CacheOptions, PoolConfig, parse_cache_config
+from sentinel_cache.core.aio import AsyncCacheClient
+from sentinel_cache.core.client import SCAN_COUNT, CacheClient, escape_pattern
+from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
+from sentinel_cache.core.plans import FailOpen
+from sentinel_cache.core.registry import shared_pool
+from sentinel_cache.core.serializers import Codec, PicklingError, build_codec
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConfigurationError
-from sentinel_cache.plans import FailOpen
-from sentinel_cache.pools import ShardedSentinelPool, shared_pool
-from sentinel_cache.serializers import Codec, PicklingError, build_codec
 
 logger = logging.getLogger("sentinel_cache.django")
 
@@ -118,7 +119,7 @@ CachePicklingError = PicklingError  # the name this module exported first
 
 
 class ShardedSentinelCache(BaseCache):
-    """Django ``BaseCache`` over :class:`~sentinel_cache.pools.ShardedSentinelPool`."""
+    """Django ``BaseCache`` over :class:`~sentinel_cache.core.sharded_pool.ShardedSentinelPool`."""
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         super().__init__(params)
@@ -138,7 +139,7 @@ class ShardedSentinelCache(BaseCache):
         except ConfigurationError as exc:
             # Raised (as ImproperlyConfigured) on first use, not here: Django's own system
             # checks build every cache with caches[alias] and would crash before
-            # sentinel_cache.checks reports this as sentinel_cache.E001.
+            # sentinel_cache.django.checks reports this as sentinel_cache.E001.
             self._config_error = str(exc)
         self._pool: ShardedSentinelPool | None = None
         self._client: CacheClient | None = None
@@ -149,7 +150,7 @@ class ShardedSentinelCache(BaseCache):
 
     @property
     def pool_config(self) -> PoolConfig:
-        """The parsed :class:`~sentinel_cache.config.PoolConfig` (what the shared core needs),
+        """The parsed :class:`~sentinel_cache.core.config.PoolConfig` (what the shared core needs),
         available without connecting (``sentinel_status`` and the system checks read it);
         ImproperlyConfigured naming the field if LOCATION/OPTIONS do not parse."""
         if self._config is None:

@@ -1,0 +1,310 @@
+"""A shard: its master address, connection pool, write fence and replicas.
+
+Each shard has one redis-py client for its whole life. Its connections resolve the shard's
+current address when they connect (redis-py's ``SentinelManagedConnection`` idea), and carry the
+generation of the address they were made for; a switch bumps the shard's generation, so stale
+connections (idle now, or checked out and coming back later) reconnect to the new master on their
+next use. Only the switching shard is touched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, NamedTuple, TypeVar
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from sentinel_cache.core._sync.connection import ShardConnection, ShardSSLConnection
+from sentinel_cache.core.config import Address, PoolConfig, connection_class_and_kwargs
+from sentinel_cache.core.fair_pool import EXHAUSTED, FairBlockingConnectionPool
+from sentinel_cache.core.throttle import Throttle
+from sentinel_cache.exceptions import (
+    FailoverInProgressError,
+    PoolExhaustedError,
+)
+
+logger = logging.getLogger("sentinel_cache")
+
+T = TypeVar("T")
+K = TypeVar("K", bound="str | bytes")
+
+
+# Errors that mean "this node may no longer be the shard's master".
+MASTER_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
+
+SwitchCallback = Callable[["SwitchEvent"], None]
+
+
+class Evidence(NamedTuple):
+    """Where a shard's address came from: the sentinels' config epoch for it (0 when unknown)
+    and the monotonic time the information was obtained (the sentinels asked, or the event
+    received). State only moves forward: a shard takes an address only on newer evidence."""
+
+    epoch: int
+    at: float
+
+    def newer_than(self, other: Evidence) -> bool:
+        if self.epoch and other.epoch and self.epoch != other.epoch:
+            return self.epoch > other.epoch  # Sentinel's own rule: the higher epoch wins
+        return self.at >= other.at
+
+
+NO_EVIDENCE = Evidence(0, float("-inf"))
+
+
+class SwitchEvent:
+    """What a switch callback receives: which shard moved, from where to where, learned how."""
+
+    __slots__ = ("shard_index", "name", "old", "new", "source", "lag", "at")
+
+    def __init__(
+        self,
+        shard_index: int,
+        name: str,
+        old: Address | None,
+        new: Address,
+        source: str,
+        lag: float | None,
+    ) -> None:
+        self.shard_index = shard_index
+        self.name = name
+        self.old = old
+        self.new = new
+        self.source = source
+        self.lag = lag
+        self.at = time.time()
+
+    def __repr__(self) -> str:
+        lag = "" if self.lag is None else f" lag={self.lag * 1000:.1f}ms"
+        return (
+            f"<SwitchEvent shard={self.shard_index} {self.name} {self.old} -> {self.new} "
+            f"via {self.source}{lag}>"
+        )
+
+
+class ShardConnectionPool(FairBlockingConnectionPool):
+    """A fair blocking pool (Jedis ``maxTotal`` + ``maxWaitMillis``, waiters served in order)
+    whose exhaustion names the shard."""
+
+    def __init__(self, shard: Shard, **kwargs: Any) -> None:
+        self._shard_label = shard.label
+        super().__init__(shard=shard, **kwargs)
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().get_connection(*args, **kwargs)
+        except RedisConnectionError as exc:
+            if str(exc) == EXHAUSTED:
+                raise PoolExhaustedError(
+                    f"shard {self._shard_label}: no free connection within {self.timeout}s "
+                    f"(max_connections={self.max_connections})"
+                ) from None
+            raise
+
+
+class Shard:
+    """One master name at one ring position: its address, pool, fence and history."""
+
+    def __init__(self, index: int, name: str, weight: int, config: PoolConfig) -> None:
+        self.index = index
+        self.name = name
+        self.weight = weight
+        self.label = f"{index} ({name})"
+        self._lock = threading.Lock()
+        self.address: Address | None = None
+        self.generation = 0
+        self.replicas: tuple[Address, ...] = ()
+        self.agreeing = 0
+        self.error: BaseException | None = None
+        self.switch_count = 0
+        self.last_switch: float | None = None
+        self.last_switch_source: str | None = None
+        self.evidence = NO_EVIDENCE
+        # The safety net's re-resolve: single-flight, rate-limited, its failures logged once
+        # per interval with a count of what was suppressed.
+        self.resolving = threading.Lock()
+        self.last_resolve = 0.0
+        self.resolve_failures = Throttle(10.0)
+        self._fence_open = threading.Event()
+        self._fence_open.set()
+        self.promotions = 0  # replica promotions announced: a reply in flight across one is moot
+        self.fence_reason: str | None = None
+        self.fence_since: float | None = None
+        connection_class, kwargs = connection_class_and_kwargs(config.connection_options())
+        if config.health_check_interval:
+            kwargs.setdefault("health_check_interval", config.health_check_interval)
+        ssl = issubclass(connection_class, redis.connection.SSLConnection)
+        self.pool = ShardConnectionPool(
+            self,
+            connection_class=ShardSSLConnection if ssl else ShardConnection,
+            max_connections=config.max_connections,
+            timeout=config.pool_timeout,
+            **kwargs,
+        )
+        self.client = redis.Redis(connection_pool=self.pool)
+        self._replica_kwargs = (connection_class, kwargs, config.max_connections)
+        self._replica_clients: dict[Address, redis.Redis] = {}
+        self._down: set[Address] = set()  # listed by the sentinels, but failing our checks
+        self.serving_replicas: tuple[Address, ...] = ()
+        self._rotation: list[tuple[Address, redis.Redis]] = []
+        self._replica_turn = itertools.count()
+
+    def __repr__(self) -> str:
+        fence = f" fenced({self.fence_reason})" if not self._fence_open.is_set() else ""
+        return (
+            f"<Shard {self.label} master={self.address} gen={self.generation} "
+            f"replicas={len(self.replicas)} switches={self.switch_count}{fence}>"
+        )
+
+    def reset_locks(self) -> None:
+        """After a fork: a lock held by a parent thread would never be released in the child."""
+        self._lock = threading.Lock()
+        self.resolving = threading.Lock()
+        self.resolve_failures.reset_after_fork()
+        fenced = self.fenced
+        self._fence_open = threading.Event()
+        if not fenced:
+            self._fence_open.set()
+
+    def current(self) -> tuple[Address | None, int]:
+        with self._lock:
+            return self.address, self.generation
+
+    def switch(
+        self, address: Address, *, source: str, evidence: Evidence | None = None
+    ) -> tuple[Literal["stale", "same", "moved"], Address | None]:
+        """Point this shard at ``address`` if ``evidence`` (default: learned now, epoch
+        unknown) is newer than what it holds.
+
+        Returns ``("moved", old)`` (old is None for the first address), ``("same", address)``
+        or ``("stale", current)``: an answer obtained before a newer switch never undoes it,
+        however late it arrives (a re-resolve that waited on a node back from a partition).
+        """
+        if evidence is None:
+            evidence = Evidence(0, time.monotonic())
+        with self._lock:
+            old = self.address
+            if old == address:  # a confirmation: keep the newer evidence
+                if evidence.newer_than(self.evidence):
+                    self.evidence = evidence
+                self.error = None
+                return "same", old
+            if not evidence.newer_than(self.evidence):
+                return "stale", old
+            self.evidence = evidence
+            self.error = None
+            self.address = address
+            self.generation += 1
+            if old is not None:
+                self.switch_count += 1
+                self.last_switch = time.time()
+                self.last_switch_source = source
+        self.pool.retire_idle()  # network I/O outside the lock
+        return "moved", old
+
+    # -- write fence -------------------------------------------------------------------------
+    @property
+    def fenced(self) -> bool:
+        return not self._fence_open.is_set()
+
+    def raise_fence(self, reason: str) -> None:
+        with self._lock:
+            if self._fence_open.is_set():
+                self.fence_since = time.monotonic()
+            self.fence_reason = reason
+            self._fence_open.clear()
+
+    def note_promotion(self) -> None:
+        """The sentinels sent ``SLAVEOF NO ONE`` to a replica of this shard: from now on the old
+        master's acknowledgements of commands already in flight prove nothing."""
+        with self._lock:
+            self.promotions += 1
+
+    def lower_fence(self) -> None:
+        with self._lock:
+            self.fence_reason = None
+            self.fence_since = None
+            self._fence_open.set()
+
+    def wait_fence(self, hold: float) -> None:
+        if self._fence_open.is_set() or self._fence_open.wait(hold):
+            return
+        raise FailoverInProgressError(
+            f"shard {self.label}: writes held for {hold:g}s while a failover is in progress "
+            f"({self.fence_reason}); the new master was not confirmed in time"
+        )
+
+    # -- replicas ----------------------------------------------------------------------------
+    def set_replicas(self, replicas: Sequence[Address]) -> None:
+        """The replicas the sentinels list; clients are kept for those still listed."""
+        replicas = tuple(replicas)
+        if replicas == self.replicas:
+            return
+        connection_class, kwargs, max_connections = self._replica_kwargs
+        with self._lock:
+            current = self._replica_clients
+            clients = {
+                address: current.get(address)
+                or redis.Redis(
+                    connection_pool=FairBlockingConnectionPool(
+                        host=address.host,
+                        port=address.port,
+                        connection_class=connection_class,
+                        max_connections=max_connections,
+                        **kwargs,
+                    )
+                )
+                for address in replicas
+            }
+            dropped = [c for a, c in current.items() if a not in clients]
+            self._replica_clients = clients
+            self.replicas = replicas
+            self._down &= set(replicas)
+            self._update_rotation()
+        for client in dropped:
+            client.connection_pool.disconnect()
+
+    def set_replica_health(self, address: Address, healthy: bool, why: str = "") -> None:
+        """Take a replica out of the read rotation (a failed read or check), or back in."""
+        with self._lock:
+            if address not in self._replica_clients or (address not in self._down) == healthy:
+                return
+            if healthy:
+                self._down.discard(address)
+            else:
+                self._down.add(address)
+            self._update_rotation()
+        logger.info(
+            "shard %s: replica %s %s the read rotation%s",
+            self.label,
+            address,
+            "rejoins" if healthy else "leaves",
+            f" ({why})" if why else "",
+        )
+
+    def _update_rotation(self) -> None:
+        self.serving_replicas = tuple(a for a in self.replicas if a not in self._down)
+        self._rotation = [(a, self._replica_clients[a]) for a in self.serving_replicas]
+
+    def read_replica(self) -> tuple[Address, redis.Redis] | None:
+        """The next replica in the read rotation (its address and client), or None."""
+        rotation = self._rotation
+        if not rotation:
+            return None
+        return rotation[next(self._replica_turn) % len(rotation)]
+
+    def read_client(self) -> redis.Redis:
+        replica = self.read_replica()
+        return self.client if replica is None else replica[1]
+
+    def close(self) -> None:
+        self.pool.disconnect()
+        for client in self._replica_clients.values():
+            client.connection_pool.disconnect()

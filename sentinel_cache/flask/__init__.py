@@ -1,0 +1,12 @@
+"""Flask-Caching adapter: ``CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"``.
+
+``cache`` holds the backend, ``settings`` translates Flask settings into the core's options and
+``cli`` the ``flask sentinel-status`` command.
+"""
+
+from __future__ import annotations
+
+from sentinel_cache.flask.cache import ShardedSentinelCache
+from sentinel_cache.flask.cli import CACHE_TYPE, COMMAND_NAME, init_app, sentinel_status_command
+
+__all__ = ["CACHE_TYPE", "COMMAND_NAME", "ShardedSentinelCache", "init_app", "sentinel_status_command"]
