@@ -9,4 +9,10 @@ from __future__ import annotations
 from sentinel_cache.flask.cache import ShardedSentinelCache
 from sentinel_cache.flask.cli import CACHE_TYPE, COMMAND_NAME, init_app, sentinel_status_command
 
-__all__ = ["CACHE_TYPE", "COMMAND_NAME", "ShardedSentinelCache", "init_app", "sentinel_status_command"]
+__all__ = [
+    "CACHE_TYPE",
+    "COMMAND_NAME",
+    "ShardedSentinelCache",
+    "init_app",
+    "sentinel_status_command",
+]
