@@ -34,7 +34,7 @@ def register_switch_callback() -> None:
     """Register :func:`record_switch` once on the default cache's core (connects nowhere)."""
     from django.core.cache import caches
 
-    pool = caches["default"].pool  # type: ignore[attr-defined]
+    pool = caches["default"].core  # type: ignore[attr-defined]
     with _registered:
         if any(p is pool for p in _done):
             return

@@ -268,7 +268,7 @@ class Demo:
         from django.core.cache import cache
 
         self.out.step(f"Write {SPREAD_KEYS} keys and see how the ring spreads them")
-        pool = cache.pool  # type: ignore[attr-defined]
+        pool = cache.core  # type: ignore[attr-defined]
         names = self.cluster.master_names
         before = self._dbsizes()
         keys = [f"spread:{i}" for i in range(SPREAD_KEYS)]
@@ -391,7 +391,7 @@ class Demo:
             Traffic("session", session),
         ]
         # The two visit threads write the same keys; that is fine, both are acknowledged writes.
-        pool = cache.pool  # type: ignore[attr-defined]
+        pool = cache.core  # type: ignore[attr-defined]
         old = self.cluster.master_address(name)
         for thread in traffic:
             thread.start()
@@ -479,7 +479,7 @@ class Demo:
         app = create_app()
         client = app.test_client()
         with app.app_context():
-            shared = backend().pool is cache.pool  # type: ignore[attr-defined]
+            shared = backend().core is cache.core  # type: ignore[attr-defined]
         self.out.say(
             "Flask-Caching backend built from CACHE_REDIS_SENTINELS; "
             + ("it shares the Django cache's core (equal settings)" if shared else "own core")

@@ -63,7 +63,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     def index() -> Any:
         return jsonify(
             pages=["/report", "/square/<n>", "/visit/<n>", "/shards"],
-            masters=backend().pool.config.masters,
+            masters=backend().core.config.masters,
         )
 
     @app.get("/report")
@@ -87,7 +87,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     @app.get("/shards")
     def shards() -> Any:
-        pool = backend().pool
+        pool = backend().core
         if not pool.status()["started"]:
             cache.get("shard-map:probe")  # the first use discovers every shard
         return jsonify(pool.status())
@@ -103,7 +103,7 @@ def backend() -> Any:
 def shard_of(key: str) -> int:
     """The shard holding ``key`` (hashed with the key prefix, as stored)."""
     prefix = current_app.config.get("CACHE_KEY_PREFIX") or ""
-    return int(backend().pool.shard_index(prefix + key))
+    return int(backend().core.shard_index(prefix + key))
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m example_project.flask_app`

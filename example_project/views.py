@@ -28,7 +28,7 @@ def _now() -> str:
 
 def _shard_of(key: str) -> int:
     """The shard the ring places this cache key on (the final key, prefix and version included)."""
-    return int(cache.pool.shard_index(cache.make_key(key)))  # type: ignore[attr-defined]
+    return int(cache.core.shard_index(cache.make_key(key)))  # type: ignore[attr-defined]
 
 
 def expensive_report(limit: int = 300_000) -> dict[str, Any]:
@@ -129,7 +129,7 @@ def _masters() -> list[str]:
 def shard_map() -> dict[str, Any]:
     """The live shard map: the core's in-memory ``status()`` plus the switches seen here."""
     register_switch_callback()
-    pool = cache.pool  # type: ignore[attr-defined]
+    pool = cache.core  # type: ignore[attr-defined]
     if not pool.status()["started"]:
         cache.get("shard-map:probe")  # the first use discovers every shard
     snapshot = pool.status()

@@ -97,7 +97,7 @@ def flask_app(cluster: LocalSentinelCluster) -> Iterator[Any]:
     with app.app_context():
         store = backend()
         store.clear()
-        store.pool.close()  # this test's own core (its own DB): nobody else uses it
+        store.core.close()  # this test's own core (its own DB): nobody else uses it
 
 
 def test_flask_app_smoke(flask_app: Any, cluster: LocalSentinelCluster) -> None:

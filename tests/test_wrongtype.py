@@ -55,7 +55,7 @@ class Flavour:
     """One way of calling the cache: ``ops`` maps an operation to a callable (sync or async)
     taking the caller's key; ``stored`` gives the key the server sees."""
 
-    pool: ShardedSentinelPool
+    core: ShardedSentinelPool
     db: int
     stored: Callable[[str], str]
     ops: dict[str, Callable[..., Any]]
@@ -113,13 +113,13 @@ def flavour(request: pytest.FixtureRequest, cluster: LocalSentinelCluster) -> It
         support.configure_django()
         cache = support.build_cache(support.cache_entry(cluster, KEY_PREFIX=run))
         ops = _django_ops(cache, "a" if kind == "django_async" else "")
-        yield Flavour(cache.pool, support.DJANGO_DB, cache.make_key, ops, _as_dict)
+        yield Flavour(cache.core, support.DJANGO_DB, cache.make_key, ops, _as_dict)
         cache.clear()
-        cache.pool.close()
+        cache.core.close()
     else:
         support = _support("flask_support")
         _, _, backend = support.build_app(support.settings_for(cluster, CACHE_KEY_PREFIX=run))
-        support.opened.pop(id(backend.pool), None)
+        support.opened.pop(id(backend.core), None)
         ops = {
             "get": backend.get,
             "get_many": lambda keys: backend.get_many(*keys),
@@ -129,15 +129,15 @@ def flavour(request: pytest.FixtureRequest, cluster: LocalSentinelCluster) -> It
             "incr": backend.inc,  # Flask-Caching has no touch or ttl
         }
         stored = lambda key: run + key  # noqa: E731
-        yield Flavour(backend.pool, support.FLASK_DB, stored, ops, _as_list, default=False)
+        yield Flavour(backend.core, support.FLASK_DB, stored, ops, _as_list, default=False)
         backend.clear()
-        backend.pool.close()
+        backend.core.close()
 
 
 def _direct(cluster: LocalSentinelCluster, flavour: Flavour, stored: str) -> redis.Redis:
     """A plain client on the master of ``stored``'s shard (the caller closes it)."""
-    flavour.pool.discover()
-    address = flavour.pool.shard_for(stored).address
+    flavour.core.discover()
+    address = flavour.core.shard_for(stored).address
     assert address is not None
     return cluster.node_client(address, db=flavour.db)
 

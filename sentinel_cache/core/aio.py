@@ -251,13 +251,13 @@ _shared_clients: weakref.WeakKeyDictionary[ShardedSentinelPool, AsyncShardClient
 _shared_clients_lock = threading.Lock()
 
 
-def shared_async_clients(pool: ShardedSentinelPool) -> AsyncShardClients:
-    """The asyncio clients of ``pool`` (one set per core, created on first request)."""
+def shared_async_clients(core: ShardedSentinelPool) -> AsyncShardClients:
+    """The asyncio clients of ``core`` (one set per core, created on first request)."""
     with _shared_clients_lock:
-        clients = _shared_clients.get(pool)
+        clients = _shared_clients.get(core)
         if clients is None:
-            clients = _shared_clients[pool] = AsyncShardClients(pool.config)
-            pool.on_close(clients.close_all)
+            clients = _shared_clients[core] = AsyncShardClients(core.config)
+            core.on_close(clients.close_all)
         return clients
 
 

@@ -32,11 +32,11 @@ class CacheClient(CacheOperations):
     def get_client(self, key: Any, *, write: bool = True) -> redis.Redis:
         """A redis-py client on the key's shard (its master, or a replica for reads if set):
         raw commands on it bypass the safety net."""
-        return self.pool.client_for(key, write=write)
+        return self.core.client_for(key, write=write)
 
     def lock(self, key: Any, **kwargs: Any) -> Any:
         """A redis-py lock held on the key's shard (its current master)."""
-        return self.pool.client_for(key, write=True).lock(key, **kwargs)
+        return self.core.client_for(key, write=True).lock(key, **kwargs)
 
 
 __all__ = [

@@ -115,21 +115,21 @@ class ClientBase:
 
     def __init__(
         self,
-        pool: ShardedSentinelPool,
+        core: ShardedSentinelPool,
         codec: Codec,
         *,
         durable_replicas: int = 0,
         durable_timeout_ms: int = 100,
         fail_open: FailOpen | None = None,
     ) -> None:
-        self.pool = pool
+        self.core = core
         self.codec = codec
         self.durable_replicas = durable_replicas
         self.durable_timeout_ms = durable_timeout_ms
         self.fail_open = fail_open or FailOpen()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.pool!r} codec={self.codec!r}>"
+        return f"<{type(self).__name__} {self.core!r} codec={self.codec!r}>"
 
     def encode(self, value: Any) -> bytes | int:
         return self.codec.dumps(value)
@@ -165,7 +165,7 @@ class ClientBase:
 
     # -- multi-key plans and their replies ---------------------------------------------------
     def mget_plan(self, keys: Iterable[Any]) -> tuple[Groups, Plan]:
-        groups = self.pool.group_by_shard(dict.fromkeys(keys))
+        groups = self.core.group_by_shard(dict.fromkeys(keys))
         return groups, {shard: [("MGET", *group)] for shard, group in groups.items()}
 
     def found(self, groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> dict[Any, Any]:
@@ -183,7 +183,7 @@ class ClientBase:
     def set_plan(self, mapping: Mapping[Any, Any], timeout: float | None) -> tuple[Groups, Plan]:
         """One command per shard, whatever the number of keys: ``MSET`` without a timeout, the
         ``SET_EACH`` script with one (``MSET`` takes no expiry). Atomic per shard."""
-        groups = self.pool.group_by_shard(mapping)
+        groups = self.core.group_by_shard(mapping)
         dumps = self.codec.dumps
         plan: Plan = {}
         for shard, group in groups.items():
@@ -207,7 +207,7 @@ class ClientBase:
 
     def add_plan(self, mapping: Mapping[Any, Any], timeout: float | None) -> tuple[Groups, Plan]:
         """Per key ``SET NX`` then ``GET``: the value now stored, ours or a concurrent winner's."""
-        groups = self.pool.group_by_shard(mapping)
+        groups = self.core.group_by_shard(mapping)
         expiry = expiry_args(timeout)
         plan: Plan = {
             shard: [
@@ -227,7 +227,7 @@ class ClientBase:
         return self.found(groups, {s: None if r is None else [r[1::2]] for s, r in replies.items()})
 
     def del_plan(self, keys: Iterable[Any]) -> Plan:
-        groups = self.pool.group_by_shard(dict.fromkeys(keys))
+        groups = self.core.group_by_shard(dict.fromkeys(keys))
         return {shard: [("DEL", *group)] for shard, group in groups.items()}
 
 

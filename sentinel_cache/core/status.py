@@ -321,26 +321,26 @@ def _ckquorum(name: str, probes: Sequence[SentinelProbe]) -> dict[str, Any]:
     return {"ok": None, "message": "no sentinel reachable", "sentinel": None}
 
 
-def collect(pool: ShardedSentinelPool, *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
-    """A live report of every shard and sentinel of ``pool``; never raises for a dead topology.
+def collect(core: ShardedSentinelPool, *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+    """A live report of every shard and sentinel of ``core``; never raises for a dead topology.
 
     Takes at most about four ``timeout`` periods (two rounds, sentinels then masters), usually
-    a few milliseconds. Does not start the pool: an idle pool is reported from the sentinels.
+    a few milliseconds. Does not start the core: an idle pool is reported from the sentinels.
     """
     began = time.monotonic()
-    snapshot = pool.status()  # in memory: what the application's client currently believes
-    config = pool.config
+    snapshot = core.status()  # in memory: what the application's client currently believes
+    config = core.config
     names = list(config.masters)
-    addresses = pool.sentinels.addresses
+    addresses = core.sentinels.addresses
     listeners = {s["address"]: s["listener_connected"] for s in snapshot["sentinels"]}
     problems = _Problems()
     notes: list[str] = []
 
-    probes = probe_sentinels(addresses, pool.sentinels.kwargs, timeout=timeout, masters=names)
+    probes = probe_sentinels(addresses, core.sentinels.kwargs, timeout=timeout, masters=names)
     sentinels = []
     for probe in probes:
         key = str(probe.address)
-        listener = listeners.get(key)  # None: this pool runs no listeners (not started)
+        listener = listeners.get(key)  # None: this core runs no listeners (not started)
         sentinels.append(
             {
                 "address": key,
@@ -356,14 +356,14 @@ def collect(pool: ShardedSentinelPool, *, timeout: float = DEFAULT_TIMEOUT) -> d
         elif listener is False:
             notes.append(f"sentinel {key}: the failover listener is not connected")
 
-    # Second round: each shard's master, as the sentinels name it (or as the pool last knew).
+    # Second round: each shard's master, as the sentinels name it (or as the core last knew).
     chosen: dict[str, tuple[Address | None, str | None, int, list[str]]] = {}
     for shard in snapshot["shards"]:
         name = shard["name"]
         address, agreeing, dissent = _pick_master(name, probes)
         source: str | None = "sentinels" if address is not None else None
         if address is None:  # no sentinel could say: check where the application still goes
-            address = pool.shard(name).address
+            address = core.shard(name).address
             source = None if address is None else "client (last known)"
         chosen[name] = (address, source, agreeing, dissent)
     node_kwargs = config.connection_options()

@@ -141,7 +141,7 @@ class ShardedSentinelCache(BaseCache):
             # checks build every cache with caches[alias] and would crash before
             # sentinel_cache.django.checks reports this as sentinel_cache.E001.
             self._config_error = str(exc)
-        self._pool: ShardedSentinelPool | None = None
+        self._core: ShardedSentinelPool | None = None
         self._client: CacheClient | None = None
         self._aclient: AsyncCacheClient | None = None
 
@@ -156,8 +156,6 @@ class ShardedSentinelCache(BaseCache):
         if self._config is None:
             raise self._improperly_configured()
         return self._config
-
-    _pool_config = pool_config  # the name it had before it was public
 
     @property
     def _cache_options(self) -> CacheOptions:
@@ -177,33 +175,33 @@ class ShardedSentinelCache(BaseCache):
 
     # -- the shared core and the clients (built on first use, never at import/settings time) ----
     @property
-    def pool(self) -> ShardedSentinelPool:
+    def core(self) -> ShardedSentinelPool:
         """The process-wide core for this configuration (replaced if someone closed it)."""
-        pool = self._pool
-        if pool is None or pool.closed:
-            pool = self._pool = shared_pool(self._pool_config)
-        return pool
+        core = self._core
+        if core is None or core.closed:
+            core = self._core = shared_pool(self.pool_config)
+        return core
 
     @property
     def client(self) -> CacheClient:
-        """The sync operations, on :attr:`pool`."""
+        """The sync operations, on :attr:`core`."""
         client = self._client
-        if client is None or client.pool is not self.pool:
+        if client is None or client.core is not self.core:
             client = self._client = self._build(CacheClient)
         return client
 
     @property
     def aclient(self) -> AsyncCacheClient:
-        """The native asyncio operations, on the same :attr:`pool`."""
+        """The native asyncio operations, on the same :attr:`core`."""
         client = self._aclient
-        if client is None or client.pool is not self.pool:
+        if client is None or client.core is not self.core:
             client = self._aclient = self._build(AsyncCacheClient)
         return client
 
     def _build(self, kind: type[ClientT]) -> ClientT:
         options = self._cache_options
         return kind(
-            self.pool,
+            self.core,
             self._codec_or_raise(),
             durable_replicas=options.durable_replicas,
             durable_timeout_ms=options.durable_timeout_ms,

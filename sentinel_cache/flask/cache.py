@@ -58,7 +58,7 @@ Semantics (cachelib's ``RedisCache`` contract):
   without ``RuntimeError``), ``inc``/``dec`` return None, ``clear`` returns False; the failure is
   logged on ``sentinel_cache.flask`` at most once per shard every
   ``LOG_IGNORED_EXCEPTIONS_INTERVAL`` seconds. Serialization errors and bad commands still raise.
-* ``.pool`` is the process-wide :class:`~sentinel_cache.core.sharded_pool.ShardedSentinelPool` (shared by
+* ``.core`` is the process-wide :class:`~sentinel_cache.core.sharded_pool.ShardedSentinelPool` (shared by
   every cache with the same connection settings, never closed by a cache) and ``.client`` the
   :class:`~sentinel_cache.core.client.CacheClient`.
 
@@ -161,11 +161,11 @@ class ShardedSentinelCache(BaseCache):
         self.options: CacheOptions = cache_options
         self.key_prefix: str | Callable[[], str] = key_prefix or ""
         # The shared core: equal settings in this process share one set of pools and listeners.
-        self.pool: ShardedSentinelPool = shared_pool(pool_config)
+        self.core: ShardedSentinelPool = shared_pool(pool_config)
         codec = build_codec(cache_options)
         self._serializer: Any = codec
         self.client = CacheClient(
-            self.pool,
+            self.core,
             codec,
             durable_replicas=cache_options.durable_replicas,
             durable_timeout_ms=cache_options.durable_timeout_ms,
@@ -179,7 +179,7 @@ class ShardedSentinelCache(BaseCache):
     def __repr__(self) -> str:
         return (
             f"<{type(self).__name__} prefix={self._get_prefix()!r} "
-            f"default_timeout={self.default_timeout} {self.pool!r}>"
+            f"default_timeout={self.default_timeout} {self.core!r}>"
         )
 
     # -- Flask-Caching entry point -------------------------------------------------------------

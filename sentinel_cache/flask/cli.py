@@ -41,22 +41,22 @@ def sentinel_status_command(as_json: bool, timeout: float) -> None:
 
     Exit code 0: healthy; 1: degraded (still serving); 2: a shard is unavailable.
     """
-    # Caches with equal connection settings share one pool: report each pool once.
-    pools: dict[int, tuple[ShardedSentinelPool, list[str]]] = {}
+    # Caches with equal connection settings share one core: report each core once.
+    cores: dict[int, tuple[ShardedSentinelPool, list[str]]] = {}
     for cache in _backends(current_app):
-        entry = pools.setdefault(id(cache.pool), (cache.pool, []))
+        entry = cores.setdefault(id(cache.core), (cache.core, []))
         entry[1].append(repr(cache._get_prefix()))
-    if not pools:
+    if not cores:
         raise click.UsageError(f"this app has no cache of type {CACHE_TYPE}")
-    reports = [status.collect(pool, timeout=timeout) for pool, _ in pools.values()]
+    reports = [status.collect(core, timeout=timeout) for core, _ in cores.values()]
     if as_json:
-        # One pool (the usual case): its report; several: a list of them, in config order.
+        # One core (the usual case): its report; several: a list of them, in config order.
         if len(reports) == 1:
             click.echo(status.render_json(reports[0]))
         else:
             click.echo(json.dumps(reports, indent=2, default=str))
     else:
-        for n, (report, (_, prefixes)) in enumerate(zip(reports, pools.values(), strict=True)):
+        for n, (report, (_, prefixes)) in enumerate(zip(reports, cores.values(), strict=True)):
             title = f"cache with prefix {', '.join(prefixes)}" if len(reports) > 1 else None
             click.echo(("\n" if n else "") + status.render_text(report, title=title), nl=False)
     code = max(status.exit_code(report) for report in reports)

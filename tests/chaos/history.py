@@ -76,7 +76,7 @@ class Writers:
             for n in range(per_shard):
                 log: list[Call] = []
                 self.calls.append(log)
-                keys = keys_on(cache.pool, shard, f"{prefix}:{shard}.{n}")
+                keys = keys_on(cache.core, shard, f"{prefix}:{shard}.{n}")
                 self._threads.append(
                     threading.Thread(
                         target=self._run,

@@ -80,7 +80,7 @@ def build_cache(entry: dict[str, Any]) -> ShardedSentinelCache:
 
 def remember(cache: ShardedSentinelCache) -> ShardedSentinelCache:
     """Note the cache's core so that it is closed when the test ends."""
-    opened[id(cache.pool)] = cache.pool
+    opened[id(cache.core)] = cache.core
     return cache
 
 

@@ -48,6 +48,6 @@ class ShardedSentinelCacheTests(BaseCacheTests, TestCase):
         assert isinstance(cache, ShardedSentinelCache)
         keys = [f"spread{i}" for i in range(40)]
         cache.set_many(dict.fromkeys(keys, 1))
-        shards = {cache.pool.shard_for(cache.make_key(k)).index for k in keys}
+        shards = {cache.core.shard_for(cache.make_key(k)).index for k in keys}
         self.assertEqual(shards, {0, 1})
         self.assertEqual(cache.get_many(keys), dict.fromkeys(keys, 1))

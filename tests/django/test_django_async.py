@@ -20,14 +20,14 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 def keys_on_both_shards(cache: ShardedSentinelCache, count: int = 30) -> list[str]:
     keys = [f"ak{i}" for i in range(count)]
-    assert {cache.pool.shard_for(cache.make_key(k)).index for k in keys} == {0, 1}
+    assert {cache.core.shard_for(cache.make_key(k)).index for k in keys} == {0, 1}
     return keys
 
 
 def key_on(cache: ShardedSentinelCache, index: int, stem: str = "on") -> str:
     for i in range(1000):
         key = f"{stem}{i}"
-        if cache.pool.shard_for(cache.make_key(key)).index == index:
+        if cache.core.shard_for(cache.make_key(key)).index == index:
             return key
     raise AssertionError("no key found for that shard")
 
@@ -128,12 +128,12 @@ def test_no_thread_hop_per_call_once_started(
 
     asyncio.run(main())
     assert hops == []
-    assert cache.aclient.pool is cache.pool  # one core: discovery and switch state shared
+    assert cache.aclient.core is cache.core  # one core: discovery and switch state shared
 
 
 def test_first_use_from_async_discovers_once_in_a_thread(make_cache: MakeCache) -> None:
     fresh = make_cache(OPTIONS={"FAILOVER_HOLD": 1.25})  # a configuration nobody started yet
-    assert fresh.pool.status()["started"] is False
+    assert fresh.core.status()["started"] is False
 
     async def main() -> None:
         await asyncio.gather(*(fresh.aset(f"k{i}", i) for i in range(20)))
@@ -142,7 +142,7 @@ def test_first_use_from_async_discovers_once_in_a_thread(make_cache: MakeCache) 
         }
 
     asyncio.run(main())
-    assert fresh.pool.status()["started"] is True
+    assert fresh.core.status()["started"] is True
 
 
 def test_loops_are_cleaned_up_when_they_end(cache: ShardedSentinelCache) -> None:
@@ -165,7 +165,7 @@ def test_cache_objects_of_one_core_share_connections(
 ) -> None:
     # Under ASGI Django builds a cache object per request: they must not each open sockets.
     twins = [build_cache(cache_entry(cluster, KEY_PREFIX=cache.key_prefix)) for _ in range(20)]
-    assert all(twin.pool is cache.pool for twin in twins)
+    assert all(twin.core is cache.core for twin in twins)
     assert all(twin.aclient.clients is cache.aclient.clients for twin in twins)
     key = key_on(cache, 0)
 
@@ -175,7 +175,7 @@ def test_cache_objects_of_one_core_share_connections(
             await twin.aincr(key)
         clients = cache.aclient.clients
         state = await clients.state()
-        masters = [clients.master(state, shard) for shard in cache.pool.shards]
+        masters = [clients.master(state, shard) for shard in cache.core.shards]
         return sum(m.connection_pool.idle() for m in masters)
 
     assert asyncio.run(main()) == 1  # one connection, used by every cache object in turn
@@ -192,7 +192,7 @@ def test_aclose_closes_only_this_loops_connections(cache: ShardedSentinelCache) 
         await cache.aclose()
 
     asyncio.run(main())
-    assert not cache.pool.closed
+    assert not cache.core.closed
     assert cache.get("k") == 1
 
 
@@ -205,7 +205,7 @@ def test_async_follows_a_switch_and_the_readonly_safety_net(
     # No listeners: their resync could point the shard back before the safety net is tested.
     private = make_cache(OPTIONS={"FAILOVER_HOLD": 1.5, "LISTENERS": False})
     key = key_on(private, 0)
-    shard = private.pool.shard_for(private.make_key(key))
+    shard = private.core.shard_for(private.make_key(key))
     master = Address(*cluster.master_address(shard.name))
 
     async def main() -> None:
@@ -226,7 +226,7 @@ def test_async_writes_wait_for_the_fence_then_fail_clearly(make_cache: MakeCache
     private = make_cache(OPTIONS={"FAILOVER_HOLD": 0.3})
     private.set("warm", 1)
     key = key_on(private, 1)
-    shard = private.pool.shard_for(private.make_key(key))
+    shard = private.core.shard_for(private.make_key(key))
 
     async def main() -> None:
         await private.aset(key, "v")

@@ -28,7 +28,7 @@ class Unpicklable:
 
 def both_shards(cache: ShardedSentinelCache, count: int = 40, stem: str = "k") -> list[str]:
     keys = [f"{stem}{i}" for i in range(count)]
-    shards = {cache.pool.shard_for(cache.make_key(k)).index for k in keys}
+    shards = {cache.core.shard_for(cache.make_key(k)).index for k in keys}
     assert shards == {0, 1}, "the sample must span both shards"
     return keys
 
@@ -144,7 +144,7 @@ def test_placement_is_the_ring_of_the_stored_key(
     for key in keys:
         stored = cache.make_key(key)
         owner = cluster.master_names[ring.shard_index(stored)]
-        assert cache.pool.shard_for(stored).name == owner
+        assert cache.core.shard_for(stored).name == owner
         for name, client in masters.items():
             assert client.exists(stored) == (1 if name == owner else 0), (key, name)
 
@@ -154,7 +154,7 @@ def test_integers_are_stored_raw(
 ) -> None:
     cache.set("n", 42)
     stored = cache.make_key("n")
-    owner = cache.pool.shard_for(stored).name
+    owner = cache.core.shard_for(stored).name
     assert masters[owner].get(stored) == b"42"
     cache.set("b", True)  # bool is not an int here: it must come back as True
     assert cache.get("b") is True
@@ -165,7 +165,7 @@ def counting_batches(cache: ShardedSentinelCache) -> Iterator[dict[int, int]]:
     """Counts packed sends (one per batch, i.e. per network write) on each shard's pool."""
     sends: dict[int, int] = {}
     patched: list[Any] = []
-    for shard in cache.pool.shards:
+    for shard in cache.core.shards:
         for connection in [*shard.pool._connections]:
             original = connection.send_packed_command
 
@@ -203,7 +203,7 @@ def test_multi_key_calls_send_one_batch_per_shard(
     keys = both_shards(cache, 50, "batch:")
     per_shard = {name: 0 for name in cluster.master_names}
     for key in keys:
-        per_shard[cache.pool.shard_for(cache.make_key(key)).name] += 1
+        per_shard[cache.core.shard_for(cache.make_key(key)).name] += 1
     cache.set("warm", 1)
     cache.get_many(keys)  # open a connection per shard so the spy can wrap them
     for client in masters.values():
@@ -282,7 +282,7 @@ def test_lock_lives_on_the_keys_shard(
     cache: ShardedSentinelCache, masters: dict[str, redis.Redis]
 ) -> None:
     stored = cache.make_key("resource")
-    owner = cache.pool.shard_for(stored).name
+    owner = cache.core.shard_for(stored).name
     with cache.lock("resource", timeout=5):
         assert masters[owner].exists(stored) == 1
         other = cache.lock("resource", timeout=5)
@@ -297,7 +297,7 @@ def test_get_client_routes_by_key(
     client = cache.get_client("routed")
     assert client.get(cache.make_key("routed")) == b"5"
     stored = cache.make_key("routed")
-    assert client is cache.pool.shard_for(stored).client
+    assert client is cache.core.shard_for(stored).client
 
 
 def test_iter_keys_and_delete_pattern(cache: ShardedSentinelCache) -> None:
@@ -373,5 +373,5 @@ def test_serialization_errors_are_not_swallowed(make_cache: MakeCache) -> None:
 def test_close_is_a_no_op(cache: ShardedSentinelCache) -> None:
     cache.set("k", 1)
     cache.close()
-    assert not cache.pool.closed
+    assert not cache.core.closed
     assert cache.get("k") == 1

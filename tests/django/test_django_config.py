@@ -102,7 +102,7 @@ def test_bad_settings_are_improperly_configured_naming_the_field(
     cache = backend(location, OPTIONS=options)  # constructing never raises: see below
     for use in (
         lambda: cache.pool_config,
-        lambda: cache.pool,
+        lambda: cache.core,
         lambda: cache.get("k"),
     ):
         with pytest.raises(ImproperlyConfigured) as raised:
@@ -126,7 +126,7 @@ def test_construction_and_pool_config_connect_nowhere() -> None:
     # Nothing listens there: anything that connected would fail or hang.
     cache = backend([f"127.0.0.1:{_closed_port()}"], OPTIONS={"MASTERS": ["a", "b"]})
     assert cache.pool_config.masters == ("a", "b")
-    pool = cache.pool
+    pool = cache.core
     assert pool.status()["started"] is False
     assert all(shard.address is None for shard in pool.shards)
     pool.close()
@@ -140,12 +140,12 @@ def test_aliases_with_equal_settings_share_one_core_and_close_keeps_it(
     with override_settings(CACHES={"default": entry, "a": dict(entry), "b": other}):
         first, second, third = caches["default"], caches["a"], caches["b"]
         assert first is not second
-        assert first.pool is second.pool is third.pool  # the key prefix is not the core's
+        assert first.core is second.core is third.core  # the key prefix is not the core's
         remember(first)
         first.set("shared-core", 1)
         first.close()
         caches.close_all()  # what Django does at the end of every request
-        assert not first.pool.closed
+        assert not first.core.closed
         assert second.get("shared-core") == 1
         second.delete("shared-core")
 
@@ -153,10 +153,10 @@ def test_aliases_with_equal_settings_share_one_core_and_close_keeps_it(
 def test_a_closed_core_is_replaced_on_next_use(cluster: LocalSentinelCluster) -> None:
     cache = remember(build_cache(cache_entry(cluster, KEY_PREFIX="replaced")))
     cache.set("k", 1)
-    old = cache.pool
+    old = cache.core
     old.close()
     assert cache.get("k") == 1
-    assert remember(cache).pool is not old
+    assert remember(cache).core is not old
     cache.delete("k")
 
 

@@ -33,11 +33,11 @@ def test_views_serve_through_a_failover_with_no_errors(make_cluster: ClusterFact
         try:
             run_traffic_through_failover(cluster, cache)
         finally:
-            cache.pool.close()
+            cache.core.close()
 
 
 def on_shard(cache: ShardedSentinelCache, key: str, name: str) -> bool:
-    return cache.pool.shard_for(cache.make_key(key)).name == name
+    return cache.core.shard_for(cache.make_key(key)).name == name
 
 
 def run_traffic_through_failover(
@@ -45,9 +45,9 @@ def run_traffic_through_failover(
 ) -> None:
     client = Client()
     keys = [f"page{i}" for i in range(8)]
-    assert {cache.pool.shard_for(cache.make_key(k)).index for k in keys} == {0, 1}
+    assert {cache.core.shard_for(cache.make_key(k)).index for k in keys} == {0, 1}
     name = cluster.master_names[0]
-    shard = cache.pool.shard(name)
+    shard = cache.core.shard(name)
     old = Address(*cluster.master_address(name))
     assert client.get("/write/warm?value=1").status_code == 200
     assert shard.address == old

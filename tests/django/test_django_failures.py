@@ -53,7 +53,7 @@ def split_keys(cache: ShardedSentinelCache, count: int = 10) -> tuple[list[str],
     while len(dead) < count or len(live) < count:
         key = f"k{i}"
         i += 1
-        index = cache.pool.shard_for(cache.make_key(key)).index
+        index = cache.core.shard_for(cache.make_key(key)).index
         bucket = dead if index == DEAD else live
         if len(bucket) < count:
             bucket.append(key)
@@ -85,10 +85,10 @@ def test_ignore_exceptions_fails_open_per_shard(
         counter = next(
             f"n{i}"
             for i in range(100)
-            if cache.pool.shard_for(cache.make_key(f"n{i}")).index == LIVE
+            if cache.core.shard_for(cache.make_key(f"n{i}")).index == LIVE
         )
         cache.set(counter, 1)
-        label = cache.pool.shards[DEAD].label
+        label = cache.core.shards[DEAD].label
         cluster.kill_master(cluster.master_names[DEAD])
         caplog.set_level(logging.WARNING, logger="sentinel_cache.django")
 
@@ -146,7 +146,7 @@ def test_ignore_exceptions_fails_open_per_shard(
         # Dozens of ignored failures on the dead shard: logged once in the interval...
         assert len(ignored_logs(caplog, label)) == 1
         assert "IGNORE_EXCEPTIONS" in ignored_logs(caplog, label)[0].getMessage()
-        assert ignored_logs(caplog, cache.pool.shards[LIVE].label) == []
+        assert ignored_logs(caplog, cache.core.shards[LIVE].label) == []
         # ...and again once the interval has passed (shared by every cache object of the core).
         clock.now += 61
         other_alias = build_cache(
@@ -156,11 +156,11 @@ def test_ignore_exceptions_fails_open_per_shard(
                 OPTIONS={"IGNORE_EXCEPTIONS": True, "LOG_IGNORED_EXCEPTIONS_INTERVAL": 60},
             )
         )
-        assert other_alias.pool is cache.pool
+        assert other_alias.core is cache.core
         assert other_alias.get(d) is None and cache.get(d) is None
         assert len(ignored_logs(caplog, label)) == 2
     finally:
-        cache.pool.close()
+        cache.core.close()
 
 
 def test_without_ignore_errors_raise_without_chain_cycles(
@@ -199,4 +199,4 @@ def test_without_ignore_errors_raise_without_chain_cycles(
             exception_chain(raised.value)  # asserts there is no cycle
         assert cache.set(live[0], 2) and cache.get(live[0]) == 2  # the other shard still works
     finally:
-        cache.pool.close()
+        cache.core.close()

@@ -10,7 +10,7 @@ from sentinel_cache.django import ShardedSentinelCache
 
 def test_get_or_set_many_adds_only_the_missing_keys(cache: ShardedSentinelCache) -> None:
     keys = [f"gosm{i}" for i in range(20)]
-    assert {cache.pool.shard_for(cache.make_key(k)).index for k in keys} == {0, 1}
+    assert {cache.core.shard_for(cache.make_key(k)).index for k in keys} == {0, 1}
     cache.set_many({k: "old" for k in keys[:10]})
     got = cache.get_or_set_many({k: "new" for k in keys}, 60)
     assert got == {**{k: "old" for k in keys[:10]}, **{k: "new" for k in keys[10:]}}

@@ -52,7 +52,7 @@ def use_caches() -> Iterator[UseCaches]:
     for override in reversed(overrides):
         for alias in sentinel_aliases():
             try:
-                pool = caches[alias].pool  # type: ignore[attr-defined]
+                pool = caches[alias].core  # type: ignore[attr-defined]
             except Exception:  # a deliberately broken configuration has no pool to close
                 continue
             pool.close()

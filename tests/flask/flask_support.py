@@ -52,7 +52,7 @@ def build_app(settings: dict[str, Any], name: str = "flask_tests") -> Built:
     cache = Cache(app)
     backend = app.extensions["cache"][cache]
     assert isinstance(backend, ShardedSentinelCache)
-    opened[id(backend.pool)] = backend.pool
+    opened[id(backend.core)] = backend.core
     return app, cache, backend
 
 

@@ -36,12 +36,12 @@ def masters(cluster: LocalSentinelCluster) -> Iterator[list[redis.Redis]]:
 def stored(backend: ShardedSentinelCache, masters: list[redis.Redis], key: str) -> Any:
     """The raw bytes under ``key``'s final name, read from the master the ring names."""
     final = backend.key_prefix + key
-    return masters[backend.pool.shard_index(final)].get(final)
+    return masters[backend.core.shard_index(final)].get(final)
 
 
 def pttl(backend: ShardedSentinelCache, masters: list[redis.Redis], key: str) -> int:
     final = backend.key_prefix + key
-    return int(masters[backend.pool.shard_index(final)].pttl(final))
+    return int(masters[backend.core.shard_index(final)].pttl(final))
 
 
 # -- single key ------------------------------------------------------------------------------
@@ -233,11 +233,11 @@ def test_placement_hashes_the_final_key(
     per_shard = [0, 0]
     moved = 0
     for key in keys:
-        index = backend.pool.ring.shard_index(prefix + key)
+        index = backend.core.ring.shard_index(prefix + key)
         assert masters[index].exists(prefix + key) == 1, key
         assert masters[1 - index].exists(prefix + key) == 0, key
         per_shard[index] += 1
-        moved += index != backend.pool.ring.shard_index(key)
+        moved += index != backend.core.ring.shard_index(key)
     assert min(per_shard) > 50, per_shard
     assert moved > 20  # the prefix really takes part in the hash
     assert backend.delete_many(*keys) == keys
@@ -253,7 +253,7 @@ def test_clear_removes_only_this_prefix_on_every_shard(
     _, _, other = make_app(CACHE_KEY_PREFIX=unique_prefix())
     mine.set_many(PAIRS)
     other.set_many(PAIRS)
-    assert {mine.pool.shard_index(mine.key_prefix + k) for k in PAIRS} == {0, 1}
+    assert {mine.core.shard_index(mine.key_prefix + k) for k in PAIRS} == {0, 1}
     assert mine.clear() is True
     assert mine.get_many(*PAIRS) == [None] * len(PAIRS)
     assert other.get_many(*PAIRS) == list(PAIRS.values())
@@ -285,7 +285,7 @@ def test_db_setting_reaches_the_servers(cluster: LocalSentinelCluster, make_app:
     prefix = unique_prefix()
     _, _, backend = make_app(CACHE_KEY_PREFIX=prefix, CACHE_REDIS_DB=10)
     backend.set("k", 1)
-    name = cluster.master_names[backend.pool.shard_index(prefix + "k")]
+    name = cluster.master_names[backend.core.shard_index(prefix + "k")]
     with cluster.node_client(cluster.master_address(name), db=10) as db10:
         assert db10.get(prefix + "k") == b"1"
     with cluster.node_client(cluster.master_address(name), db=FLASK_DB) as db9:
@@ -355,7 +355,7 @@ def test_serializer_keeps_signing_and_compression(
     assert backend.get("big") == value
     # A tampered value is a miss, not an unpickled payload.
     final = backend.key_prefix + "big"
-    masters[backend.pool.shard_index(final)].set(final, raw[:-1] + bytes([raw[-1] ^ 1]))
+    masters[backend.core.shard_index(final)].set(final, raw[:-1] + bytes([raw[-1] ^ 1]))
     assert backend.get("big") is None
     backend.clear()
 
@@ -437,7 +437,7 @@ def test_ignore_exceptions_turns_outages_into_misses(caplog: pytest.LogCaptureFi
         with pytest.raises(redis.ConnectionError):
             backend.set_many({"a": 1})
     finally:
-        backend.pool.close()
+        backend.core.close()
 
 
 def test_ignore_exceptions_degrades_per_shard(
@@ -451,7 +451,7 @@ def test_ignore_exceptions_degrades_per_shard(
     )
     prefix = backend.key_prefix
     keys = [f"k{i}" for i in range(30)]
-    up = [k for k in keys if backend.pool.shard_index(prefix + k) == 0]
+    up = [k for k in keys if backend.core.shard_index(prefix + k) == 0]
     down = [k for k in keys if k not in up]
     assert up and down
     try:
@@ -470,7 +470,7 @@ def test_ignore_exceptions_degrades_per_shard(
             and "shard 1 (nope) unavailable (no master known): set_many ignored" in logged[0]
         ), logged
     finally:
-        backend.pool.close()
+        backend.core.close()
 
 
 def test_without_ignore_exceptions_errors_surface(make_app: MakeApp) -> None:
@@ -482,7 +482,7 @@ def test_without_ignore_exceptions_errors_surface(make_app: MakeApp) -> None:
     keys = [f"k{i}" for i in range(20)]
     with pytest.raises(ShardUnavailableError, match="nope"):
         backend.get_many(*keys)
-    backend.pool.close()
+    backend.core.close()
 
 
 def test_passwords_end_to_end(make_cluster: Callable[..., LocalSentinelCluster]) -> None:
@@ -500,7 +500,7 @@ def test_passwords_end_to_end(make_cluster: Callable[..., LocalSentinelCluster])
         result = app.test_cli_runner().invoke(args=["sentinel-status"])
         assert result.exit_code == 0, result.output
     finally:
-        backend.pool.close()
+        backend.core.close()
     wrong = settings_for(
         secured,
         CACHE_REDIS_PASSWORD="nope",
@@ -511,4 +511,4 @@ def test_passwords_end_to_end(make_cluster: Callable[..., LocalSentinelCluster])
         with pytest.raises(redis.ConnectionError, match="(?i)auth|password|NOAUTH|WRONGPASS"):
             denied.get("k0")
     finally:
-        denied.pool.close()
+        denied.core.close()

@@ -60,7 +60,7 @@ def test_unreachable_sentinel_is_degraded_exit_1(cluster: LocalSentinelCluster) 
         assert text.exit_code == 1
         assert text.output.startswith("DEGRADED (exit 1)")
     finally:
-        backend.pool.close()
+        backend.core.close()
 
 
 def test_unknown_master_is_down_exit_2(cluster: LocalSentinelCluster) -> None:
@@ -74,7 +74,7 @@ def test_unknown_master_is_down_exit_2(cluster: LocalSentinelCluster) -> None:
         assert result.output.startswith("DOWN (exit 2)")
         assert "not-monitored" in result.output
     finally:
-        backend.pool.close()
+        backend.core.close()
 
 
 def test_two_caches_on_two_cores(cluster: LocalSentinelCluster, make_app: MakeApp) -> None:
@@ -85,7 +85,7 @@ def test_two_caches_on_two_cores(cluster: LocalSentinelCluster, make_app: MakeAp
     assert result.exit_code == 0
     assert isinstance(json.loads(result.output), dict)
     other = Cache(app, config={**settings_for(cluster), "CACHE_REDIS_DB": 10})  # another core
-    pool = app.extensions["cache"][other].pool
+    pool = app.extensions["cache"][other].core
     opened[id(pool)] = pool
     result = app.test_cli_runner().invoke(args=["sentinel-status", "--json"])
     reports = json.loads(result.output)

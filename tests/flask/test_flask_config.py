@@ -346,9 +346,9 @@ def test_app_config_is_never_mutated() -> None:
 
 def test_equal_settings_share_one_core() -> None:
     first, second = build(CACHE_KEY_PREFIX="a:"), build(CACHE_KEY_PREFIX="b:")
-    assert first.pool is second.pool
+    assert first.core is second.core
     assert first.client is not second.client
-    assert build(CACHE_REDIS_DB=5).pool is not first.pool
+    assert build(CACHE_REDIS_DB=5).core is not first.core
 
 
 def test_command_is_registered_by_the_factory() -> None:

@@ -109,9 +109,9 @@ def test_cached_and_memoized_views_through_planned_failover(
             }
             deadline = time.monotonic() + 15
             while any(
-                backend.pool.shard(name).address != after[name] for name in cluster.master_names
+                backend.core.shard(name).address != after[name] for name in cluster.master_names
             ):
-                assert time.monotonic() < deadline, backend.pool.status()
+                assert time.monotonic() < deadline, backend.core.status()
                 time.sleep(0.02)
             time.sleep(0.5)  # traffic on the new masters
             served_before_stop = sum(t.ok for t in traffic)
@@ -126,7 +126,7 @@ def test_cached_and_memoized_views_through_planned_failover(
         assert not failures, failures[:10]
         assert served_before_stop > 100
         assert not [r for r in caplog.records if "cache backend" in r.getMessage()]
-        assert all(backend.pool.shard(n).switch_count >= 1 for n in cluster.master_names)
+        assert all(backend.core.shard(n).switch_count >= 1 for n in cluster.master_names)
 
         # The cache still caches: a hot page is computed once, then served from the new masters.
         client = app.test_client()
@@ -136,9 +136,9 @@ def test_cached_and_memoized_views_through_planned_failover(
         assert calls["view"] == done + 1
         # Writes land on the new masters, where the ring places them.
         assert backend.set("after", "failover")
-        shard = backend.pool.shard_index("fo:after")
+        shard = backend.core.shard_index("fo:after")
         with cluster.node_client(after[cluster.master_names[shard]]) as plain:
             assert plain.execute_command("ROLE")[0] in (b"master", "master")
             assert plain.exists("fo:after") == 1
     finally:
-        backend.pool.close()
+        backend.core.close()

@@ -122,7 +122,7 @@ def _build(cluster: LocalSentinelCluster, db: int, **settings: Any) -> ShardedSe
     cache = Cache(app)
     backend = app.extensions["cache"][cache]
     assert isinstance(backend, ShardedSentinelCache)
-    opened[id(backend.pool)] = backend.pool
+    opened[id(backend.core)] = backend.core
     return backend
 
 

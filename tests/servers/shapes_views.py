@@ -28,7 +28,7 @@ _keys: list[tuple[str, int]] = []
 def keys() -> list[tuple[str, int]]:
     """``KEYS_PER_SHARD`` keys on each shard, with their shard index (ring math, no network)."""
     if not _keys:
-        pool = cache.pool
+        pool = cache.core
         per_shard: dict[int, list[str]] = {i: [] for i in range(len(pool.shards))}
         for n in itertools.count():
             key = f"k{n}"
@@ -100,7 +100,7 @@ async def awork(request: HttpRequest) -> JsonResponse:
 
 
 def _status() -> dict[str, Any]:
-    pool = cache.pool
+    pool = cache.core
     snapshot = pool.status()
     return {
         "pid": os.getpid(),

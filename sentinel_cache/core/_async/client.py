@@ -49,10 +49,10 @@ _SKIPPED: Any = (
 class AsyncCacheOperations(ClientBase):
     """The cache operations over the sharded core (the adapters' client)."""
 
-    def __init__(self, pool: ShardedSentinelPool, codec: Codec, **options: Any) -> None:
+    def __init__(self, core: ShardedSentinelPool, codec: Codec, **options: Any) -> None:
         """``options``: see :class:`~sentinel_cache.core.plans.ClientBase` (durability, fail-open)."""
-        super().__init__(pool, codec, **options)
-        self.io = AsyncShardIO(pool)
+        super().__init__(core, codec, **options)
+        self.io = AsyncShardIO(core)
 
     async def aclose(self) -> None:
         """Release this flavour's connections (asyncio: the running loop's); the core stays."""
@@ -61,11 +61,11 @@ class AsyncCacheOperations(ClientBase):
     # -- the one place that talks to a shard ---------------------------------------------------
     async def ready(self, shard: Shard, write: bool) -> None:
         """The core started, the shard's master known, and (for a write) its fence open."""
-        pool = self.pool
-        if not pool.started or shard.address is None:
-            await run_blocking(pool.ready, shard, False)
+        core = self.core
+        if not core.started or shard.address is None:
+            await run_blocking(core.ready, shard, False)
         if write and shard.fenced:
-            await wait_fence(shard, pool.config.failover_hold)
+            await wait_fence(shard, core.config.failover_hold)
 
     async def execute(
         self, shard: Shard, commands: Sequence[Command], *, write: bool, idempotent: bool = True
@@ -80,7 +80,7 @@ class AsyncCacheOperations(ClientBase):
         :class:`~sentinel_cache.StaleReplyError`. A replica that fails a read leaves the read
         rotation and the master answers.
         """
-        pool = self.pool
+        core = self.core
         await self.ready(shard, write)
         replica, connections = (None, None) if write else await self.io.reader(shard)
         if connections is None:
@@ -94,12 +94,12 @@ class AsyncCacheOperations(ClientBase):
             if replica is not None:  # a replica failed: the master still serves reads
                 shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
                 return await send(await self.io.master(shard), commands)
-            if pool.should_reresolve(shard, exc, generation):
+            if core.should_reresolve(shard, exc, generation):
                 reason = f"{type(exc).__name__}: {exc}"
-                await run_blocking(pool.reresolve, shard, reason=reason, suspect=address)
-            pool.retry_or_raise(shard, exc, generation, idempotent=idempotent)
+                await run_blocking(core.reresolve, shard, reason=reason, suspect=address)
+            core.retry_or_raise(shard, exc, generation, idempotent=idempotent)
         if write and shard.fenced:
-            await wait_fence(shard, pool.config.failover_hold)
+            await wait_fence(shard, core.config.failover_hold)
         return await send(await self.io.master(shard), commands)
 
     async def scatter(
@@ -112,7 +112,7 @@ class AsyncCacheOperations(ClientBase):
         one for the resend. An error reply takes the single-shard path, which raises it. With
         IGNORE_EXCEPTIONS an unavailable shard's replies are None and the others' are kept.
         """
-        pool = self.pool
+        core = self.core
         if len(plan) == 1:
             ((shard, commands),) = plan.items()
             return {shard: await self._shard_or_none(shard, commands, write, operation)}
@@ -158,10 +158,10 @@ class AsyncCacheOperations(ClientBase):
                 await connections.release(connection)
         for shard, (error, address, generation) in failed.items():
             try:
-                if pool.should_reresolve(shard, error, generation):
+                if core.should_reresolve(shard, error, generation):
                     reason = f"{type(error).__name__}: {error}"
-                    await run_blocking(pool.reresolve, shard, reason=reason, suspect=address)
-                pool.retry_or_raise(shard, error, generation, idempotent=True)
+                    await run_blocking(core.reresolve, shard, reason=reason, suspect=address)
+                core.retry_or_raise(shard, error, generation, idempotent=True)
             except MASTER_ERRORS as exc:
                 if not self.fail_open.skip(shard, exc, operation):
                     raise
@@ -194,7 +194,7 @@ class AsyncCacheOperations(ClientBase):
     ) -> list[Any]:
         """``commands`` on the key's shard. With IGNORE_EXCEPTIONS an unavailable shard
         answers ``absent``: the replies as if the key did not exist (the one fail-open rule)."""
-        shard = self.pool.shard_for(key)
+        shard = self.core.shard_for(key)
         try:
             return await self.execute(shard, commands, write=write, idempotent=idempotent)
         except MASTER_ERRORS as exc:
@@ -329,7 +329,7 @@ class AsyncCacheOperations(ClientBase):
         """Delete (or ``UNLINK``) the keys, then check none is still there, in one batch per
         shard (cachelib's contract): key -> gone. Keys of a shard skipped by IGNORE_EXCEPTIONS
         are left out."""
-        groups = self.pool.group_by_shard(dict.fromkeys(keys))
+        groups = self.core.group_by_shard(dict.fromkeys(keys))
         command = "UNLINK" if unlink else "DEL"
         plan = {
             shard: [(command, *group), *(("EXISTS", key) for key in group)]
@@ -361,7 +361,7 @@ class AsyncCacheOperations(ClientBase):
 
     async def iter_keys(self, pattern: str, *, count: int = SCAN_COUNT) -> AsyncIterator[bytes]:
         """Every key matching ``pattern`` on every shard (a skipped shard yields nothing more)."""
-        for shard in self.pool.shards:
+        for shard in self.core.shards:
             try:
                 async for key in self.iter_keys_on(shard, pattern, count=count):
                     yield key
@@ -389,7 +389,7 @@ class AsyncCacheOperations(ClientBase):
     async def delete_pattern(self, pattern: str, *, count: int = SCAN_COUNT) -> int:
         """How many keys matching ``pattern`` were deleted (on the shards not skipped)."""
         deleted = 0
-        for shard in self.pool.shards:
+        for shard in self.core.shards:
             try:
                 deleted += await self.delete_pattern_on(shard, pattern, count)
             except MASTER_ERRORS as exc:
@@ -403,7 +403,7 @@ class AsyncCacheOperations(ClientBase):
         every shard is flushed, as Django's RedisCache does. False if IGNORE_EXCEPTIONS skipped
         a shard."""
         complete = True
-        for shard in self.pool.shards:
+        for shard in self.core.shards:
             try:
                 if pattern:
                     await self.delete_pattern_on(shard, pattern)

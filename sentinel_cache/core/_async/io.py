@@ -26,12 +26,12 @@ _FENCE_POLL_MAX = 0.05
 class AsyncShardIO:
     """The running event loop's connection pools to one core's shards."""
 
-    def __init__(self, pool: ShardedSentinelPool) -> None:
+    def __init__(self, core: ShardedSentinelPool) -> None:
         from sentinel_cache.core.aio import (
             shared_async_clients,  # the connection classes live there
         )
 
-        self.clients = shared_async_clients(pool)
+        self.clients = shared_async_clients(core)
 
     def __repr__(self) -> str:
         return f"<AsyncShardIO {self.clients!r}>"
@@ -41,7 +41,7 @@ class AsyncShardIO:
         return self.clients.master(state, shard).connection_pool
 
     async def reader(self, shard: Shard) -> tuple[Address | None, Any]:
-        """A replica in the read rotation (its address and pool), or (None, None)."""
+        """A replica in the read rotation (its address and core), or (None, None)."""
         if not shard.serving_replicas:
             return None, None
         found = self.clients.reader(await self.clients.state(), shard)

@@ -62,11 +62,11 @@ class Command(BaseCommand):
             raise CommandError(f"--timeout must be a positive number of seconds (got {timeout})")
         if watch is not None and watch <= 0:
             raise CommandError(f"--watch must be a positive number of seconds (got {watch})")
-        pools = {alias: self._pool(alias) for alias in self._aliases(options["cache"])}
+        cores = {alias: self._core(alias) for alias in self._aliases(options["cache"])}
         if watch is None:
-            code = self._show(pools, options, timeout)
+            code = self._show(cores, options, timeout)
         else:
-            code = self._watch(pools, options, timeout, watch, options["iterations"])
+            code = self._watch(cores, options, timeout, watch, options["iterations"])
         if code:
             raise SystemExit(code)
 
@@ -85,22 +85,22 @@ class Command(BaseCommand):
             raise CommandError(f"cache {alias!r} uses {backend}, not {BACKEND}")
         return [alias]
 
-    def _pool(self, alias: str) -> ShardedSentinelPool:
+    def _core(self, alias: str) -> ShardedSentinelPool:
         try:
-            return caches[alias].pool  # type: ignore[attr-defined]
+            return caches[alias].core  # type: ignore[attr-defined]
         except (ConfigurationError, ImproperlyConfigured) as exc:  # the backend's, or Django's
             raise CommandError(f"cache {alias!r}: {exc}") from exc
 
     def _show(
         self,
-        pools: dict[str, ShardedSentinelPool],
+        cores: dict[str, ShardedSentinelPool],
         options: dict[str, Any],
         timeout: float,
         *,
         stream: bool = False,
     ) -> int:
         """Print one report per alias; returns the worst exit code."""
-        reports = {alias: status.collect(pool, timeout=timeout) for alias, pool in pools.items()}
+        reports = {alias: status.collect(core, timeout=timeout) for alias, core in cores.items()}
         if options["json"]:
             # In --watch mode one compact object per line, so the stream pipes into jq.
             self.stdout.write(status.render_json(reports, indent=None if stream else 2))
@@ -116,7 +116,7 @@ class Command(BaseCommand):
 
     def _watch(
         self,
-        pools: dict[str, ShardedSentinelPool],
+        cores: dict[str, ShardedSentinelPool],
         options: dict[str, Any],
         timeout: float,
         interval: float,
@@ -130,7 +130,7 @@ class Command(BaseCommand):
                 started = time.monotonic()
                 if not options["json"]:
                     self.stdout.write(CLEAR_SCREEN, ending="")
-                code = self._show(pools, options, timeout, stream=True)
+                code = self._show(cores, options, timeout, stream=True)
                 if not options["json"]:
                     self.stdout.write(
                         f"refreshing every {interval:g}s; Ctrl-C to stop (exit code {code})"
