@@ -7,6 +7,15 @@ the app config live at the package root, where Django looks for them
 
 from __future__ import annotations
 
+try:
+    import django  # noqa: F401
+except ImportError as exc:  # the optional dependency is missing: say which extra brings it
+    raise ModuleNotFoundError(
+        f"sentinel_cache.django needs Django, which could not be imported ({exc}); "
+        'install the extra: pip install "sentinel-cache[django]"',
+        name=exc.name,
+    ) from exc
+
 from sentinel_cache.django.cache import ShardedSentinelCache
 
 __all__ = ["ShardedSentinelCache"]

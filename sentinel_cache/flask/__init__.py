@@ -6,6 +6,16 @@
 
 from __future__ import annotations
 
+try:
+    import flask  # noqa: F401
+    import flask_caching  # noqa: F401
+except ImportError as exc:  # the optional dependency is missing: say which extra brings it
+    raise ModuleNotFoundError(
+        "sentinel_cache.flask needs Flask-Caching (with Flask), which could not be imported "
+        f'({exc}); install the extra: pip install "sentinel-cache[flask]"',
+        name=exc.name,
+    ) from exc
+
 from sentinel_cache.flask.cache import ShardedSentinelCache
 from sentinel_cache.flask.cli import CACHE_TYPE, COMMAND_NAME, init_app, sentinel_status_command
 
