@@ -145,7 +145,7 @@ def test_exhaustion_only_after_a_full_timeout(make_pool: Callable[..., Any]) -> 
     started = time.monotonic()
     with pytest.raises(RedisConnectionError) as caught:
         pool.get_connection()
-    assert str(caught.value) == EXHAUSTED  # what ShardConnectionPool turns into its own error
+    assert str(caught.value) == EXHAUSTED  # unlabelled: redis-py's own error (a labelled pool names its shard)
     assert time.monotonic() - started >= 0.29
     assert pool.waiting() == 0
 

@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 import redis.asyncio.connection
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from sentinel_cache.core._async.client import AsyncCacheOperations
 from sentinel_cache.core._async.connection import AsyncShardConnection, AsyncShardSSLConnection
@@ -40,12 +39,9 @@ from sentinel_cache.core.config import (
     connection_class_and_kwargs,
     connection_parameters,
 )
-from sentinel_cache.core.fair_pool import EXHAUSTED, AsyncFairBlockingConnectionPool
+from sentinel_cache.core.fair_pool import AsyncFairBlockingConnectionPool
 from sentinel_cache.core.shard import Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
-from sentinel_cache.exceptions import (
-    PoolExhaustedError,
-)
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -62,25 +58,6 @@ _FENCE_POLL_MAX = 0.05
 ASYNC_CONNECTION_PARAMETERS = connection_parameters(
     redis.asyncio.connection.Connection, redis.asyncio.connection.SSLConnection
 ) - {"host", "port"}
-
-
-class AsyncShardConnectionPool(AsyncFairBlockingConnectionPool):
-    """A fair blocking pool (like the sync side's) whose exhaustion names the shard."""
-
-    def __init__(self, label: str, **kwargs: Any) -> None:
-        self._label = label
-        super().__init__(**kwargs)
-
-    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await super().get_connection(*args, **kwargs)
-        except RedisConnectionError as exc:
-            if str(exc) == EXHAUSTED:
-                raise PoolExhaustedError(
-                    f"shard {self._label}: no free connection within {self.timeout}s "
-                    f"(max_connections={self.max_connections}, asyncio)"
-                ) from None
-            raise
 
 
 class _LoopState:
@@ -198,8 +175,8 @@ class AsyncShardClients:
     def master(self, state: _LoopState, shard: Shard) -> AsyncRedis:
         client = state.masters.get(shard.index)
         if client is None:
-            pool = AsyncShardConnectionPool(
-                shard.label,
+            pool = AsyncFairBlockingConnectionPool(
+                label=shard.label,
                 connection_class=AsyncShardSSLConnection if self._ssl else AsyncShardConnection,
                 max_connections=self._max_connections,
                 timeout=self._pool_timeout,
@@ -277,7 +254,6 @@ __all__ = [
     "AsyncCacheClient",
     "AsyncShardClients",
     "AsyncShardConnection",
-    "AsyncShardConnectionPool",
     "AsyncShardSSLConnection",
     "shared_async_clients",
 ]

@@ -32,6 +32,8 @@ import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from sentinel_cache.exceptions import PoolExhaustedError
+
 __all__ = ["AsyncFairBlockingConnectionPool", "FairBlockingConnectionPool"]
 
 logger = logging.getLogger("sentinel_cache")
@@ -39,7 +41,7 @@ logger = logging.getLogger("sentinel_cache")
 #: The message redis-py's blocking pools raise on exhaustion (callers match on it).
 EXHAUSTED: Final = "No connection available."
 
-_EMPTY: Final[Any] = object()  # a waiter that was handed nothing yet
+_EMPTY: Final[Any] = object()  # a waiter that was handed nothing yet; take(): "queue up"
 _SLOT: Final[Any] = None  # handed instead of a connection: "create one, the slot is yours"
 _TIMED_OUT: Final[Any] = object()  # an async waiter's future when its timeout fired first
 
@@ -66,6 +68,90 @@ def _describe(pool: Any) -> str:
     return str(pool.connection_class.__name__)
 
 
+class _Ledger:
+    """Who holds what: idle connections, checked-out ones, slots and the queue of waiters.
+
+    The one definition of the hand-off rules, shared by both pools: it does no I/O and takes no
+    lock (the thread pool calls it under its lock, the asyncio pool from its event loop). A
+    waiter is anything with ``hand(item) -> bool`` (False: it left, hand it to the next one) and
+    ``pending() -> bool``. The containers keep their identity for a ledger's life, so the pools
+    expose them under redis-py's attribute names.
+    """
+
+    __slots__ = ("max_connections", "idle", "checked_out", "made", "waiters", "slots")
+
+    def __init__(self, max_connections: int) -> None:
+        self.max_connections = max_connections
+        self.idle: list[Any] = []  # most recently used last
+        self.checked_out: set[Any] = set()  # borrowed (or being made ready, or retired)
+        self.made: list[Any] = []  # every connection made, as BlockingConnectionPool
+        self.waiters: deque[Any] = deque()
+        self.slots = 0  # connections made plus ones being made
+
+    def in_use(self) -> int:
+        """Slots not free to borrow: checked-out connections and ones being made or retired."""
+        return self.slots - len(self.idle)
+
+    def waiting(self) -> int:
+        return sum(1 for waiter in self.waiters if waiter.pending())
+
+    def take(self) -> Any:
+        """An idle connection, ``_SLOT`` (make one) or ``_EMPTY`` (queue up). Idle connections
+        and free slots exist only while nobody waits, so taking one never jumps the queue."""
+        if self.idle:
+            connection = self.idle.pop()
+            self.checked_out.add(connection)
+            return connection
+        if self.slots < self.max_connections:
+            self.slots += 1
+            return _SLOT
+        return _EMPTY
+
+    def track(self, connection: Any, *, checked_out: bool) -> None:
+        self.made.append(connection)
+        if checked_out:
+            self.checked_out.add(connection)
+
+    def give_back(self, item: Any) -> None:
+        """Pass a checked-out connection (or a slot) on: oldest waiter first."""
+        if item is _SLOT:
+            self.free_slot()
+            return
+        while self.waiters:
+            if self.waiters.popleft().hand(item):  # stays checked out: it changes hands only
+                return
+        self.checked_out.discard(item)
+        self.idle.append(item)
+
+    def free_slot(self) -> None:
+        while self.waiters:
+            if self.waiters.popleft().hand(_SLOT):
+                return
+        self.slots -= 1
+
+    def drop(self, connection: Any) -> bool:
+        """A checked-out connection leaves for good (it failed, or is not this pool's); its slot
+        is passed on. False if it was not checked out here (reset meanwhile, or dropped)."""
+        if connection not in self.checked_out:
+            return False
+        self.checked_out.discard(connection)
+        with contextlib.suppress(ValueError):
+            self.made.remove(connection)
+        self.free_slot()
+        return True
+
+    def take_idle(self) -> list[Any]:
+        """Check out every idle connection (to close them without anyone borrowing one)."""
+        taken = list(self.idle)
+        self.idle.clear()
+        self.checked_out.update(taken)
+        return taken
+
+    def forget(self, waiter: Any) -> None:
+        with contextlib.suppress(ValueError):  # handed meanwhile, or the pool was reset
+            self.waiters.remove(waiter)
+
+
 class _Waiter:
     """One blocked thread: a lock it sleeps on (held until someone hands it something)."""
 
@@ -76,29 +162,40 @@ class _Waiter:
         self.signal.acquire()
         self.item: Any = _EMPTY
 
+    def hand(self, item: Any) -> bool:
+        self.item = item
+        self.signal.release()
+        return True
 
-class FairBlockingConnectionPool(redis.ConnectionPool):
-    """A thread-safe blocking pool whose waiters are served first come, first served.
+    def pending(self) -> bool:
+        return self.item is _EMPTY
 
-    Same constructor and public methods as ``redis.BlockingConnectionPool``; the extras
-    :meth:`retire_idle`, :meth:`in_use`, :meth:`idle` and :meth:`waiting` are for the core.
-    Fork-safe through redis-py's pid check: a child starts with empty state and a new lock.
-    """
 
-    def __init__(
-        self,
-        max_connections: int = 50,
-        timeout: float | None = 20,
-        connection_class: type[Any] = redis.connection.Connection,
-        **connection_kwargs: Any,
-    ) -> None:
-        connection_kwargs.pop("queue_class", None)  # BlockingConnectionPool's; meaningless here
-        self.timeout = timeout
-        super().__init__(
-            connection_class=connection_class,
-            max_connections=max_connections,
-            **connection_kwargs,
-        )
+class _TaskWaiter:
+    """One waiting task: a future (done already if the task was cancelled or timed out)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+
+    def hand(self, item: Any) -> bool:
+        if self.future.done():
+            return False
+        self.future.set_result(item)
+        return True
+
+    def pending(self) -> bool:
+        return not self.future.done()
+
+
+class _FairPool:
+    """What both pools share beyond the ledger: counters, repr and the exhaustion error."""
+
+    _ledger: _Ledger
+    timeout: float | None
+    max_connections: int
+    label: str | None
 
     def __repr__(self) -> str:
         return (
@@ -110,27 +207,70 @@ class FairBlockingConnectionPool(redis.ConnectionPool):
     def __del__(self) -> None:
         """redis-py 8's ``__del__`` undoes pool metrics; this pool records none."""
 
+    def _new_ledger(self) -> _Ledger:
+        ledger = self._ledger = _Ledger(self.max_connections)
+        # redis-py's names, read by its maintenance-notification and metrics code and by ours.
+        self._available_connections = ledger.idle
+        self._in_use_connections = ledger.checked_out
+        self._connections = ledger.made
+        return ledger
+
+    def in_use(self) -> int:
+        """Slots not free to borrow: checked-out connections and ones being made or retired."""
+        return self._ledger.in_use()
+
+    def idle(self) -> int:
+        return len(self._ledger.idle)
+
+    def waiting(self) -> int:
+        return self._ledger.waiting()
+
+    def connection_count(self) -> int:
+        """Connections this pool has made and not dropped (open or to be reopened)."""
+        return len(self._ledger.made)
+
+    def _exhausted(self, flavour: str = "") -> RedisConnectionError:
+        """redis-py's error, or (for a labelled pool) one that names the shard."""
+        if self.label is None:
+            return RedisConnectionError(EXHAUSTED)
+        return PoolExhaustedError(
+            f"shard {self.label}: no free connection within {self.timeout}s "
+            f"(max_connections={self.max_connections}{flavour})"
+        )
+
+
+class FairBlockingConnectionPool(_FairPool, redis.ConnectionPool):
+    """A thread-safe blocking pool whose waiters are served first come, first served.
+
+    Same constructor and public methods as ``redis.BlockingConnectionPool``, plus ``label``
+    (exhaustion then raises :class:`~sentinel_cache.PoolExhaustedError` naming it); the extras
+    :meth:`retire_idle`, :meth:`in_use`, :meth:`idle` and :meth:`waiting` are for the core.
+    Fork-safe through redis-py's pid check: a child starts with empty state and a new lock.
+    """
+
+    def __init__(
+        self,
+        max_connections: int = 50,
+        timeout: float | None = 20,
+        connection_class: type[Any] = redis.connection.Connection,
+        label: str | None = None,
+        **connection_kwargs: Any,
+    ) -> None:
+        connection_kwargs.pop("queue_class", None)  # BlockingConnectionPool's; meaningless here
+        self.timeout = timeout
+        self.label = label
+        super().__init__(
+            connection_class=connection_class,
+            max_connections=max_connections,
+            **connection_kwargs,
+        )
+
     def reset(self) -> None:
         """Start empty; after a fork nothing (not even a lock held by a parent thread) is shared."""
         self._lock = threading.RLock()
-        self._available_connections: list[Any] = []  # idle, most recently used last
-        self._in_use_connections: set[Any] = set()  # checked out (or being retired)
-        self._connections: list[Any] = []  # every connection made, as BlockingConnectionPool
-        self._waiters: deque[_Waiter] = deque()
-        self._created = 0  # slots taken: connections made plus ones being made
+        self._new_ledger()
         # Last, as in redis-py: other threads compare pids without the lock.
         self.pid = os.getpid()
-
-    # -- counters (for the core and for tests) ------------------------------------------------
-    def in_use(self) -> int:
-        """Slots not free to borrow: checked-out connections and ones being made or retired."""
-        return self._created - len(self._available_connections)
-
-    def idle(self) -> int:
-        return len(self._available_connections)
-
-    def waiting(self) -> int:
-        return len(self._waiters)
 
     # -- borrowing ----------------------------------------------------------------------------
     def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
@@ -141,17 +281,10 @@ class FairBlockingConnectionPool(redis.ConnectionPool):
         self._checkpid()
         waiter = None
         with self._lock:
-            # Idle connections or free slots only exist while nobody waits, so taking one
-            # here never jumps the queue.
-            if self._available_connections:
-                connection = self._available_connections.pop()
-                self._in_use_connections.add(connection)
-            elif self._created < self.max_connections:
-                self._created += 1
-                connection = _SLOT
-            else:
+            connection = self._ledger.take()
+            if connection is _EMPTY:
                 waiter = _Waiter()
-                self._waiters.append(waiter)
+                self._ledger.waiters.append(waiter)
         if waiter is not None:
             connection = self._wait(waiter)
         if connection is _SLOT:
@@ -170,37 +303,39 @@ class FairBlockingConnectionPool(redis.ConnectionPool):
         except BaseException:  # KeyboardInterrupt and friends: do not lose what was handed
             with self._lock:
                 if waiter.item is _EMPTY:
-                    self._forget(waiter)
+                    self._ledger.forget(waiter)
                 else:
-                    self._give_back_locked(waiter.item)
+                    self._ledger.give_back(waiter.item)
             raise
         if not handed:
             with self._lock:
                 if waiter.item is _EMPTY:
-                    self._forget(waiter)
-                    raise RedisConnectionError(EXHAUSTED)
+                    self._ledger.forget(waiter)
+                    raise self._exhausted()
             # handed over just as the timeout fired: take it
         return waiter.item
-
-    def _forget(self, waiter: _Waiter) -> None:
-        with contextlib.suppress(ValueError):  # reset() ran meanwhile
-            self._waiters.remove(waiter)
 
     def _create(self) -> Any:
         """Make a connection for a slot this thread holds (constructors do no network I/O)."""
         try:
-            connection = self.make_connection()
+            connection = self._new_connection()
         except BaseException:
             with self._lock:
-                self._free_slot_locked()
+                self._ledger.free_slot()
             raise
         with self._lock:
-            self._in_use_connections.add(connection)
+            self._ledger.track(connection, checked_out=True)
         return connection
 
     def make_connection(self) -> Any:
         """A new, unconnected connection, tracked like ``BlockingConnectionPool`` does (callers
         outside :meth:`get_connection` bypass the slot count, as there)."""
+        connection = self._new_connection()
+        with self._lock:
+            self._ledger.track(connection, checked_out=False)
+        return connection
+
+    def _new_connection(self) -> Any:
         connection = self.connection_class(**self.connection_kwargs)
         cache = getattr(self, "cache", None)
         if cache is not None:  # redis-py >= 5.1 client-side caching (RESP3)
@@ -208,8 +343,6 @@ class FairBlockingConnectionPool(redis.ConnectionPool):
 
             proxy: Any = CacheProxyConnection
             connection = proxy(connection, cache, self._lock)
-        with self._lock:
-            self._connections.append(connection)
         return connection
 
     def _check_unread(self) -> bool:
@@ -238,17 +371,13 @@ class FairBlockingConnectionPool(redis.ConnectionPool):
         except Exception as exc:  # best effort: the connection is gone either way
             logger.debug("disconnecting a failed connection: %r", exc)
         with self._lock:
-            if connection not in self._in_use_connections:
-                return  # reset() ran meanwhile
-            self._in_use_connections.discard(connection)
-            self._untrack_locked(connection)
-            self._free_slot_locked()
+            self._ledger.drop(connection)
 
     # -- giving back --------------------------------------------------------------------------
     def release(self, connection: Any) -> None:
         """Hand the connection to the oldest waiter, or keep it idle if nobody waits."""
         self._checkpid()
-        if connection not in self._in_use_connections:
+        if connection not in self._ledger.checked_out:
             return  # not ours (made before a fork, or another pool's), or released twice
         if _should_reconnect(connection):
             connection.disconnect()
@@ -257,43 +386,16 @@ class FairBlockingConnectionPool(redis.ConnectionPool):
             # Re-authenticates if a new token is pending: network I/O, so before the lock and
             # while the connection is still ours.
             dispatcher.dispatch(_RELEASED(connection))
-        foreign = False
         with self._lock:
-            if connection not in self._in_use_connections:
+            if connection not in self._ledger.checked_out:
                 return
-            if self.owns_connection(connection):
-                self._give_back_locked(connection)
+            foreign = not self.owns_connection(connection)
+            if foreign:
+                self._ledger.drop(connection)
             else:
-                foreign = True
-                self._in_use_connections.discard(connection)
-                self._untrack_locked(connection)
-                self._free_slot_locked()
+                self._ledger.give_back(connection)
         if foreign:
             connection.disconnect()
-
-    def _give_back_locked(self, item: Any) -> None:
-        """Pass a checked-out connection (or a slot) on: oldest waiter first."""
-        if item is _SLOT:
-            self._free_slot_locked()
-        elif self._waiters:
-            waiter = self._waiters.popleft()
-            waiter.item = item  # stays in _in_use_connections: it changes hands only
-            waiter.signal.release()
-        else:
-            self._in_use_connections.discard(item)
-            self._available_connections.append(item)
-
-    def _free_slot_locked(self) -> None:
-        if self._waiters:
-            waiter = self._waiters.popleft()
-            waiter.item = _SLOT
-            waiter.signal.release()
-        else:
-            self._created -= 1
-
-    def _untrack_locked(self, connection: Any) -> None:
-        with contextlib.suppress(ValueError):
-            self._connections.remove(connection)
 
     # -- closing ------------------------------------------------------------------------------
     def retire_idle(self) -> int:
@@ -303,8 +405,7 @@ class FairBlockingConnectionPool(redis.ConnectionPool):
         """
         self._checkpid()
         with self._lock:
-            taken, self._available_connections = self._available_connections, []
-            self._in_use_connections.update(taken)
+            taken = self._ledger.take_idle()
         try:
             for connection in taken:
                 try:
@@ -314,8 +415,8 @@ class FairBlockingConnectionPool(redis.ConnectionPool):
         finally:
             with self._lock:
                 for connection in taken:
-                    if connection in self._in_use_connections:
-                        self._give_back_locked(connection)
+                    if connection in self._ledger.checked_out:
+                        self._ledger.give_back(connection)
         return len(taken)
 
     def disconnect(self, inuse_connections: bool = True) -> None:
@@ -325,7 +426,7 @@ class FairBlockingConnectionPool(redis.ConnectionPool):
             self.retire_idle()
             return
         with self._lock:
-            connections = list(self._connections)
+            connections = list(self._ledger.made)
         for connection in connections:
             connection.disconnect()
 
@@ -335,15 +436,15 @@ class FairBlockingConnectionPool(redis.ConnectionPool):
 
     def _get_free_connections(self) -> list[Any]:
         with self._lock:
-            return list(self._available_connections)
+            return list(self._ledger.idle)
 
     def _get_in_use_connections(self) -> set[Any]:
         with self._lock:
-            return set(self._in_use_connections)
+            return set(self._ledger.checked_out)
 
 
-class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
-    """The asyncio twin: waiting tasks are served first come, first served.
+class AsyncFairBlockingConnectionPool(_FairPool, redis.asyncio.ConnectionPool):
+    """The asyncio flavour: waiting tasks are served first come, first served.
 
     Use it from one event loop (like redis-py's asyncio pools). Its state changes never await,
     so the event loop is its lock. A waiting task that is cancelled (or times out) gives back
@@ -355,10 +456,12 @@ class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
         max_connections: int = 50,
         timeout: float | None = 20,
         connection_class: type[Any] = redis.asyncio.connection.Connection,
+        label: str | None = None,
         **connection_kwargs: Any,
     ) -> None:
         connection_kwargs.pop("queue_class", None)
         self.timeout = timeout
+        self.label = label
         super().__init__(
             connection_class=connection_class,
             max_connections=max_connections,
@@ -366,53 +469,25 @@ class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
         )
         self.reset()
 
-    def __repr__(self) -> str:
-        return (
-            f"<{type(self).__name__} {_describe(self)} max={self.max_connections} "
-            f"timeout={self.timeout} in_use={self.in_use()} idle={self.idle()} "
-            f"waiting={self.waiting()}>"
-        )
-
-    def __del__(self) -> None:
-        """redis-py 8's ``__del__`` undoes pool metrics; this pool records none."""
-
     def reset(self) -> None:
         """Start empty (also in a forked child: the parent's sockets are not ours)."""
-        self._available_connections: list[Any] = []
-        self._in_use_connections: set[Any] = set()
-        self._connections: list[Any] = []
-        self._waiters: deque[asyncio.Future[Any]] = deque()
-        self._created = 0
+        self._new_ledger()
         self.pid = os.getpid()
 
     def _checkpid(self) -> None:
         if self.pid != os.getpid():
             self.reset()
 
-    def in_use(self) -> int:
-        """Slots not free to borrow: checked-out connections and ones being made or retired."""
-        return self._created - len(self._available_connections)
-
-    def idle(self) -> int:
-        return len(self._available_connections)
-
-    def waiting(self) -> int:
-        return sum(1 for future in self._waiters if not future.done())
-
     def can_get_connection(self) -> bool:
-        return bool(self._available_connections) or self._created < self.max_connections
+        ledger = self._ledger
+        return bool(ledger.idle) or ledger.slots < self.max_connections
 
     # -- borrowing ----------------------------------------------------------------------------
     async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
         """A connected connection; waits in line up to ``timeout`` when all are checked out."""
         self._checkpid()
-        if self._available_connections:  # only while nobody waits: no queue jumping
-            connection = self._available_connections.pop()
-            self._in_use_connections.add(connection)
-        elif self._created < self.max_connections:
-            self._created += 1
-            connection = _SLOT
-        else:
+        connection = self._ledger.take()
+        if connection is _EMPTY:
             connection = await self._wait()
         if connection is _SLOT:
             connection = self._create()
@@ -426,70 +501,60 @@ class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
     def get_available_connection(self) -> Any:
         """Take an idle connection or a free slot without waiting (redis-py's hook)."""
         self._checkpid()
-        if self._available_connections:
-            connection = self._available_connections.pop()
-            self._in_use_connections.add(connection)
-            return connection
-        if self._created >= self.max_connections:
+        connection = self._ledger.take()
+        if connection is _EMPTY:
             raise RedisConnectionError("Too many connections")
-        self._created += 1
-        return self._create()
+        return self._create() if connection is _SLOT else connection
 
     async def _wait(self) -> Any:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._waiters.append(future)
+        waiter = _TaskWaiter(loop.create_future())
+        self._ledger.waiters.append(waiter)
         timer = (
-            None if self.timeout is None else loop.call_later(self.timeout, self._expire, future)
+            None if self.timeout is None else loop.call_later(self.timeout, self._expire, waiter)
         )
         try:
-            item = await future
+            item = await waiter.future
         except BaseException:  # cancelled: give back whatever was handed meanwhile
             if timer is not None:
                 timer.cancel()
+            future = waiter.future
             if future.done() and not future.cancelled():
                 handed = future.result()
                 if handed is not _TIMED_OUT:
-                    self._give_back(handed)
+                    self._ledger.give_back(handed)
             else:
-                self._forget(future)
+                self._ledger.forget(waiter)
             raise
         if timer is not None:
             timer.cancel()
         if item is _TIMED_OUT:
-            raise RedisConnectionError(EXHAUSTED)
+            raise self._exhausted(", asyncio")
         return item
 
-    def _expire(self, future: asyncio.Future[Any]) -> None:
-        if not future.done():
-            self._forget(future)
-            future.set_result(_TIMED_OUT)
-
-    def _forget(self, future: asyncio.Future[Any]) -> None:
-        with contextlib.suppress(ValueError):
-            self._waiters.remove(future)
+    def _expire(self, waiter: _TaskWaiter) -> None:
+        if not waiter.future.done():
+            self._ledger.forget(waiter)
+            waiter.future.set_result(_TIMED_OUT)
 
     def _create(self) -> Any:
         try:
-            connection = self.make_connection()
+            connection = self.connection_class(**self.connection_kwargs)
         except BaseException:
-            self._free_slot()
+            self._ledger.free_slot()
             raise
-        self._in_use_connections.add(connection)
+        self._ledger.track(connection, checked_out=True)
         return connection
 
     def make_connection(self) -> Any:
         """A new, unconnected connection (tracked; constructors do no network I/O)."""
         connection = self.connection_class(**self.connection_kwargs)
-        self._connections.append(connection)
+        self._ledger.track(connection, checked_out=False)
         return connection
 
     async def _discard(self, connection: Any) -> None:
         """Drop a connection that failed at checkout; its slot goes to the next waiter."""
-        if connection in self._in_use_connections:
-            self._in_use_connections.discard(connection)
-            self._untrack(connection)
-            self._free_slot()
+        self._ledger.drop(connection)
         try:
             await connection.disconnect()
         except Exception as exc:  # best effort: the connection is gone either way
@@ -498,7 +563,7 @@ class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
     # -- giving back --------------------------------------------------------------------------
     async def release(self, connection: Any) -> None:
         """Hand the connection to the oldest waiting task, or keep it idle."""
-        if connection not in self._in_use_connections:
+        if connection not in self._ledger.checked_out:
             return  # not ours, or released twice
         try:
             if _should_reconnect(connection):
@@ -510,37 +575,10 @@ class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
         except BaseException:
             # Interrupted half way (cancelled, or the re-auth failed): do not pass on a
             # connection in an unknown state, but do not lose its slot either.
-            if connection in self._in_use_connections:
-                self._in_use_connections.discard(connection)
-                self._untrack(connection)
-                self._free_slot()
+            self._ledger.drop(connection)
             raise
-        if connection in self._in_use_connections:
-            self._give_back(connection)
-
-    def _give_back(self, item: Any) -> None:
-        if item is _SLOT:
-            self._free_slot()
-            return
-        while self._waiters:
-            future = self._waiters.popleft()
-            if not future.done():  # a cancelled waiter may still be queued
-                future.set_result(item)  # stays in _in_use_connections: it changes hands
-                return
-        self._in_use_connections.discard(item)
-        self._available_connections.append(item)
-
-    def _free_slot(self) -> None:
-        while self._waiters:
-            future = self._waiters.popleft()
-            if not future.done():
-                future.set_result(_SLOT)
-                return
-        self._created -= 1
-
-    def _untrack(self, connection: Any) -> None:
-        with contextlib.suppress(ValueError):
-            self._connections.remove(connection)
+        if connection in self._ledger.checked_out:
+            self._ledger.give_back(connection)
 
     # -- closing ------------------------------------------------------------------------------
     async def retire_idle(self) -> int:
@@ -549,8 +587,7 @@ class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
         They are checked out while they close, so no task borrows a half-closed socket.
         """
         self._checkpid()
-        taken, self._available_connections = self._available_connections, []
-        self._in_use_connections.update(taken)
+        taken = self._ledger.take_idle()
         try:
             results = await asyncio.gather(
                 *(connection.disconnect() for connection in taken), return_exceptions=True
@@ -560,8 +597,8 @@ class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
                     logger.debug("retiring an idle connection: %r", result)
         finally:
             for connection in taken:
-                if connection in self._in_use_connections:
-                    self._give_back(connection)
+                if connection in self._ledger.checked_out:
+                    self._ledger.give_back(connection)
         return len(taken)
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
@@ -569,7 +606,7 @@ class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
         if not inuse_connections:
             await self.retire_idle()
             return
-        connections: Iterable[Any] = list(self._connections)
+        connections: Iterable[Any] = list(self._ledger.made)
         results = await asyncio.gather(
             *(connection.disconnect() for connection in connections), return_exceptions=True
         )
@@ -578,7 +615,7 @@ class AsyncFairBlockingConnectionPool(redis.asyncio.ConnectionPool):
             raise error
 
     def _get_free_connections(self) -> list[Any]:
-        return list(self._available_connections)
+        return list(self._ledger.idle)
 
     def _get_in_use_connections(self) -> set[Any]:
-        return set(self._in_use_connections)
+        return set(self._ledger.checked_out)

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -23,11 +23,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core._sync.connection import ShardConnection, ShardSSLConnection
 from sentinel_cache.core.config import Address, PoolConfig, connection_class_and_kwargs
-from sentinel_cache.core.fair_pool import EXHAUSTED, FairBlockingConnectionPool
+from sentinel_cache.core.fair_pool import FairBlockingConnectionPool
 from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
-    PoolExhaustedError,
 )
 
 logger = logging.getLogger("sentinel_cache")
@@ -89,26 +88,6 @@ class SwitchEvent:
         )
 
 
-class ShardConnectionPool(FairBlockingConnectionPool):
-    """A fair blocking pool (Jedis ``maxTotal`` + ``maxWaitMillis``, waiters served in order)
-    whose exhaustion names the shard."""
-
-    def __init__(self, shard: Shard, **kwargs: Any) -> None:
-        self._shard_label = shard.label
-        super().__init__(shard=shard, **kwargs)
-
-    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().get_connection(*args, **kwargs)
-        except RedisConnectionError as exc:
-            if str(exc) == EXHAUSTED:
-                raise PoolExhaustedError(
-                    f"shard {self._shard_label}: no free connection within {self.timeout}s "
-                    f"(max_connections={self.max_connections})"
-                ) from None
-            raise
-
-
 class Shard:
     """One master name at one ring position: its address, pool, fence and history."""
 
@@ -141,8 +120,9 @@ class Shard:
         if config.health_check_interval:
             kwargs.setdefault("health_check_interval", config.health_check_interval)
         ssl = issubclass(connection_class, redis.connection.SSLConnection)
-        self.pool = ShardConnectionPool(
-            self,
+        self.pool = FairBlockingConnectionPool(
+            label=self.label,
+            shard=self,
             connection_class=ShardSSLConnection if ssl else ShardConnection,
             max_connections=config.max_connections,
             timeout=config.pool_timeout,

@@ -574,7 +574,7 @@ class ShardedSentinelPool:
                     "fenced": shard.fenced,
                     "fence_reason": shard.fence_reason,
                     "error": None if shard.error is None else str(shard.error),
-                    "connections": len(shard.pool._connections),
+                    "connections": shard.pool.connection_count(),
                 }
                 for shard in self.shards
             ],
