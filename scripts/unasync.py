@@ -5,7 +5,8 @@
 
 Line by line, whole words only: ``async def`` -> ``def``, ``async for``/``async with`` ->
 ``for``/``with``, ``await `` -> nothing, ``AsyncX`` -> ``X``, ``_async`` -> ``_sync``,
-``aclose`` -> ``close``, ``AsyncIterator`` -> ``Iterator``, ``redis.asyncio`` -> ``redis``.
+``aclose`` -> ``close``, ``AsyncIterator`` -> ``Iterator``, ``Awaitable[T]`` -> ``T``,
+``redis.asyncio`` -> ``redis``.
 The source must not use anything else that differs between the two flavours: that belongs in
 each flavour's hand-written ``io.py``.
 """
@@ -25,6 +26,8 @@ SUBS = [
     (r"async with ", "with "),
     (r"await ", ""),
     (r"\bAsyncIterator\b", "Iterator"),
+    (r"\bAwaitable\[(\w+)\]", r"\1"),
+    (r"\bAwaitable, ", ""),
     (r"\bAsync([A-Z]\w*)", r"\1"),
     (r"\b_async\b", "_sync"),
     (r"\bredis\.asyncio\b", "redis"),

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
@@ -25,7 +25,6 @@ from sentinel_cache.core.housekeeping import STALE_FENCE_SECONDS, Housekeeper
 from sentinel_cache.core.listener import ListenerGroup
 from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.shard import (
-    MASTER_ERRORS,
     Evidence,
     Shard,
     SwitchCallback,
@@ -33,10 +32,12 @@ from sentinel_cache.core.shard import (
 )
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
-    PoolExhaustedError,
     ShardUnavailableError,
     StaleReplyError,
 )
+
+if TYPE_CHECKING:
+    from sentinel_cache.core.client import CacheClient
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -84,6 +85,7 @@ class ShardedSentinelPool:
         self._by_name = {shard.name: shard for shard in self.shards}
         self._callbacks: list[SwitchCallback] = []
         self._closers: list[Callable[[], None]] = []
+        self._operations: CacheClient | None = None  # for execute(), built on first use
         self._reset_process_state()
         registry.track(self)
 
@@ -392,32 +394,20 @@ class ShardedSentinelPool:
         write: bool = True,
         idempotent: bool = True,
     ) -> T:
-        """Run ``operation(client)`` on the shard, with the pull-path safety net.
+        """Run ``operation(client)`` on the shard (a ``redis.Redis`` on its master, or for a
+        read on a replica in rotation) with the cache operations' safety net, the one
+        definition of it (:meth:`~sentinel_cache.core.client.CacheClient.run`): re-resolve on
+        a connection error, timeout or READONLY, one retry of an idempotent operation if the
+        master moved, :class:`StaleReplyError` for a non-idempotent one whose reply came from a
+        replaced master, and the write fence."""
+        operations = self._operations
+        if operations is None:
+            # The operations are built on this core (their module imports this one).
+            from sentinel_cache.core.client import CacheClient
+            from sentinel_cache.core.serializers import Codec
 
-        A connection error, timeout or READONLY reply makes the shard re-resolve its master
-        (rate-limited, and without waiting on the node that just failed); an idempotent
-        operation is retried once if the master moved. A reply that arrived after the shard
-        moved (or began a failover) is no acknowledgement: idempotent operations are retried,
-        others raise :class:`StaleReplyError`.
-        """
-        self.ready(shard, write)
-        replica = None if write else shard.read_replica()
-        client = shard.client if replica is None else replica[1]
-        address, generation = shard.current()
-        try:
-            return operation(client)
-        except PoolExhaustedError:
-            raise
-        except MASTER_ERRORS as exc:
-            if replica is not None:  # a replica failed: the master still serves reads
-                shard.set_replica_health(replica[0], False, f"{type(exc).__name__}: {exc}")
-                return operation(shard.client)
-            if self.should_reresolve(shard, exc, generation):
-                self.reresolve(shard, reason=f"{type(exc).__name__}: {exc}", suspect=address)
-            self.retry_or_raise(shard, exc, generation, idempotent=idempotent)
-        if write and shard.fenced:
-            shard.wait_fence(self.config.failover_hold)
-        return operation(shard.client)
+            operations = self._operations = CacheClient(self, Codec())
+        return operations.run(shard, operation, write=write, idempotent=idempotent)
 
     def should_reresolve(self, shard: Shard, exc: BaseException, generation: int) -> bool:
         """The safety net's first step after ``exc`` on the shard's master: True if the

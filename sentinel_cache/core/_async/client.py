@@ -17,8 +17,8 @@ commands and replies (with the plans of :mod:`sentinel_cache.core.plans`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
 
@@ -39,6 +39,8 @@ from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.shard import MASTER_ERRORS, Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import PoolExhaustedError
+
+T = TypeVar("T")
 
 SCAN_COUNT = 1000
 _SKIPPED: Any = (
@@ -71,36 +73,50 @@ class AsyncCacheOperations(ClientBase):
         self, shard: Shard, commands: Sequence[Command], *, write: bool, idempotent: bool = True
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
-        pull-path safety net.
+        safety net of :meth:`run`."""
+        return await self.run(
+            shard, lambda client: send(client, commands), write=write, idempotent=idempotent
+        )
+
+    async def run(
+        self,
+        shard: Shard,
+        operation: Callable[[Any], Awaitable[T]],
+        *,
+        write: bool,
+        idempotent: bool = True,
+    ) -> T:
+        """``operation(client)`` on the shard's master (or, for a read, a replica in rotation)
+        with the pull-path safety net; the one definition of it.
 
         A connection error, timeout or READONLY reply makes the shard re-resolve its master
-        (rate-limited, never waiting on the node that just failed); an idempotent batch is
+        (rate-limited, never waiting on the node that just failed); an idempotent operation is
         retried once if the shard moved. A reply that arrived after the shard moved (or began
-        a failover) is no acknowledgement: idempotent batches are retried, others raise
+        a failover) is no acknowledgement: idempotent operations are retried, others raise
         :class:`~sentinel_cache.StaleReplyError`. A replica that fails a read leaves the read
         rotation and the master answers.
         """
         core = self.core
         await self.ready(shard, write)
-        replica, connections = (None, None) if write else await self.io.reader(shard)
-        if connections is None:
-            connections = await self.io.master(shard)
+        replica, client = (None, None) if write else await self.io.reader(shard)
+        if client is None:
+            client = await self.io.master(shard)
         address, generation = shard.current()
         try:
-            return await send(connections, commands)
+            return await operation(client)
         except PoolExhaustedError:
             raise
         except MASTER_ERRORS as exc:
             if replica is not None:  # a replica failed: the master still serves reads
                 shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
-                return await send(await self.io.master(shard), commands)
+                return await operation(await self.io.master(shard))
             if core.should_reresolve(shard, exc, generation):
                 reason = f"{type(exc).__name__}: {exc}"
                 await run_blocking(core.reresolve, shard, reason=reason, suspect=address)
             core.retry_or_raise(shard, exc, generation, idempotent=idempotent)
         if write and shard.fenced:
             await wait_fence(shard, core.config.failover_hold)
-        return await send(await self.io.master(shard), commands)
+        return await operation(await self.io.master(shard))
 
     async def scatter(
         self, plan: Mapping[Shard, Sequence[Command]], *, write: bool, operation: str
@@ -129,7 +145,7 @@ class AsyncCacheOperations(ClientBase):
         try:
             for shard, commands in plan.items():
                 address, generation = shard.current()
-                connections = await self.io.master(shard)
+                connections = (await self.io.master(shard)).connection_pool
                 try:
                     connection = await connections.get_connection()
                 except PoolExhaustedError:
@@ -416,13 +432,15 @@ class AsyncCacheOperations(ClientBase):
         return complete
 
 
-async def send(connections: Any, commands: Sequence[Command]) -> list[Any]:
-    """One round trip on a borrowed connection: every command sent, every reply read.
+async def send(client: Any, commands: Sequence[Command]) -> list[Any]:
+    """One round trip on a connection borrowed from ``client``'s pool: every command sent,
+    every reply read.
 
     An error reply is raised after the replies that follow it were read (the connection stays
     in step); a connection failure (or a cancelled task) drops the socket before it goes back.
     ``READONLY`` counts as a connection failure: the node is no master.
     """
+    connections = client.connection_pool
     connection = await connections.get_connection()
     try:
         await connection.send_packed_command(connection.pack_commands(commands))

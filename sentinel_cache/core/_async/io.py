@@ -38,14 +38,14 @@ class AsyncShardIO:
 
     async def master(self, shard: Shard) -> Any:
         state = await self.clients.state()
-        return self.clients.master(state, shard).connection_pool
+        return self.clients.master(state, shard)
 
     async def reader(self, shard: Shard) -> tuple[Address | None, Any]:
-        """A replica in the read rotation (its address and core), or (None, None)."""
+        """A replica in the read rotation (its address and client), or (None, None)."""
         if not shard.serving_replicas:
             return None, None
         found = self.clients.reader(await self.clients.state(), shard)
-        return (None, None) if found is None else (found[0], found[1].connection_pool)
+        return (None, None) if found is None else found
 
     async def aclose(self) -> None:
         await self.clients.aclose()

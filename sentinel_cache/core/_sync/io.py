@@ -19,21 +19,18 @@ T = TypeVar("T")
 class ShardIO:
     """One core's shard pools, as the generated sync operations reach them."""
 
-    def __init__(self, pool: ShardedSentinelPool) -> None:
-        self.core = pool
+    def __init__(self, core: ShardedSentinelPool) -> None:
+        self.core = core
 
     def __repr__(self) -> str:
         return f"<ShardIO {self.core!r}>"
 
     def master(self, shard: Shard) -> Any:
-        return shard.pool
+        return shard.client
 
     def reader(self, shard: Shard) -> tuple[Address | None, Any]:
-        """A replica in the read rotation (its address and pool), or (None, None)."""
-        replica = shard.read_replica()
-        if replica is None:
-            return None, None
-        return replica[0], replica[1].connection_pool
+        """A replica in the read rotation (its address and client), or (None, None)."""
+        return shard.read_replica() or (None, None)
 
     def close(self) -> None:
         """Nothing to do: the shards' pools belong to the core (closed with it)."""
