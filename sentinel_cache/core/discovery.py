@@ -158,6 +158,14 @@ def credential_failure(exc: BaseException | None) -> str | None:
     return None
 
 
+def refusal(exc: BaseException | None, side: str) -> tuple[str, str] | None:
+    """``(what the server did, what to check)`` if ``exc`` says a ``side`` (``"sentinel"`` or
+    ``"data node"``) refused our credentials, permissions or certificates; None otherwise.
+    For reports that name the refusal themselves (the status command, the deploy check)."""
+    kind = credential_failure(exc)
+    return None if kind is None else (_VERBS[kind], _HINTS[kind, side])
+
+
 def data_node_refusal(
     exc: BaseException, subject: str, address: Address | None, secrets: Sequence[str] = ()
 ) -> DataNodeAuthenticationError | None:
