@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck pytest chaos demo run bench docs clean
+.PHONY: venv test lint typecheck pytest chaos demo run bench docs clean release-check
 
 venv: $(STAMP)
 
@@ -38,6 +38,11 @@ docs: venv
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir .cache/site
 
 test: lint typecheck docs pytest
+
+# Build the sdist and wheel, twine-check them, install the wheel in a clean virtualenv outside the
+# checkout and run a Django + Flask smoke test through failovers on a real topology from there.
+release-check: venv
+	PYTHON=$(PYTHON) PY=$(PY) bash scripts/release_check.sh
 
 demo: venv
 	$(PY) -m example_project.demo
