@@ -159,13 +159,13 @@ def test_an_answer_naming_a_replica_is_rejected(cluster: LocalSentinelCluster) -
     replica = Address(*cluster.replica_addresses(name)[0])
     discovery = Discovery(SentinelSet([], {}), {}, timeout=0)
     lying = SentinelReply(Address("127.0.0.1", 1), masters={name: replica})
-    outcome = discovery._pick(name, [lying])
+    outcome = discovery.pick(name, [lying])
     assert isinstance(outcome, MasterNotFoundError)
     assert "ROLE is 'slave'" in str(outcome) and str(replica) in str(outcome)
     truthful = SentinelReply(
         Address("127.0.0.1", 2), masters={name: Address(*cluster.master_address(name))}
     )
-    resolved = discovery._pick(name, [lying, truthful])
+    resolved = discovery.pick(name, [lying, truthful])
     assert not isinstance(resolved, BaseException)
     assert resolved.address == cluster.master_address(name)
 
@@ -234,9 +234,9 @@ def test_close_leaves_no_threads_or_sockets(cluster: LocalSentinelCluster) -> No
         pool.close()  # idempotent
         gc.collect()
     assert not any(listener.alive for listener in listeners)
-    assert not pool.sentinels._threads  # no discovery thread left either
+    assert pool.sentinels.active_threads() == 0  # no discovery thread left either
     for shard in pool.shards:
-        assert all(c._sock is None for c in shard.pool._connections)
+        assert all(c._sock is None for c in shard.pool._get_free_connections())
     with pytest.raises(SentinelCacheError, match="closed"):
         pool.client_for("x")
 

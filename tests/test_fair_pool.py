@@ -136,7 +136,7 @@ def test_sixteen_threads_two_connections_no_exhaustion(
     )
     assert errors == []
     assert min(calls) >= 0.5 * mean
-    assert pool.in_use() == 0 and pool.waiting() == 0 and len(pool._connections) <= 2
+    assert pool.in_use() == 0 and pool.waiting() == 0 and pool.connection_count() <= 2
 
 
 def test_exhaustion_only_after_a_full_timeout(make_pool: Callable[..., Any]) -> None:
@@ -170,7 +170,7 @@ def test_connect_failure_frees_its_slot() -> None:
         with pytest.raises(RedisConnectionError) as caught:
             pool.get_connection()
         assert str(caught.value) != EXHAUSTED
-    assert (pool.in_use(), pool.idle(), pool._connections) == (0, 0, [])
+    assert (pool.in_use(), pool.idle(), pool.connection_count()) == (0, 0, 0)
 
     # Many at once: waiters get the failed connections' slots, nobody waits out the timeout.
     messages: list[str] = []
@@ -371,7 +371,7 @@ def test_async_64_tasks_two_connections_no_exhaustion(
                 calls[index] += 1
 
         await asyncio.gather(*(worker(i) for i in range(64)))
-        assert pool.in_use() == 0 and pool.waiting() == 0 and len(pool._connections) <= 2
+        assert pool.in_use() == 0 and pool.waiting() == 0 and pool.connection_count() <= 2
         await pool.disconnect()
         return calls, errors
 
@@ -470,7 +470,7 @@ def test_async_failed_or_cancelled_connects_free_their_slots(node: dict[str, Any
         )
         assert all(isinstance(r, RedisConnectionError) for r in results)
         assert all(str(r) != EXHAUSTED for r in results)
-        assert (pool.in_use(), pool.idle(), pool._connections) == (0, 0, [])
+        assert (pool.in_use(), pool.idle(), pool.connection_count()) == (0, 0, 0)
 
         hanging = make_async(node, max_connections=1, timeout=5, connection_class=HangingConnection)
         with pytest.raises(asyncio.TimeoutError):

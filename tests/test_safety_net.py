@@ -73,15 +73,15 @@ def test_an_answer_older_than_the_last_switch_never_overwrites_it(
     assert (moved, old) == ("moved", current)  # ...a push moves the shard meanwhile...
     generation = shard.generation
     late = Resolution(shard.name, current, (), 3, 3, 0, asked)  # ...and the old answer lands
-    assert pool._apply(shard, late, source="late re-resolve") is False
+    assert pool.apply_resolution(shard, late, source="late re-resolve") is False
     assert shard.address == other and shard.generation == generation
     # An answer from an older config epoch loses even if it was obtained later.
     shard.switch(other, source="epoch", evidence=Evidence(7, time.monotonic()))
     older_epoch = Resolution(shard.name, current, (), 2, 3, 6, time.monotonic() + 5)
-    assert pool._apply(shard, older_epoch, source="lagging sentinels") is False
+    assert pool.apply_resolution(shard, older_epoch, source="lagging sentinels") is False
     assert shard.address == other
     newer = Resolution(shard.name, current, (), 3, 3, 8, time.monotonic())
-    assert pool._apply(shard, newer, source="next failover") is True
+    assert pool.apply_resolution(shard, newer, source="next failover") is True
     assert shard.address == current
 
 
@@ -100,13 +100,13 @@ def test_discovery_prefers_the_newest_config_epoch_over_a_majority(
     ]
     leader = SentinelReply(Address("127.0.0.1", 9), masters={name: master}, epochs={name: 4})
     discovery = Discovery(SentinelSet([], {}), {}, timeout=0)
-    outcome = discovery._pick(name, [*lagging, leader], time.monotonic())
+    outcome = discovery.pick(name, [*lagging, leader], time.monotonic())
     assert isinstance(outcome, Resolution)
     assert (outcome.address, outcome.epoch, outcome.agreeing) == (master, 4, 1)
     # Without epochs (an ACL without SENTINEL MASTER), the majority decides as before.
     for reply in (*lagging, leader):
         reply.epochs.clear()
-    outcome = discovery._pick(name, [*lagging, leader], time.monotonic())
+    outcome = discovery.pick(name, [*lagging, leader], time.monotonic())
     assert isinstance(outcome, Resolution) and outcome.address == other
 
 
@@ -115,7 +115,7 @@ def test_a_suspect_named_again_is_not_asked_for_role(cluster: LocalSentinelClust
     master = Address(*cluster.master_address(name))
     replies = [SentinelReply(Address("127.0.0.1", 1), masters={name: master})]
     discovery = Discovery(SentinelSet([], {}), {}, timeout=0)
-    outcome = discovery._pick(name, replies, time.monotonic(), suspect=master)
+    outcome = discovery.pick(name, replies, time.monotonic(), suspect=master)
     assert isinstance(outcome, Resolution) and not outcome.verified
 
 

@@ -387,6 +387,11 @@ class SentinelSet:
         for client in clients:
             client.connection_pool.disconnect(inuse_connections=False)
 
+    def active_threads(self) -> int:
+        """Discovery threads still asking a sentinel (none once closed)."""
+        with self._lock:
+            return len(self._threads)
+
     def close(self) -> None:
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
@@ -502,7 +507,7 @@ class Discovery:
             # Every sentinel answered and none monitors a name: asking again will not change it.
             all_answered = bool(replies) and all(r.error is None for r in replies)
             for name in list(pending):
-                outcome = self._pick(name, replies, asked_at, suspects.get(name))
+                outcome = self.pick(name, replies, asked_at, suspects.get(name))
                 results[name] = outcome
                 unknown = all_answered and all(r.masters.get(name) is None for r in replies)
                 if (
@@ -528,13 +533,15 @@ class Discovery:
             if reply.error is None:
                 self.sentinels.learn(reply.peers)
 
-    def _pick(
+    def pick(
         self,
         name: str,
         replies: Sequence[SentinelReply],
         asked_at: float = 0.0,
         suspect: Address | None = None,
     ) -> Resolution | BaseException:
+        """The master of ``name`` from the sentinels' replies (no I/O): the newest config
+        epoch wins, a majority of the others names the address; or the error to report."""
         answered = [r for r in replies if r.error is None]
         if not answered:
             summary = summarize_failures(replies, name, self._secrets)

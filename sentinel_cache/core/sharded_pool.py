@@ -194,7 +194,7 @@ class ShardedSentinelPool:
         for name, outcome in results.items():
             if isinstance(outcome, Resolution):
                 shard = self._by_name[name]
-                self._apply(shard, outcome, source=source)
+                self.apply_resolution(shard, outcome, source=source)
                 since = shard.fence_since
                 if since is not None and time.monotonic() - since > STALE_FENCE_SECONDS:
                     shard.lower_fence()
@@ -210,7 +210,7 @@ class ShardedSentinelPool:
         """Ask the sentinels for one shard again (its replica list changed)."""
         outcome = self.discovery.resolve([name], timeout=0)[name]
         if isinstance(outcome, Resolution):
-            self._apply(self._by_name[name], outcome, source="replica change")
+            self.apply_resolution(self._by_name[name], outcome, source="replica change")
 
     def recheck_failed(self) -> None:
         """Re-resolve the shards whose last resolution failed (rate-limited per shard)."""
@@ -237,7 +237,7 @@ class ShardedSentinelPool:
         for name, outcome in results.items():
             shard = self._by_name[name]
             if isinstance(outcome, Resolution):
-                self._apply(shard, outcome, source="discovery")
+                self.apply_resolution(shard, outcome, source="discovery")
             else:
                 shard.error = outcome
                 logger.error("shard %s: %s", shard.label, outcome)
@@ -255,7 +255,7 @@ class ShardedSentinelPool:
                 raise outcome
         return {name: self._by_name[name].address for name in results}  # type: ignore[misc]
 
-    def _apply(self, shard: Shard, resolution: Resolution, *, source: str) -> bool:
+    def apply_resolution(self, shard: Shard, resolution: Resolution, *, source: str) -> bool:
         """Take a resolution from the sentinels if it is newer than the shard's evidence."""
         if not resolution.verified:  # the sentinels still name the node that just failed
             return False
@@ -467,7 +467,7 @@ class ShardedSentinelPool:
             outcome = self.discovery.resolve([shard.name], timeout=0, suspects=suspects)
             result = outcome[shard.name]
             if isinstance(result, Resolution):
-                return self._apply(shard, result, source=f"safety net ({reason})")
+                return self.apply_resolution(shard, result, source=f"safety net ({reason})")
             shard.error = result
             shard.resolve_failures.warn(
                 logger,

@@ -158,8 +158,8 @@ class ShardedSentinelCache(BaseCache):
         return self._config
 
     @property
-    def _cache_options(self) -> CacheOptions:
-        """The front-end options (serializer, IGNORE_EXCEPTIONS, ...)."""
+    def cache_options(self) -> CacheOptions:
+        """The parsed front-end options (serializer, IGNORE_EXCEPTIONS, ...), without connecting."""
         if self._options is None:
             raise self._improperly_configured()
         return self._options
@@ -199,7 +199,7 @@ class ShardedSentinelCache(BaseCache):
         return client
 
     def _build(self, kind: type[ClientT]) -> ClientT:
-        options = self._cache_options
+        options = self.cache_options
         return kind(
             self.core,
             self._codec_or_raise(),

@@ -73,9 +73,9 @@ def test_options_reach_the_pool_and_the_cache_options() -> None:
     assert config.connection_options()["password"] == "data-secret"
     assert config.connection_options()["socket_timeout"] == 1.5
     assert config.sentinel_options()["password"] == "sentinel-secret"
-    assert cache._cache_options.ignore_exceptions is True
-    assert cache._cache_options.log_ignored_exceptions_interval == 30
-    assert cache._cache_options.serializer == "json"
+    assert cache.cache_options.ignore_exceptions is True
+    assert cache.cache_options.log_ignored_exceptions_interval == 30
+    assert cache.cache_options.serializer == "json"
     assert (cache.key_prefix, cache.default_timeout, cache.version) == ("site", 60, 3)
     assert cache.make_key("k") == "site:3:k"
     assert "secret" not in repr(cache)
