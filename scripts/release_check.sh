@@ -11,7 +11,9 @@
 # 6. the classifiers are known to PyPI (trove-classifiers), so an upload is not refused.
 #
 # Environment: PYTHON (the interpreter for the clean virtualenv, default python3), PY (the one
-# with build and twine, default .venv/bin/python), RELEASE_SMOKE_SERVER (default embedded).
+# with build and twine, default .venv/bin/python), RELEASE_SMOKE_SERVER (default embedded),
+# RELEASE_CHECK_REF (build from that commit or tag, exported with `git archive`, instead of the
+# working tree: what a release from a tag would contain, whatever is uncommitted here).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -29,6 +31,12 @@ case "$WORK/" in
     ;;
 esac
 DIST="$WORK/dist"
+SRC="$ROOT"
+if [ -n "${RELEASE_CHECK_REF:-}" ]; then
+    SRC="$WORK/src"
+    mkdir -p "$SRC"
+    git -C "$ROOT" archive --format=tar "$RELEASE_CHECK_REF" | tar -x -C "$SRC"
+fi
 VENV="$WORK/venv"
 RUN="$WORK/run"
 mkdir -p "$DIST" "$RUN"
@@ -48,8 +56,8 @@ quiet() {
     fi
 }
 
-step "building the sdist and, from it, the wheel"
-quiet "$PY" -m build --outdir "$DIST" "$ROOT"
+step "building the sdist and, from it, the wheel (from ${RELEASE_CHECK_REF:-the working tree})"
+quiet "$PY" -m build --outdir "$DIST" "$SRC"
 shopt -s nullglob
 sdists=("$DIST"/*.tar.gz)
 wheels=("$DIST"/*.whl)
@@ -63,7 +71,7 @@ step "twine check --strict"
 quiet "$PY" -m twine check --strict "$SDIST" "$WHEEL"
 
 step "checking the archives' contents"
-"$PY" - "$ROOT" "$SDIST" "$WHEEL" <<'EOF'
+"$PY" - "$SRC" "$SDIST" "$WHEEL" <<'EOF'
 import re
 import sys
 import tarfile
@@ -126,7 +134,7 @@ step "installed: $(cd "$RUN" && "$VPY" -I -m pip --disable-pip-version-check lis
     | sed 's/, $//')"
 
 step "smoke test from $RUN (scripts/release_smoke.py)"
-smoke=("$VPY" -I "$ROOT/scripts/release_smoke.py" --checkout "$ROOT")
+smoke=("$VPY" -I "$SRC/scripts/release_smoke.py" --checkout "$ROOT")
 if command -v timeout >/dev/null 2>&1; then
     smoke=(timeout --kill-after=10 "$SMOKE_TIMEOUT" "${smoke[@]}")
 fi
