@@ -1,16 +1,22 @@
-"""``flask sentinel-status``: every shard's master, replicas and sentinels for an app's caches."""
+"""``flask sentinel-status``: every shard's master, replicas and sentinels for an app's caches.
+
+Exit code 0 healthy, 1 degraded (still serving), 2 a shard is unavailable, 3 a configuration or
+usage error (nothing was checked), as ``manage.py sentinel_status``; ``--fail-on down`` (for
+readiness probes) exits 0 while every shard can serve.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from flask import Flask, current_app
-from flask.cli import with_appcontext
+from flask.cli import ScriptInfo
 
 from sentinel_cache.core import status
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from sentinel_cache.flask.cache import ShardedSentinelCache
@@ -26,29 +32,77 @@ def _backends(app: Flask) -> list[ShardedSentinelCache]:
     return [c for c in caches.values() if isinstance(c, ShardedSentinelCache)]
 
 
-@click.command(COMMAND_NAME)
+def _config_error(message: str) -> NoReturn:
+    """Exit 3 ("configuration error"), never 1 (which says "degraded")."""
+    click.echo(f"Error: {message}", err=True)
+    raise click.exceptions.Exit(status.EXIT_CONFIG)
+
+
+class _UsageError(click.UsageError):
+    exit_code = status.EXIT_CONFIG
+
+
+class _StatusCommand(click.Command):
+    """Usage errors exit 3 like configuration errors: click's 2 would read as "down"."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise _UsageError(exc.format_message(), exc.ctx) from exc
+
+
+def _app(ctx: click.Context) -> Flask:
+    """The current app, loading it if this command runs outside one (as a plugin command
+    would): settings that do not parse are a configuration error, exit 3."""
+    if current_app:
+        app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
+        return app
+    try:
+        app = ctx.ensure_object(ScriptInfo).load_app()
+    except ConfigurationError as exc:
+        _config_error(str(exc))
+    ctx.with_resource(app.app_context())
+    return app
+
+
+@click.command(COMMAND_NAME, cls=_StatusCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0.01),
-    default=1.0,
+    default=status.DEFAULT_TIMEOUT,
     show_default=True,
     help="Seconds to wait for each sentinel and master.",
 )
-@with_appcontext
-def sentinel_status_command(as_json: bool, timeout: float) -> None:
+@click.option(
+    "--fail-on",
+    type=click.Choice(status.FAIL_ON),
+    default=status.DEGRADED,
+    show_default=True,
+    help="Exit non-zero when degraded, or only when a shard cannot serve (down): for "
+    "readiness probes, where missing redundancy is a warning.",
+)
+@click.pass_context
+def sentinel_status_command(
+    ctx: click.Context, as_json: bool, timeout: float, fail_on: str
+) -> None:
     """Show every shard's master, replicas and sentinels for this app's sharded cache.
 
-    Exit code 0: healthy; 1: degraded (still serving); 2: a shard is unavailable.
+    Exit code 0: healthy; 1: degraded (still serving); 2: a shard is unavailable;
+    3: configuration error.
     """
+    app = _app(ctx)
     # Caches with equal connection settings share one core: report each core once.
     cores: dict[int, tuple[ShardedSentinelPool, list[str]]] = {}
-    for cache in _backends(current_app):
+    for cache in _backends(app):
         entry = cores.setdefault(id(cache.core), (cache.core, []))
         entry[1].append(repr(cache._get_prefix()))
     if not cores:
-        raise click.UsageError(f"this app has no cache of type {CACHE_TYPE}")
-    reports = [status.collect(core, timeout=timeout) for core, _ in cores.values()]
+        _config_error(f"this app has no cache of type {CACHE_TYPE}")
+    reports: list[dict[str, Any]] = [
+        status.collect(core, timeout=timeout, fail_on=fail_on) for core, _ in cores.values()
+    ]
     if as_json:
         # One core (the usual case): its report; several: a list of them, in config order.
         if len(reports) == 1:

@@ -1,14 +1,17 @@
 """``manage.py sentinel_status``: the live state of every sharded Sentinel cache, for operators.
 
-Exit code 0 healthy, 1 degraded (still serving), 2 down (a shard has no reachable master), so
-a probe or a deploy script can branch on it; with several caches, the worst one wins.
+Exit code 0 healthy, 1 degraded (still serving), 2 down (a shard has no reachable master), 3 a
+configuration or usage error (nothing was checked), so a probe or a deploy script can branch on
+it; with several caches, the worst one wins. ``--fail-on down`` (for readiness probes) exits 0
+while every shard can serve, whatever redundancy is missing (printed as warnings).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.core.cache import caches
@@ -27,7 +30,7 @@ DEFAULT_WATCH_SECONDS = 2.0
 class Command(BaseCommand):
     help = (
         "Show every shard's master, replicas, sentinels and failover readiness for the caches "
-        f"using {BACKEND}. Exit code: 0 healthy, 1 degraded, 2 down."
+        f"using {BACKEND}. Exit code: 0 healthy, 1 degraded, 2 down, 3 configuration error."
     )
     # An operator's tool must run while something else in the project fails its checks.
     requires_system_checks: list[str] = []
@@ -52,16 +55,36 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="Timeout of every probe (default %(default)s).",
         )
+        parser.add_argument(
+            "--fail-on",
+            choices=status.FAIL_ON,
+            default=status.DEGRADED,
+            help="Exit non-zero when degraded (the default), or only when a shard cannot serve "
+            "(down): for readiness probes, where missing redundancy is a warning.",
+        )
         # Bounds --watch, for tests.
         parser.add_argument("--iterations", type=int, help=argparse.SUPPRESS)
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        """Usage errors exit 3, like configuration errors: argparse's 2 would read as "down"."""
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+
+        def error(message: str) -> NoReturn:
+            if parser.called_from_command_line:
+                parser.print_usage(sys.stderr)
+                parser.exit(status.EXIT_CONFIG, f"{parser.prog}: error: {message}\n")
+            raise _config_error(f"Error: {message}")
+
+        parser.error = error  # type: ignore[method-assign]
+        return parser
 
     def handle(self, *args: Any, **options: Any) -> None:
         timeout = options["timeout"]
         watch = options["watch"]
         if timeout is None or timeout <= 0:
-            raise CommandError(f"--timeout must be a positive number of seconds (got {timeout})")
+            raise _config_error(f"--timeout must be a positive number of seconds (got {timeout})")
         if watch is not None and watch <= 0:
-            raise CommandError(f"--watch must be a positive number of seconds (got {watch})")
+            raise _config_error(f"--watch must be a positive number of seconds (got {watch})")
         cores = {alias: self._core(alias) for alias in self._aliases(options["cache"])}
         if watch is None:
             code = self._show(cores, options, timeout)
@@ -74,22 +97,22 @@ class Command(BaseCommand):
         ours = sentinel_aliases()
         if alias is None:
             if not ours:
-                raise CommandError(f"no cache in settings.CACHES uses {BACKEND}")
+                raise _config_error(f"no cache in settings.CACHES uses {BACKEND}")
             return list(ours)
         configured = getattr(settings, "CACHES", {})
         if alias not in configured:
             known = ", ".join(sorted(configured)) or "none"
-            raise CommandError(f"unknown cache alias {alias!r} (settings.CACHES has: {known})")
+            raise _config_error(f"unknown cache alias {alias!r} (settings.CACHES has: {known})")
         if alias not in ours:
             backend = configured[alias].get("BACKEND")
-            raise CommandError(f"cache {alias!r} uses {backend}, not {BACKEND}")
+            raise _config_error(f"cache {alias!r} uses {backend}, not {BACKEND}")
         return [alias]
 
     def _core(self, alias: str) -> ShardedSentinelPool:
         try:
             return caches[alias].core  # type: ignore[attr-defined]
         except (ConfigurationError, ImproperlyConfigured) as exc:  # the backend's, or Django's
-            raise CommandError(f"cache {alias!r}: {exc}") from exc
+            raise _config_error(f"cache {alias!r}: {exc}") from exc
 
     def _show(
         self,
@@ -100,7 +123,10 @@ class Command(BaseCommand):
         stream: bool = False,
     ) -> int:
         """Print one report per alias; returns the worst exit code."""
-        reports = {alias: status.collect(core, timeout=timeout) for alias, core in cores.items()}
+        reports = {
+            alias: status.collect(core, timeout=timeout, fail_on=options["fail_on"])
+            for alias, core in cores.items()
+        }
         if options["json"]:
             # In --watch mode one compact object per line, so the stream pipes into jq.
             self.stdout.write(status.render_json(reports, indent=None if stream else 2))
@@ -143,3 +169,8 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("")
         return code
+
+
+def _config_error(message: str) -> CommandError:
+    """A CommandError whose exit code says "configuration error", not "degraded" (1)."""
+    return CommandError(message, returncode=status.EXIT_CONFIG)
