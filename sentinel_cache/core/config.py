@@ -269,6 +269,7 @@ class PoolConfig:
     failover_hold: float = 2.0
     listeners: bool = True
     reresolve_interval: float = 0.2
+    metrics: bool = False
 
     def __post_init__(self) -> None:
         _check_number("max_connections", self.max_connections, minimum=1, integer=True)
@@ -284,7 +285,7 @@ class PoolConfig:
         _check_number("discovery_timeout", self.discovery_timeout)
         _check_number("failover_hold", self.failover_hold)
         _check_number("reresolve_interval", self.reresolve_interval)
-        for name in ("read_from_replicas", "listeners"):
+        for name in ("read_from_replicas", "listeners", "metrics"):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, getattr(self, name), "must be True or False")
 
@@ -438,6 +439,7 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "FAILOVER_HOLD": (_POOL, "failover_hold"),
     "LISTENERS": (_POOL, "listeners"),
     "RERESOLVE_INTERVAL": (_POOL, "reresolve_interval"),
+    "METRICS": (_POOL, "metrics"),
     "CONNECTION_KWARGS": ("connection_kwargs", "connection_kwargs"),
     "SENTINEL_KWARGS": ("sentinel_kwargs", "sentinel_kwargs"),
     "SERIALIZER": (_CACHE, "serializer"),

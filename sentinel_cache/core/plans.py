@@ -171,13 +171,18 @@ class ClientBase:
     def found(self, groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> dict[Any, Any]:
         """The values found (a shard skipped by IGNORE_EXCEPTIONS found nothing)."""
         found: dict[Any, Any] = {}
+        metrics = self.core.metrics
         for shard, shard_replies in replies.items():
             if shard_replies is None:
                 continue
+            before = len(found)
             for key, data in zip(groups[shard], shard_replies[0], strict=True):
                 value = MISS if data is None else self.decode(data, key)
                 if value is not MISS:
                     found[key] = value
+            if metrics is not None:
+                hits = len(found) - before
+                metrics.lookups(shard.name, hits, len(groups[shard]) - hits)
         return found
 
     def set_plan(self, mapping: Mapping[Any, Any], timeout: float | None) -> tuple[Groups, Plan]:
@@ -229,6 +234,11 @@ class ClientBase:
     def del_plan(self, keys: Iterable[Any]) -> Plan:
         groups = self.core.group_by_shard(dict.fromkeys(keys))
         return {shard: [("DEL", *group)] for shard, group in groups.items()}
+
+
+def command_name(commands: Sequence[Command]) -> str:
+    """A batch's metrics label: its first command, lower case (``get``, ``mget``, ``eval``)."""
+    return str(commands[0][0]).lower()
 
 
 def short_key(key: Any, limit: int = 200) -> str:

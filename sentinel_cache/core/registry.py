@@ -63,3 +63,8 @@ def close_all() -> None:
         pools = list(_registry.values())
     for pool in pools:
         pool.close()
+
+
+def live_cores() -> list[ShardedSentinelPool]:
+    """Every core of this process that is not closed (metrics read their gauges here)."""
+    return [core for core in list(_live) if not core.closed]

@@ -24,6 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sentinel_cache.core._sync.connection import ShardConnection, ShardSSLConnection
 from sentinel_cache.core.config import Address, PoolConfig, connection_class_and_kwargs
 from sentinel_cache.core.fair_pool import FairBlockingConnectionPool
+from sentinel_cache.core.metrics import Metrics
 from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
@@ -116,6 +117,7 @@ class Shard:
         self.promotions = 0  # replica promotions announced: a reply in flight across one is moot
         self.fence_reason: str | None = None
         self.fence_since: float | None = None
+        self.metrics: Metrics | None = None  # the core's, if METRICS is on
         connection_class, kwargs = connection_class_and_kwargs(config.connection_options())
         if config.health_check_interval:
             kwargs.setdefault("health_check_interval", config.health_check_interval)
@@ -209,9 +211,12 @@ class Shard:
 
     def lower_fence(self) -> None:
         with self._lock:
+            since = self.fence_since
             self.fence_reason = None
             self.fence_since = None
             self._fence_open.set()
+        if since is not None and self.metrics is not None:
+            self.metrics.fence(self.name, time.monotonic() - since)
 
     def wait_fence(self, hold: float) -> None:
         if self._fence_open.is_set() or self._fence_open.wait(hold):

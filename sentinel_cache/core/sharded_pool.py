@@ -23,6 +23,7 @@ from sentinel_cache.core.discovery import (
 )
 from sentinel_cache.core.housekeeping import STALE_FENCE_SECONDS, Housekeeper
 from sentinel_cache.core.listener import ListenerGroup
+from sentinel_cache.core.metrics import Metrics, source_kind
 from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.shard import (
     Evidence,
@@ -32,6 +33,7 @@ from sentinel_cache.core.shard import (
 )
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
+    ConfigurationError,
     ShardUnavailableError,
     StaleReplyError,
 )
@@ -86,6 +88,9 @@ class ShardedSentinelPool:
         self._callbacks: list[SwitchCallback] = []
         self._closers: list[Callable[[], None]] = []
         self._operations: CacheClient | None = None  # for execute(), built on first use
+        self.metrics = _metrics_backend(config)
+        for shard in self.shards:
+            shard.metrics = self.metrics
         self._reset_process_state()
         registry.track(self)
 
@@ -293,6 +298,8 @@ class ShardedSentinelPool:
         self, shard: Shard, old: Address | None, new: Address, source: str, lag: float | None
     ) -> None:
         event = SwitchEvent(shard.index, shard.name, old, new, source, lag)
+        if self.metrics is not None:
+            self.metrics.switch(shard.name, source_kind(source))
         logger.warning(
             "shard %s switched %s -> %s (via %s%s)",
             shard.label,
@@ -463,6 +470,8 @@ class ShardedSentinelPool:
             return False
         try:
             shard.last_resolve = now
+            if self.metrics is not None:
+                self.metrics.reresolve(shard.name)
             suspects = {shard.name: suspect} if suspect is not None else None
             outcome = self.discovery.resolve([shard.name], timeout=0, suspects=suspects)
             result = outcome[shard.name]
@@ -544,9 +553,13 @@ class ShardedSentinelPool:
         return True
 
     # -- status ------------------------------------------------------------------------------
+    def listener_states(self) -> dict[str, bool]:
+        """Per sentinel address: is this process's listener subscribed (empty if not started)."""
+        return self.listeners.status() if self.listeners is not None and self.started else {}
+
     def status(self) -> dict[str, Any]:
         """A cheap snapshot from memory (no network); the status module adds live checks."""
-        listeners = self.listeners.status() if self.listeners is not None and self.started else {}
+        listeners = self.listener_states()
         return {
             "started": self.started,
             "closed": self._closed,
@@ -573,3 +586,18 @@ class ShardedSentinelPool:
                 for address in self.sentinels.addresses
             ],
         }
+
+
+def _metrics_backend(config: PoolConfig) -> Metrics | None:
+    """The process's Prometheus metrics when ``METRICS`` is on (shared by every core)."""
+    if not config.metrics:
+        return None
+    try:
+        from sentinel_cache.prometheus import shared_metrics
+    except ImportError as exc:
+        raise ConfigurationError(
+            option="METRICS",
+            value=True,
+            reason='needs prometheus_client: pip install "sentinel-cache[prometheus]"',
+        ) from exc
+    return shared_metrics()

@@ -18,6 +18,7 @@ commands and replies (with the plans of :mod:`sentinel_cache.core.plans`).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from time import perf_counter
 from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
@@ -27,8 +28,10 @@ from sentinel_cache.core.config import Address
 from sentinel_cache.core.plans import (
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
+    MISS,
     ClientBase,
     Command,
+    command_name,
     expiry_args,
     is_ok,
     logger,
@@ -74,9 +77,21 @@ class AsyncCacheOperations(ClientBase):
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run`."""
-        return await self.run(
-            shard, lambda client: send(client, commands), write=write, idempotent=idempotent
-        )
+        metrics = self.core.metrics
+        if metrics is None:
+            return await self.run(
+                shard, lambda client: send(client, commands), write=write, idempotent=idempotent
+            )
+        started = perf_counter()
+        outcome = "error"
+        try:
+            replies = await self.run(
+                shard, lambda client: send(client, commands), write=write, idempotent=idempotent
+            )
+            outcome = "ok"
+            return replies
+        finally:
+            metrics.call(shard.name, command_name(commands), outcome, perf_counter() - started)
 
     async def run(
         self,
@@ -116,6 +131,8 @@ class AsyncCacheOperations(ClientBase):
             core.retry_or_raise(shard, exc, generation, idempotent=idempotent)
         if write and shard.fenced:
             await wait_fence(shard, core.config.failover_hold)
+        if core.metrics is not None:
+            core.metrics.retry(shard.name)
         return await operation(await self.io.master(shard))
 
     async def scatter(
@@ -132,6 +149,7 @@ class AsyncCacheOperations(ClientBase):
         if len(plan) == 1:
             ((shard, commands),) = plan.items()
             return {shard: await self._shard_or_none(shard, commands, write, operation)}
+        started = perf_counter()
         for shard in plan:
             try:
                 await self.ready(shard, write)
@@ -167,6 +185,10 @@ class AsyncCacheOperations(ClientBase):
                     failed[shard] = (exc, address, generation)
                 except ResponseError:
                     resend.append(shard)
+                if core.metrics is not None:
+                    outcome = "ok" if shard in replies else "error"
+                    elapsed = perf_counter() - started
+                    core.metrics.call(shard.name, command_name(commands), outcome, elapsed)
         finally:
             for shard, connections, connection, *_ in in_flight:
                 if shard not in replies:  # replies left unread: the socket is out of step
@@ -227,7 +249,11 @@ class AsyncCacheOperations(ClientBase):
                 raise
             logger.warning("key %s holds a non-string value: treated as a miss", short_key(key))
             return default
-        return self.value_of(data, key, default)
+        value = MISS if data is None else self.decode(data, key)
+        if self.core.metrics is not None:
+            hit = value is not MISS
+            self.core.metrics.lookups(self.core.shard_for(key).name, int(hit), int(not hit))
+        return default if value is MISS else value
 
     async def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
         if timeout is not None and timeout <= 0:

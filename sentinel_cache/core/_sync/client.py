@@ -19,6 +19,7 @@ commands and replies (with the plans of :mod:`sentinel_cache.core.plans`).
 from __future__ import annotations
 
 from collections.abc import Iterator, Callable, Iterable, Mapping, Sequence
+from time import perf_counter
 from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
@@ -28,8 +29,10 @@ from sentinel_cache.core.config import Address
 from sentinel_cache.core.plans import (
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
+    MISS,
     ClientBase,
     Command,
+    command_name,
     expiry_args,
     is_ok,
     logger,
@@ -75,9 +78,21 @@ class CacheOperations(ClientBase):
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run`."""
-        return self.run(
-            shard, lambda client: send(client, commands), write=write, idempotent=idempotent
-        )
+        metrics = self.core.metrics
+        if metrics is None:
+            return self.run(
+                shard, lambda client: send(client, commands), write=write, idempotent=idempotent
+            )
+        started = perf_counter()
+        outcome = "error"
+        try:
+            replies = self.run(
+                shard, lambda client: send(client, commands), write=write, idempotent=idempotent
+            )
+            outcome = "ok"
+            return replies
+        finally:
+            metrics.call(shard.name, command_name(commands), outcome, perf_counter() - started)
 
     def run(
         self,
@@ -117,6 +132,8 @@ class CacheOperations(ClientBase):
             core.retry_or_raise(shard, exc, generation, idempotent=idempotent)
         if write and shard.fenced:
             wait_fence(shard, core.config.failover_hold)
+        if core.metrics is not None:
+            core.metrics.retry(shard.name)
         return operation(self.io.master(shard))
 
     def scatter(
@@ -133,6 +150,7 @@ class CacheOperations(ClientBase):
         if len(plan) == 1:
             ((shard, commands),) = plan.items()
             return {shard: self._shard_or_none(shard, commands, write, operation)}
+        started = perf_counter()
         for shard in plan:
             try:
                 self.ready(shard, write)
@@ -168,6 +186,10 @@ class CacheOperations(ClientBase):
                     failed[shard] = (exc, address, generation)
                 except ResponseError:
                     resend.append(shard)
+                if core.metrics is not None:
+                    outcome = "ok" if shard in replies else "error"
+                    elapsed = perf_counter() - started
+                    core.metrics.call(shard.name, command_name(commands), outcome, elapsed)
         finally:
             for shard, connections, connection, *_ in in_flight:
                 if shard not in replies:  # replies left unread: the socket is out of step
@@ -228,7 +250,11 @@ class CacheOperations(ClientBase):
                 raise
             logger.warning("key %s holds a non-string value: treated as a miss", short_key(key))
             return default
-        return self.value_of(data, key, default)
+        value = MISS if data is None else self.decode(data, key)
+        if self.core.metrics is not None:
+            hit = value is not MISS
+            self.core.metrics.lookups(self.core.shard_for(key).name, int(hit), int(not hit))
+        return default if value is MISS else value
 
     def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
         if timeout is not None and timeout <= 0:

@@ -1,0 +1,169 @@
+"""Prometheus metrics for every core of the process: ``METRICS = True`` in the cache options.
+
+Needs ``prometheus_client`` (``pip install "sentinel-cache[prometheus]"``). The metrics are
+created once per process in ``prometheus_client.REGISTRY``, however many caches and cores there
+are; each series is labelled with the shard's master name (``shard``). Expose them as usual:
+``prometheus_client.start_http_server(port)``, django-prometheus's ``/metrics`` view, or
+``prometheus_client.make_wsgi_app()`` in Flask.
+
+Counters and histograms work with ``PROMETHEUS_MULTIPROC_DIR`` (gunicorn, uWSGI): set it before
+the workers start, as prometheus_client documents. The gauges (connections in use and idle,
+listener state) are read from the live cores at scrape time, so in multiprocess mode they show
+only the process that serves the scrape: alert on the counters there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from sentinel_cache.core import registry
+from sentinel_cache.core.metrics import Metrics
+
+__all__ = ["PrometheusMetrics", "shared_metrics"]
+
+_LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
+_FENCE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+class PrometheusMetrics(Metrics):
+    """The core's events as Prometheus counters and histograms (children cached per label set,
+    so recording a call is a dictionary lookup, an increment and an observation)."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.commands = Counter(
+            "sentinel_cache_commands",
+            "Command batches sent to a shard, by first command and outcome (ok, error).",
+            ["shard", "command", "outcome"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "sentinel_cache_command_duration_seconds",
+            "Time from sending a batch to a shard to its last reply, safety net included.",
+            ["shard", "command"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.keys = Counter(
+            "sentinel_cache_lookups",
+            "Keys read, by result (hit, miss).",
+            ["shard", "result"],
+            registry=registry,
+        )
+        self.switches = Counter(
+            "sentinel_cache_master_switches",
+            "Master switches applied, by how they were learned (listener, safety_net, ...).",
+            ["shard", "source"],
+            registry=registry,
+        )
+        self.fences = Histogram(
+            "sentinel_cache_write_fence_hold_seconds",
+            "How long writes to a shard were held while a failover was announced.",
+            ["shard"],
+            buckets=_FENCE_BUCKETS,
+            registry=registry,
+        )
+        self.reresolves = Counter(
+            "sentinel_cache_reresolves",
+            "Times the safety net asked the sentinels again after a failed call.",
+            ["shard"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "sentinel_cache_retries",
+            "Batches sent again on a shard's new master by the safety net.",
+            ["shard"],
+            registry=registry,
+        )
+        registry.register(_Gauges())
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<PrometheusMetrics {len(self._children)} series in use>"
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (metric._name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def call(self, shard: str, command: str, outcome: str, seconds: float) -> None:
+        self._child(self.commands, shard, command, outcome).inc()
+        self._child(self.latency, shard, command).observe(seconds)
+
+    def lookups(self, shard: str, hits: int, misses: int) -> None:
+        if hits:
+            self._child(self.keys, shard, "hit").inc(hits)
+        if misses:
+            self._child(self.keys, shard, "miss").inc(misses)
+
+    def switch(self, shard: str, source: str) -> None:
+        self._child(self.switches, shard, source).inc()
+
+    def fence(self, shard: str, seconds: float) -> None:
+        self._child(self.fences, shard).observe(seconds)
+
+    def reresolve(self, shard: str) -> None:
+        self._child(self.reresolves, shard).inc()
+
+    def retry(self, shard: str) -> None:
+        self._child(self.retries, shard).inc()
+
+
+class _Gauges(Collector):
+    """Connections and listeners, read from the live cores when scraped (summed over cores
+    that share a master name)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        in_use = GaugeMetricFamily(
+            "sentinel_cache_connections_in_use",
+            "Connections to a shard's master checked out (or being made), this process.",
+            labels=["shard"],
+        )
+        idle = GaugeMetricFamily(
+            "sentinel_cache_connections_idle",
+            "Idle connections to a shard's master, this process.",
+            labels=["shard"],
+        )
+        listening = GaugeMetricFamily(
+            "sentinel_cache_listener_connected",
+            "1 if this process's listener on the sentinel is subscribed, else 0.",
+            labels=["sentinel"],
+        )
+        busy: dict[str, int] = {}
+        free: dict[str, int] = {}
+        sentinels: dict[str, int] = {}
+        for core in registry.live_cores():
+            for shard in core.shards:
+                busy[shard.name] = busy.get(shard.name, 0) + shard.pool.in_use()
+                free[shard.name] = free.get(shard.name, 0) + shard.pool.idle()
+            for address, connected in core.listener_states().items():
+                sentinels[address] = max(sentinels.get(address, 0), int(connected))
+        for name, value in busy.items():
+            in_use.add_metric([name], value)
+        for name, value in free.items():
+            idle.add_metric([name], value)
+        for address, value in sentinels.items():
+            listening.add_metric([address], value)
+        yield from (in_use, idle, listening)
+
+
+_shared: PrometheusMetrics | None = None
+_lock = threading.Lock()
+
+
+def shared_metrics() -> PrometheusMetrics:
+    """The process's metrics, registered in ``prometheus_client.REGISTRY`` on first use."""
+    global _shared
+    with _lock:
+        if _shared is None:
+            _shared = PrometheusMetrics()
+        return _shared
