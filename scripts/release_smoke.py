@@ -25,6 +25,7 @@ import importlib.metadata
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -228,6 +229,8 @@ def main() -> int:
         help="server kind for the topology (default: embedded, from the [embedded] extra)",
     )
     args = parser.parse_args()
+    # A SIGTERM (release_check.sh's `timeout`) unwinds, so the topology below is stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     began = time.monotonic()
     version = check_installation(args.checkout.resolve())
 
