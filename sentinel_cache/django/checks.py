@@ -3,7 +3,9 @@
 A typo in ``OPTIONS`` should fail ``manage.py check`` (and so CI and deploys), not the first
 request. The plain checks only build the backend object (which parses its settings with the core
 parser and connects nowhere); the network is touched only by ``check --deploy``, with short
-timeouts, every sentinel asked at once.
+timeouts, every sentinel asked at once about every master (about a second at most): a master
+name no sentinel monitors or a refused password fails the deploy; a sentinel that does not
+answer is only a warning (the machine running the check may not reach production).
 """
 
 from __future__ import annotations
@@ -20,14 +22,21 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from sentinel_cache.core.config import PoolConfig
-from sentinel_cache.core.status import probe_sentinels, run_all
+from sentinel_cache.core.status import (
+    NOT_MONITORED,
+    SentinelProbe,
+    master_view,
+    probe_sentinels,
+    run_all,
+)
 from sentinel_cache.exceptions import ConfigurationError
 
 BACKEND = "sentinel_cache.django.ShardedSentinelCache"
 TAG = "sentinel_cache"
 MIN_SENTINELS = 3
 # check --deploy may run in a build container or a CI job: say "unreachable" quickly, never hang.
-DEPLOY_PING_TIMEOUT = 0.5
+DEPLOY_PING_TIMEOUT = 0.4  # each connect and each reply
+DEPLOY_DEADLINE = 1.0  # the whole network part of the check, every sentinel asked at once
 
 
 def sentinel_aliases() -> dict[str, Mapping[str, Any]]:
@@ -79,18 +88,20 @@ def check_configuration(
 def check_deployment(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """W001 for fewer than three sentinels, W002 for sentinels that do not answer a PING."""
+    """W001 for fewer than three sentinels; then every sentinel asked about every master:
+    W002 unreachable sentinels, E002 sentinels refusing our credentials, E003 a master that no
+    sentinel monitors, W003 one that some sentinels do not monitor."""
     configs: dict[str, PoolConfig] = {}
     for alias, entry in sentinel_aliases().items():
         try:
             configs[alias] = pool_config(entry)
         except Exception:  # already reported as E001 by check_configuration
             continue
-    warnings: list[checks.CheckMessage] = []
+    messages: list[checks.CheckMessage] = []
     for alias, config in configs.items():
         count = len(config.sentinels)
         if count < MIN_SENTINELS:
-            warnings.append(
+            messages.append(
                 checks.Warning(
                     f"only {count} sentinel{'s' if count != 1 else ''} "
                     f"configured; with fewer than {MIN_SENTINELS} the loss of one machine can "
@@ -100,37 +111,92 @@ def check_deployment(
                     id="sentinel_cache.W001",
                 )
             )
-    # Every sentinel of every alias at once: a black-holed one costs one short timeout.
+    # Every sentinel of every alias at once: a black-holed one costs one short timeout, and the
+    # whole check about DEPLOY_DEADLINE.
     tasks = {
         alias: functools.partial(
             probe_sentinels,
             config.sentinels,
             config.sentinel_options(),
             timeout=DEPLOY_PING_TIMEOUT,
+            masters=config.masters,
         )
         for alias, config in configs.items()
     }
-    outcomes = run_all(tasks, time.monotonic() + 3 * DEPLOY_PING_TIMEOUT + 0.5, "deploy check")
+    outcomes = run_all(tasks, time.monotonic() + DEPLOY_DEADLINE, "deploy check")
     for alias, config in configs.items():
         outcome = outcomes[alias]
         if isinstance(outcome, BaseException):  # past the deadline: no answer from any of them
-            failed = [f"{a} ({type(outcome).__name__}: {outcome})" for a in config.sentinels]
-        else:
-            failed = [f"{p.address} ({p.error})" for p in outcome if not p.reachable]
-        if failed:
-            warnings.append(
-                checks.Warning(
-                    f"{len(failed)} of {len(config.sentinels)} sentinels "
-                    f"unreachable: {'; '.join(failed)}",
-                    hint=(
-                        "Check the addresses, firewalls and SENTINEL_* credentials; "
-                        "`manage.py sentinel_status` shows the whole topology."
-                    ),
+            error = f"{type(outcome).__name__}: {outcome}"
+            outcome = [SentinelProbe(address, error=error) for address in config.sentinels]
+        messages += _sentinel_messages(alias, config, outcome)
+    return messages
+
+
+def _sentinel_messages(
+    alias: str, config: PoolConfig, probes: Sequence[SentinelProbe]
+) -> list[checks.CheckMessage]:
+    """What the sentinels' answers say about this alias: silence is a warning (the machine
+    running the check may not reach production), a refusal or an unknown master an error."""
+    total = len(config.sentinels)
+    messages: list[checks.CheckMessage] = []
+    failed = [f"{p.address} ({p.error})" for p in probes if p.state == "unreachable"]
+    if failed:
+        messages.append(
+            checks.Warning(
+                f"{len(failed)} of {total} sentinels unreachable: {'; '.join(failed)}",
+                hint=(
+                    "Check the addresses and firewalls; `manage.py sentinel_status` shows the "
+                    "whole topology."
+                ),
+                obj=alias,
+                id="sentinel_cache.W002",
+            )
+        )
+    views = [master_view(name, probes) for name in config.masters]
+    answered = {p.address for p in probes if p.reachable}
+    refused = [f"{p.address} ({p.refused}: {p.error})" for p in probes if p.refused]
+    hints = [p.hint for p in probes if p.hint]
+    for view in views:  # an ACL user may connect, yet be denied the questions about a master
+        refused += [f"{a} for {view.name!r} ({why})" for a, why in view.refused if a in answered]
+        hints += view.hints
+    if refused:
+        messages.append(
+            checks.Error(
+                f"authentication refused by {len(refused)} of {total} sentinels: "
+                f"{'; '.join(refused)}",
+                hint="; ".join(dict.fromkeys(hints)),
+                obj=alias,
+                id="sentinel_cache.E002",
+            )
+        )
+    for view in views:
+        if view.problem == NOT_MONITORED:
+            silent = total - len(view.not_monitoring)
+            messages.append(
+                checks.Error(
+                    f"master {view.name!r} is not monitored by any sentinel that answered: "
+                    f"asked {', '.join(map(str, view.not_monitoring))}"
+                    f"{f' ({silent} more did not answer)' if silent else ''}"
+                    f"{view.suggestion()}",
+                    hint="Check MASTERS against the sentinels' `sentinel monitor <name> ...` "
+                    "lines (names are case-sensitive).",
                     obj=alias,
-                    id="sentinel_cache.W002",
+                    id="sentinel_cache.E003",
                 )
             )
-    return warnings
+        elif view.problem is None and view.not_monitoring:
+            messages.append(
+                checks.Warning(
+                    f"master {view.name!r} is not monitored by "
+                    f"{', '.join(map(str, view.not_monitoring))} ({len(view.naming)} of "
+                    f"{total} sentinels name {view.address}): those cannot vote in its failover.",
+                    hint="Every sentinel should monitor every master of this cache.",
+                    obj=alias,
+                    id="sentinel_cache.W003",
+                )
+            )
+    return messages
 
 
 def register() -> None:
