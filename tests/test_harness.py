@@ -15,12 +15,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from sentinel_cache.core.config import parse_cache_config
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster, find_server_binary
 from sentinel_cache.testing.cluster import _embedded_binary
 
@@ -298,6 +300,11 @@ def test_passwords(make_cluster: MakeCluster, server: str) -> None:
         shards=1, server=server, requirepass="node-pw", sentinel_requirepass="sentinel-pw", **FAST
     )
     assert c.config()["password"] == "node-pw"
+    # The URL carries both passwords (what `up` prints must work as pasted) unless told not to.
+    config, _ = parse_cache_config(c.url(), {})
+    assert dict(config.connection_kwargs)["password"] == "node-pw"
+    assert dict(config.sentinel_kwargs)["password"] == "sentinel-pw"
+    assert "pw" not in c.url(credentials=False)
     master = c.master_address("shard0")
     with pytest.raises(redis.AuthenticationError), _quick_client(master) as anonymous:
         anonymous.ping()
@@ -364,9 +371,13 @@ def test_black_hole_accepts_but_never_answers() -> None:
 
 
 @pytest.mark.server
-def test_cli_up_json_prints_config_and_stops_on_sigterm() -> None:
+def test_cli_up_json_prints_config_and_stops_on_sigterm(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sentinel_cache.testing", "up", "--json", "--shards", "1"],
+        [
+            *(sys.executable, "-m", "sentinel_cache.testing", "up", "--json", "--shards", "1"),
+            *("--state", str(state)),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -377,6 +388,7 @@ def test_cli_up_json_prints_config_and_stops_on_sigterm() -> None:
         assert config["masters"] == ["shard0"]
         assert len(config["sentinels"]) == 3
         assert config["url"].startswith("sentinel://127.0.0.1:")
+        assert config["state"] == str(state) and state.exists()
         host, port = config["sentinels"][0].split(":")
         with _quick_client((host, int(port))) as sentinel:
             assert sentinel.sentinel_get_master_addr_by_name("shard0")
@@ -388,3 +400,4 @@ def test_cli_up_json_prints_config_and_stops_on_sigterm() -> None:
         if proc.stdout is not None:
             proc.stdout.close()
     assert all(_pid_gone(pid) for pid in pids), "the CLI left servers running"
+    assert not state.exists(), "the CLI left its state file behind"
