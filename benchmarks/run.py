@@ -29,7 +29,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from benchmarks import failover, measure, profile_hot, report, scale
+from benchmarks import failover, measure, profile_hot, ratios, report, scale
 from benchmarks.contenders import SPEC_BY_ID, SPECS, Topology, build_all
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--skip-ratios", action="store_true")
     parser.add_argument("--skip-profile", action="store_true")
     parser.add_argument("--docs", action="store_true", help=f"also write {DOCS.relative_to(ROOT)}")
     return parser
@@ -256,6 +257,18 @@ def main(argv: list[str] | None = None) -> int:
                 "another on a second shard.",
                 f_header,
                 f_rows,
+            )
+        )
+    if not args.skip_ratios:
+        log("side-by-side ratios (set_many vs MSET, get with and without metrics)")
+        data["ratios"] = ratios.run(rounds=args.rounds)
+        r_header, r_rows = ratios.table(data["ratios"])
+        sections.append(
+            (
+                "Side-by-side ratios",
+                "Targets: set_many at most 2x raw MSET; a get with METRICS on at most 1.10x off.",
+                r_header,
+                r_rows,
             )
         )
     if not args.skip_scale:

@@ -38,22 +38,18 @@ class PrometheusMetrics(Metrics):
     so recording a call is a dictionary lookup, an increment and an observation)."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.commands = Counter(
-            "sentinel_cache_commands",
-            "Command batches sent to a shard, by first command and outcome (ok, error).",
-            ["shard", "command", "outcome"],
-            registry=registry,
-        )
         self.latency = Histogram(
             "sentinel_cache_command_duration_seconds",
-            "Time from sending a batch to a shard to its last reply, safety net included.",
-            ["shard", "command"],
+            "Command batches sent to a shard by first command and outcome (hit or miss for a "
+            "single-key get, else ok; error): time from sending to the last reply, safety net "
+            "included (its _count counts batches).",
+            ["shard", "command", "outcome"],
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
         self.keys = Counter(
-            "sentinel_cache_lookups",
-            "Keys read, by result (hit, miss).",
+            "sentinel_cache_multi_key_lookups",
+            "Keys read by multi-key reads (get_many), by result (hit, miss).",
             ["shard", "result"],
             registry=registry,
         )
@@ -89,15 +85,14 @@ class PrometheusMetrics(Metrics):
         return f"<PrometheusMetrics {len(self._children)} series in use>"
 
     def _child(self, metric: Any, *labels: str) -> Any:
-        key = (metric._name, *labels)
+        key = (str(id(metric)), *labels)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
 
     def call(self, shard: str, command: str, outcome: str, seconds: float) -> None:
-        self._child(self.commands, shard, command, outcome).inc()
-        self._child(self.latency, shard, command).observe(seconds)
+        self._child(self.latency, shard, command, outcome).observe(seconds)
 
     def lookups(self, shard: str, hits: int, misses: int) -> None:
         if hits:

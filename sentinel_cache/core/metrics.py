@@ -16,10 +16,10 @@ class Metrics:
 
     def call(self, shard: str, command: str, outcome: str, seconds: float) -> None:
         """One batch on one shard; ``command`` is its first command (``get``, ``mget``, ...),
-        ``outcome`` ``ok`` or ``error``."""
+        ``outcome`` ``hit`` or ``miss`` (a single-key ``get``), ``ok`` or ``error``."""
 
     def lookups(self, shard: str, hits: int, misses: int) -> None:
-        """Keys read on one shard: found, and not found."""
+        """Keys read on one shard by a multi-key read: found, and not found."""
 
     def switch(self, shard: str, source: str) -> None:
         """The shard's master moved; ``source`` is how it was learned (``listener``, ...)."""

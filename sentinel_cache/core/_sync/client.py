@@ -29,13 +29,13 @@ from sentinel_cache.core.config import Address
 from sentinel_cache.core.plans import (
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
-    MISS,
     ClientBase,
     Command,
     command_name,
     expiry_args,
     is_ok,
     logger,
+    outcome,
     short_key,
     wrong_type,
 )
@@ -84,15 +84,17 @@ class CacheOperations(ClientBase):
                 shard, lambda client: send(client, commands), write=write, idempotent=idempotent
             )
         started = perf_counter()
-        outcome = "error"
         try:
             replies = self.run(
                 shard, lambda client: send(client, commands), write=write, idempotent=idempotent
             )
-            outcome = "ok"
-            return replies
-        finally:
-            metrics.call(shard.name, command_name(commands), outcome, perf_counter() - started)
+        except BaseException:
+            metrics.call(shard.name, command_name(commands), "error", perf_counter() - started)
+            raise
+        metrics.call(
+            shard.name, command_name(commands), outcome(commands, replies), perf_counter() - started
+        )
+        return replies
 
     def run(
         self,
@@ -250,11 +252,7 @@ class CacheOperations(ClientBase):
                 raise
             logger.warning("key %s holds a non-string value: treated as a miss", short_key(key))
             return default
-        value = MISS if data is None else self.decode(data, key)
-        if self.core.metrics is not None:
-            hit = value is not MISS
-            self.core.metrics.lookups(self.core.shard_for(key).name, int(hit), int(not hit))
-        return default if value is MISS else value
+        return self.value_of(data, key, default)
 
     def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
         if timeout is not None and timeout <= 0:
