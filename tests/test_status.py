@@ -61,10 +61,17 @@ def test_healthy_report(cluster: LocalSentinelCluster) -> None:
         assert shard["memory"]
         assert shard["latency_ms"] is not None and shard["latency_ms"] >= 0
         assert shard["switch_count"] == 0 and shard["fenced"] is False
+        assert shard["problem"] is None and shard["problem_codes"] == []
+        assert shard["master_state"] == "ok"
+        assert isinstance(shard["config_epoch"], int)
+        assert shard["failover_in_progress"] is False
+        assert shard["sentinels_not_monitoring"] == []
+    assert report["issues"] == [] and report["fail_on"] == "degraded"
     assert [s["address"] for s in report["sentinels"]] == [
         _hostport(a) for a in cluster.sentinel_addresses
     ]
     assert all(s["reachable"] and s["latency_ms"] is not None for s in report["sentinels"])
+    assert all(s["state"] == "ok" and s["refused"] is None for s in report["sentinels"])
     # An idle pool has no listeners yet: reported as unknown, not as a problem.
     assert all(s["listener_connected"] is None for s in report["sentinels"])
     assert report["pool"] == {"started": False, "closed": False}
@@ -106,6 +113,7 @@ def test_render_text_names_every_shard_and_sentinel(cluster: LocalSentinelCluste
     with _pool(cluster) as pool:
         text = status.render_text(status.collect(pool), title="cache 'default'")
     assert text.startswith("cache 'default': HEALTHY (exit 0)")
+    assert "last switch (this process)" in text and " epoch " in text
     for name in cluster.master_names:
         line = next(line for line in text.splitlines() if f" {name} " in line)
         assert _hostport(cluster.master_address(name)) in line
@@ -120,6 +128,8 @@ def test_exit_code_mapping() -> None:
     assert status.exit_code({"state": "degraded"}) == 1
     assert status.exit_code({"state": "down"}) == 2
     assert status.exit_code({}) == 2  # an unreadable report is no reason for confidence
+    assert status.exit_code({"state": "degraded"}, fail_on="down") == 0
+    assert status.exit_code({"state": "down"}, fail_on="down") == 2
 
 
 # -- degraded ----------------------------------------------------------------------------------
@@ -137,6 +147,9 @@ def test_stopped_sentinel_is_degraded(make_cluster: ClusterFactory) -> None:
     assert any(stopped in problem and "unreachable" in problem for problem in report["problems"])
     by_address = {s["address"]: s for s in report["sentinels"]}
     assert by_address[stopped]["reachable"] is False and by_address[stopped]["error"]
+    assert by_address[stopped]["state"] == "unreachable"
+    assert [i["code"] for i in report["issues"]] == ["unreachable"]
+    assert report["issues"][0]["sentinel"] == stopped
     (shard,) = report["shards"]
     assert shard["role"] == "master"
     assert (shard["sentinels_agreeing"], shard["sentinels_total"]) == (2, 3)
@@ -150,6 +163,7 @@ def test_shard_without_replica_is_degraded(make_cluster: ClusterFactory) -> None
         report = status.collect(pool)
     assert report["state"] == "degraded"
     assert report["shards"][0]["replicas_online"] == 0
+    assert report["shards"][0]["problem"] == "no_replica"
     assert any("no replica online" in p for p in report["problems"])
 
 
@@ -168,6 +182,8 @@ def test_sentinels_that_disagree_are_degraded(
     assert any("shard0" in p and "disagree" in p and stranger in p for p in report["problems"]), (
         report["problems"]
     )
+    assert shard0["problem"] == "sentinels_disagree"
+    assert report["shards"][1]["sentinels_not_monitoring"] == [stranger]
     # shard1 is unknown to the stranger: that is a disagreement too.
     assert any(
         stranger in d and "does not monitor" in d
@@ -191,6 +207,7 @@ def test_killed_master_without_failover_is_down(make_cluster: ClusterFactory) ->
     assert shard0["role"] == "master"
     assert shard1["address"] == dead
     assert shard1["role"] is None and shard1["role_error"]
+    assert shard1["master_state"] == "unreachable" and shard1["problem"] == "master_unreachable"
     assert any("shard1" in p and dead in p for p in report["problems"])
     assert report["problems"][0].startswith("shard 1 (shard1)")  # the worst problem comes first
     text = status.render_text(report)
@@ -209,7 +226,9 @@ def test_everything_down_is_reported_quickly_not_raised() -> None:
     assert report["state"] == "down" and status.exit_code(report) == 2
     assert all(s["address"] is None and s["replicas"] is None for s in report["shards"])
     assert all(not s["reachable"] and s["error"] for s in report["sentinels"])
-    assert sum("no master known" in p for p in report["problems"]) == 2
+    assert all(s["state"] == "unreachable" for s in report["sentinels"])
+    assert [s["problem"] for s in report["shards"]] == ["sentinels_unreachable"] * 2
+    assert sum("no master known: no sentinel reachable" in p for p in report["problems"]) == 2
     text = status.render_text(report)
     assert "alpha" in text and "beta" in text and _hostport(hole.address) in text
     json.loads(status.render_json(report))
@@ -239,6 +258,8 @@ def test_credentials_reach_both_sides(make_cluster: ClusterFactory) -> None:
     assert report["state"] == "down"
     (sentinel,) = report["sentinels"]
     assert not sentinel["reachable"] and "Authentication" in sentinel["error"]
+    assert sentinel["state"] == "auth_refused"  # not "unreachable": it answered, with a refusal
+    assert report["shards"][0]["problem"] == "sentinels_auth_refused"
 
 
 @pytest.mark.failover
@@ -256,3 +277,6 @@ def test_sentinels_gone_falls_back_to_the_clients_master(make_cluster: ClusterFa
     assert shard["address"] == master
     assert shard["role"] == "master"
     assert shard["replicas"] is None and shard["ckquorum"]["ok"] is None
+    # Named for what it is, and not down: this process still serves from that master.
+    assert shard["problem"] == "sentinels_unreachable"
+    assert status.exit_code(report, fail_on="down") == 0
