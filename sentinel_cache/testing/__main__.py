@@ -570,6 +570,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OperationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return _FAILED
+    except BrokenPipeError:  # e.g. `status | head`: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return _FAILED
 
 
 if __name__ == "__main__":

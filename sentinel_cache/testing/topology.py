@@ -250,6 +250,7 @@ class Topology:
                         "address": f"{pairs.get('ip')}:{pairs.get('port')}",
                         "flags": pairs.get("flags", ""),
                         "link": pairs.get("master-link-status", ""),
+                        "role": pairs.get("role-reported", ""),
                     }
                 )
             return replicas
@@ -298,13 +299,14 @@ class Topology:
         pid = int(proc["pid"])
         if not self.server_alive(proc):
             raise OperationError(f"the master of {name!r}, {old} (pid {pid}), is not running")
-        others = [
-            p
-            for p in self.processes
-            if p["role"] == "node" and p.get("shard") == name and p is not proc
-        ]
-        if not any(self.server_alive(p) for p in others):
-            raise OperationError(f"{name!r} has no running replica to promote; nothing killed")
+        replicas = self.replicas(name)
+        if not any(_promotable(r) for r in replicas):
+            seen = ", ".join(f"{r['address']} ({r['flags']}, link {r['link']})" for r in replicas)
+            raise OperationError(
+                f"no replica of {name!r} is linked to its master now (the sentinels see: "
+                f"{seen or 'none'}), so nothing was killed; a former master takes ~10 s to "
+                "rejoin as a replica after a failover"
+            )
         try:  # the pid answering on the port must be the one in the file
             info = self._client(proc).execute_command("INFO", "server")
             answering = int(dict(info).get("process_id", 0))
@@ -384,6 +386,15 @@ class Topology:
             f"the up process (pid {self.pid}) was already gone; stopped {len(leftovers)} "
             f"leftover server(s) and removed {self.path}"
         )
+
+
+def _promotable(replica: dict[str, str]) -> bool:
+    """A replica the sentinels would promote: healthy, linked, and itself saying so."""
+    return (
+        replica["flags"] == "slave"
+        and replica["link"] == "ok"
+        and replica.get("role", "slave") in ("slave", "")
+    )
 
 
 def _terminate_pids(pids: Sequence[int], grace: float) -> None:
