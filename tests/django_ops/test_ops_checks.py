@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from io import StringIO
 from typing import Any
 
@@ -14,6 +15,8 @@ from ops_support import UseCaches, closed_port, cluster_cache, hostport, sentine
 
 from sentinel_cache.django.checks import check_configuration, check_deployment
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
+
+ClusterFactory = Callable[..., LocalSentinelCluster]
 
 
 def _check(*args: str) -> str:
@@ -132,10 +135,63 @@ def test_deploy_warns_quickly_about_unreachable_sentinels(
         started = time.monotonic()
         output = _check("--deploy", "--tag", "sentinel_cache")
         elapsed = time.monotonic() - started
-    assert elapsed < 2.0, elapsed
+    assert elapsed < 1.5, elapsed  # every sentinel asked at once, about every master
     assert "sessions: (sentinel_cache.W002) 2 of 5 sentinels unreachable" in output
     assert hostport(hole.address) in output and refused in output
     assert "W001" not in output
+    assert "E00" not in output  # unreachable is a warning: the deploy machine may be elsewhere
+
+
+def test_deploy_errors_on_a_master_no_sentinel_monitors(
+    cluster: LocalSentinelCluster, use_caches: UseCaches
+) -> None:
+    entry = cluster_cache(cluster)
+    entry["OPTIONS"]["MASTERS"] = [*cluster.master_names, "Shard1"]
+    use_caches(sessions=entry)
+    started = time.monotonic()
+    messages = check_deployment(None)
+    assert time.monotonic() - started < 1.5
+    (error,) = messages
+    assert error.id == "sentinel_cache.E003" and error.level == checks.ERROR
+    assert error.obj == "sessions"
+    assert "master 'Shard1' is not monitored by any sentinel" in error.msg
+    assert all(hostport(a) in error.msg for a in cluster.sentinel_addresses)
+    assert "did you mean 'shard1'?" in error.msg
+    assert "sentinel monitor" in (error.hint or "")
+    with pytest.raises(SystemCheckError, match=r"sessions: \(sentinel_cache.E003\)"):
+        _check("--deploy", "--tag", "sentinel_cache")
+
+
+@pytest.mark.failover
+def test_deploy_errors_on_a_refused_sentinel_password(
+    make_cluster: ClusterFactory, use_caches: UseCaches
+) -> None:
+    cluster = make_cluster(shards=1, replicas=1, sentinels=1, sentinel_requirepass="right-pw")
+    use_caches(sessions=cluster_cache(cluster, SENTINEL_PASSWORD="wrong-pw"))
+    messages = check_deployment(None)
+    ids = [m.id for m in messages]
+    assert "sentinel_cache.E002" in ids
+    assert "sentinel_cache.W002" not in ids  # refused is not unreachable
+    assert "sentinel_cache.E003" not in ids  # nor "not monitored": it told us nothing
+    (error,) = [m for m in messages if m.id == "sentinel_cache.E002"]
+    assert error.level == checks.ERROR
+    assert "authentication refused by 1 of 1 sentinels" in error.msg
+    assert hostport(cluster.sentinel_addresses[0]) in error.msg
+    assert "SENTINEL_PASSWORD" in (error.hint or "")
+    assert "wrong-pw" not in error.msg and "right-pw" not in error.msg
+
+
+def test_deploy_warns_about_a_sentinel_that_misses_a_master(
+    cluster: LocalSentinelCluster, make_cluster: ClusterFactory, use_caches: UseCaches
+) -> None:
+    # A foreign sentinel that monitors its own "shard0" only: shard1 is unknown to it.
+    other = make_cluster(shards=1, replicas=1, sentinels=1)
+    stranger = hostport(other.sentinel_addresses[0])
+    sentinels = [hostport(a) for a in cluster.sentinel_addresses] + [stranger]
+    use_caches(sessions=sentinel_cache(sentinels, cluster.master_names))
+    (warning,) = check_deployment(None)
+    assert warning.id == "sentinel_cache.W003" and warning.level == checks.WARNING
+    assert f"master 'shard1' is not monitored by {stranger}" in warning.msg
 
 
 def test_deploy_skips_what_E001_reports(use_caches: UseCaches) -> None:

@@ -93,8 +93,44 @@ def test_no_sentinel_cache_at_all_is_a_command_error(use_caches: UseCaches) -> N
 
 def test_broken_configuration_is_a_command_error(use_caches: UseCaches) -> None:
     use_caches(bad=sentinel_cache(["127.0.0.1:26379"], MASTER_NAMES=["a"]))
-    with pytest.raises(CommandError, match="MASTER_NAMES"):
+    with pytest.raises(CommandError, match="MASTER_NAMES") as raised:
         _run()
+    assert raised.value.returncode == 3  # configuration error, not 1 ("degraded")
+
+
+def _run_from_argv(*args: str) -> tuple[int, str]:
+    """As ``manage.py sentinel_status ARGS`` does; returns (exit code, stderr)."""
+    err = StringIO()
+    command = sentinel_status.Command(stderr=err)
+    with pytest.raises(SystemExit) as raised:
+        command.run_from_argv(["manage.py", "sentinel_status", *args])
+    return int(raised.value.code or 0), err.getvalue()
+
+
+def test_configuration_error_exits_3_from_the_command_line(use_caches: UseCaches) -> None:
+    use_caches(bad=sentinel_cache(["127.0.0.1:26379"], WEIGTHS=[1, 2]))
+    code, err = _run_from_argv()
+    assert code == 3
+    assert "cache 'bad'" in err and "WEIGTHS" in err
+
+
+def test_missing_or_unknown_alias_exits_3(use_caches: UseCaches) -> None:
+    use_caches()
+    assert _run_from_argv()[0] == 3
+    assert _run_from_argv("--cache", "nope")[0] == 3
+
+
+def test_usage_errors_exit_3_not_2(
+    use_caches: UseCaches, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_caches(sessions=sentinel_cache(["127.0.0.1:26379"]))
+    assert _run_from_argv("--timeout", "0")[0] == 3
+    with pytest.raises(SystemExit) as raised:  # argparse's own error, before handle()
+        sentinel_status.Command().run_from_argv(
+            ["manage.py", "sentinel_status", "--fail-on", "sometimes"]
+        )
+    assert raised.value.code == 3
+    assert "invalid choice: 'sometimes'" in capsys.readouterr().err
 
 
 @pytest.mark.failover
@@ -106,6 +142,58 @@ def test_stopped_sentinel_exits_1(make_cluster: ClusterFactory, use_caches: UseC
     assert code == 1
     assert "DEGRADED (exit 1)" in out
     assert hostport(cluster.sentinel_addresses[0]) in out
+    # A readiness probe: every shard serves, the missing sentinel is a warning.
+    code, out = _run("--fail-on", "down")
+    assert code == 0
+    assert "DEGRADED (exit 0: fail on down only" in out
+    assert "warnings (redundancy reduced):" in out
+    assert f"sentinel {hostport(cluster.sentinel_addresses[0])} unreachable" in out
+
+
+@pytest.mark.failover
+def test_fail_on_down_right_after_a_planned_failover(
+    make_cluster: ClusterFactory, use_caches: UseCaches
+) -> None:
+    cluster = make_cluster(shards=1, replicas=1, sentinels=3)
+    use_caches(sessions=cluster_cache(cluster))
+    assert _run()[0] == 0
+    old = cluster.master_address("shard0")
+    cluster.failover("shard0")
+    new = cluster.wait_for_master_change("shard0", old)
+    # The sentinels convert the old master into a replica about 10 s later; frozen, it stays
+    # unconverted while the command runs, as a probe right after the failover sees it.
+    cluster.freeze_node(old)
+    try:
+        default_code, default_out = _run("--timeout", "0.5")
+        code, out = _run("--fail-on", "down", "--timeout", "0.5", "--json")
+    finally:
+        cluster.thaw_node(old)
+    assert default_code == 1
+    assert "no replica online" in default_out
+    assert code == 0
+    report = json.loads(out)["sessions"]
+    assert report["state"] == "degraded" and report["exit_code"] == 0
+    assert report["fail_on"] == "down"
+    (shard,) = report["shards"]
+    assert shard["address"] == hostport(new) and shard["role"] == "master"
+    assert shard["config_epoch"] >= 1  # this process saw no switch; the sentinels' epoch did
+
+
+def test_not_monitored_master_exits_2_and_says_so(
+    cluster: LocalSentinelCluster, use_caches: UseCaches
+) -> None:
+    entry = cluster_cache(cluster)
+    entry["OPTIONS"]["MASTERS"] = [*cluster.master_names, "not-monitored"]
+    use_caches(sessions=entry)
+    code, out = _run("--fail-on", "down")
+    assert code == 2
+    assert "shard 2 (not-monitored): not monitored: no sentinel monitors master" in out
+    assert "no sentinel reachable" not in out
+    code, out = _run("--json")
+    assert code == 2
+    lost = json.loads(out)["sessions"]["shards"][2]
+    assert lost["problem"] == "not_monitored"
+    assert lost["sentinels_not_monitoring"] == [hostport(a) for a in cluster.sentinel_addresses]
 
 
 def test_worst_alias_decides_the_exit_code(
@@ -117,6 +205,7 @@ def test_worst_alias_decides_the_exit_code(
     )
     code, out = _run("--json", "--timeout", "0.3")
     assert code == 2
+    assert _run("--json", "--timeout", "0.3", "--fail-on", "down")[0] == 2
     reports = json.loads(out)
     assert reports["good"]["state"] == "healthy"
     assert reports["lost"]["state"] == "down"
