@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 
+import pytest
+from click.testing import CliRunner
 from flask import Flask
+from flask.cli import ScriptInfo
 from flask_caching import Cache
 from flask_support import MakeApp, build_app, opened, settings_for
 
-from sentinel_cache.flask import init_app
+from sentinel_cache.flask import CACHE_TYPE, init_app, sentinel_status_command
 from sentinel_cache.testing import LocalSentinelCluster
+
+ClusterFactory = Callable[..., LocalSentinelCluster]
 
 
 def _closed_port() -> int:
@@ -59,6 +65,11 @@ def test_unreachable_sentinel_is_degraded_exit_1(cluster: LocalSentinelCluster) 
         text = app.test_cli_runner().invoke(args=["sentinel-status"])
         assert text.exit_code == 1
         assert text.output.startswith("DEGRADED (exit 1)")
+        # A readiness probe: the cache serves; the lost sentinel is a warning.
+        probe = app.test_cli_runner().invoke(args=["sentinel-status", "--fail-on", "down"])
+        assert probe.exit_code == 0, probe.output
+        assert probe.output.startswith("DEGRADED (exit 0: fail on down only")
+        assert "warnings (redundancy reduced):" in probe.output and dead in probe.output
     finally:
         backend.core.close()
 
@@ -72,9 +83,55 @@ def test_unknown_master_is_down_exit_2(cluster: LocalSentinelCluster) -> None:
         result = app.test_cli_runner().invoke(args=["sentinel-status"])
         assert result.exit_code == 2, result.output
         assert result.output.startswith("DOWN (exit 2)")
-        assert "not-monitored" in result.output
+        assert "not monitored: no sentinel monitors master 'not-monitored'" in result.output
+        assert "no sentinel reachable" not in result.output
+        probe = app.test_cli_runner().invoke(args=["sentinel-status", "--fail-on", "down"])
+        assert probe.exit_code == 2  # a shard that cannot serve fails every policy
+        data = app.test_cli_runner().invoke(args=["sentinel-status", "--json"])
+        shard = json.loads(data.output)["shards"][-1]
+        assert shard["name"] == "not-monitored" and shard["problem"] == "not_monitored"
     finally:
         backend.core.close()
+
+
+@pytest.mark.failover
+def test_refused_sentinel_password_is_auth_refused(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(shards=1, replicas=1, sentinels=1, sentinel_requirepass="right-pw")
+    app, _, backend = build_app(settings_for(cluster, CACHE_REDIS_SENTINEL_PASSWORD="wrong-pw"))
+    try:
+        result = app.test_cli_runner().invoke(args=["sentinel-status"])
+        assert result.exit_code == 2, result.output
+        assert "AUTH REFUSED" in result.output
+        assert "authentication refused" in result.output
+        assert "unreachable" not in result.output.lower()
+        data = app.test_cli_runner().invoke(args=["sentinel-status", "--json"])
+        report = json.loads(data.output)
+        assert [s["state"] for s in report["sentinels"]] == ["auth_refused"]
+        assert report["shards"][0]["problem"] == "sentinels_auth_refused"
+    finally:
+        backend.core.close()
+
+
+def test_configuration_error_exits_3() -> None:
+    """Settings that do not parse fail the app's loading: the command says so, with exit 3."""
+
+    def broken_app() -> Flask:
+        app = Flask("broken")
+        Cache(app, config={"CACHE_TYPE": CACHE_TYPE, "CACHE_REDIS_SENTINELS": "127.0.0.1:1"})
+        return app
+
+    result = CliRunner().invoke(sentinel_status_command, [], obj=ScriptInfo(create_app=broken_app))
+    assert result.exit_code == 3, result.output
+    assert "Error:" in result.output and "CACHE_REDIS_SENTINEL_MASTERS" in result.output
+
+
+def test_usage_errors_exit_3(make_app: MakeApp) -> None:
+    app, _, _ = make_app()
+    runner = app.test_cli_runner()
+    for args in (["--fail-on", "sometimes"], ["--timeout", "0"]):
+        result = runner.invoke(args=["sentinel-status", *args])
+        assert result.exit_code == 3, (args, result.output)
+        assert "Error:" in result.output
 
 
 def test_two_caches_on_two_cores(cluster: LocalSentinelCluster, make_app: MakeApp) -> None:
@@ -99,5 +156,5 @@ def test_app_without_our_cache() -> None:
     app = Flask("no_cache")
     init_app(app)
     result = app.test_cli_runner().invoke(args=["sentinel-status"])
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # a configuration error, not "down"
     assert "no cache of type sentinel_cache.flask.ShardedSentinelCache" in result.output
