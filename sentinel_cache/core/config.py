@@ -270,6 +270,7 @@ class PoolConfig:
     listeners: bool = True
     reresolve_interval: float = 0.2
     metrics: bool = False
+    tracing: bool = False
 
     def __post_init__(self) -> None:
         _check_number("max_connections", self.max_connections, minimum=1, integer=True)
@@ -285,7 +286,7 @@ class PoolConfig:
         _check_number("discovery_timeout", self.discovery_timeout)
         _check_number("failover_hold", self.failover_hold)
         _check_number("reresolve_interval", self.reresolve_interval)
-        for name in ("read_from_replicas", "listeners", "metrics"):
+        for name in ("read_from_replicas", "listeners", "metrics", "tracing"):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, getattr(self, name), "must be True or False")
 
@@ -440,6 +441,7 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "LISTENERS": (_POOL, "listeners"),
     "RERESOLVE_INTERVAL": (_POOL, "reresolve_interval"),
     "METRICS": (_POOL, "metrics"),
+    "TRACING": (_POOL, "tracing"),
     "CONNECTION_KWARGS": ("connection_kwargs", "connection_kwargs"),
     "SENTINEL_KWARGS": ("sentinel_kwargs", "sentinel_kwargs"),
     "SERIALIZER": (_CACHE, "serializer"),

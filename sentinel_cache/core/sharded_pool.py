@@ -89,6 +89,7 @@ class ShardedSentinelPool:
         self._closers: list[Callable[[], None]] = []
         self._operations: CacheClient | None = None  # for execute(), built on first use
         self.metrics = _metrics_backend(config)
+        self.tracer = _tracer(config)
         for shard in self.shards:
             shard.metrics = self.metrics
         self._reset_process_state()
@@ -601,3 +602,19 @@ def _metrics_backend(config: PoolConfig) -> Metrics | None:
             reason='needs prometheus_client: pip install "sentinel-cache[prometheus]"',
         ) from exc
     return shared_metrics()
+
+
+def _tracer(config: PoolConfig) -> Any:
+    """This library's OpenTelemetry tracer when ``TRACING`` is on, else None."""
+    if not config.tracing:
+        return None
+    from sentinel_cache.core import observe
+
+    try:
+        return observe.tracer()
+    except ImportError as exc:
+        raise ConfigurationError(
+            option="TRACING",
+            value=True,
+            reason='needs opentelemetry-api: pip install "sentinel-cache[opentelemetry]"',
+        ) from exc

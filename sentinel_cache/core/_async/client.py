@@ -25,6 +25,7 @@ from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
 
 from sentinel_cache.core._async.io import AsyncShardIO, run_blocking, wait_fence
 from sentinel_cache.core.config import Address
+from sentinel_cache.core.observe import Observed, note, observed
 from sentinel_cache.core.plans import (
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
@@ -34,7 +35,6 @@ from sentinel_cache.core.plans import (
     expiry_args,
     is_ok,
     logger,
-    outcome,
     short_key,
     wrong_type,
 )
@@ -70,30 +70,25 @@ class AsyncCacheOperations(ClientBase):
         if not core.started or shard.address is None:
             await run_blocking(core.ready, shard, False)
         if write and shard.fenced:
+            began = perf_counter()
             await wait_fence(shard, core.config.failover_hold)
+            note(core, shard, fence_wait=perf_counter() - began)
 
     async def execute(
         self, shard: Shard, commands: Sequence[Command], *, write: bool, idempotent: bool = True
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run`."""
-        metrics = self.core.metrics
-        if metrics is None:
+        core = self.core
+        if core.metrics is None and core.tracer is None:
             return await self.run(
                 shard, lambda client: send(client, commands), write=write, idempotent=idempotent
             )
-        started = perf_counter()
-        try:
-            replies = await self.run(
+        with observed(core, shard, commands) as call:
+            call.replies = await self.run(
                 shard, lambda client: send(client, commands), write=write, idempotent=idempotent
             )
-        except BaseException:
-            metrics.call(shard.name, command_name(commands), "error", perf_counter() - started)
-            raise
-        metrics.call(
-            shard.name, command_name(commands), outcome(commands, replies), perf_counter() - started
-        )
-        return replies
+        return list(call.replies)
 
     async def run(
         self,
@@ -131,10 +126,11 @@ class AsyncCacheOperations(ClientBase):
                 reason = f"{type(exc).__name__}: {exc}"
                 await run_blocking(core.reresolve, shard, reason=reason, suspect=address)
             core.retry_or_raise(shard, exc, generation, idempotent=idempotent)
+        note(core, shard, retried=True)
         if write and shard.fenced:
+            began = perf_counter()
             await wait_fence(shard, core.config.failover_hold)
-        if core.metrics is not None:
-            core.metrics.retry(shard.name)
+            note(core, shard, fence_wait=perf_counter() - began)
         return await operation(await self.io.master(shard))
 
     async def scatter(
@@ -147,6 +143,14 @@ class AsyncCacheOperations(ClientBase):
         one for the resend. An error reply takes the single-shard path, which raises it. With
         IGNORE_EXCEPTIONS an unavailable shard's replies are None and the others' are kept.
         """
+        if self.core.tracer is None:
+            return await self._scatter(plan, write, operation)
+        with Observed(self.core, None, None, operation, shards=list(plan)):
+            return await self._scatter(plan, write, operation)
+
+    async def _scatter(
+        self, plan: Mapping[Shard, Sequence[Command]], write: bool, operation: str
+    ) -> dict[Shard, list[Any] | None]:
         core = self.core
         if len(plan) == 1:
             ((shard, commands),) = plan.items()
