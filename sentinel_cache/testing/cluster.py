@@ -632,7 +632,7 @@ class LocalSentinelCluster:
         """Wait until every running replica of the master(s) is linked and receiving writes.
 
         Linked means ROLE replica of the master the sentinels report, master_link_status:up and
-        a fresh write on the master acknowledged (see :meth:`_streaming_pending`).
+        a fresh write on the master acknowledged (see :meth:`_Readiness.streaming_pending`).
         """
         self._require_running()
         names = [name] if name is not None else list(self.master_names)
