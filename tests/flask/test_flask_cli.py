@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from click.testing import CliRunner
 from flask import Flask
-from flask.cli import ScriptInfo
+from flask.cli import FlaskGroup
 from flask_caching import Cache
 from flask_support import MakeApp, build_app, opened, settings_for
 
@@ -113,16 +113,19 @@ def test_refused_sentinel_password_is_auth_refused(make_cluster: ClusterFactory)
 
 
 def test_configuration_error_exits_3() -> None:
-    """Settings that do not parse fail the app's loading: the command says so, with exit 3."""
+    """Settings that do not parse make the app fail to load: when the command is found before
+    the app is loaded (a plugin command, as FlaskGroup looks plugins up), it says so, exit 3."""
 
     def broken_app() -> Flask:
         app = Flask("broken")
         Cache(app, config={"CACHE_TYPE": CACHE_TYPE, "CACHE_REDIS_SENTINELS": "127.0.0.1:1"})
         return app
 
-    result = CliRunner().invoke(sentinel_status_command, [], obj=ScriptInfo(create_app=broken_app))
+    group = FlaskGroup(create_app=broken_app, load_dotenv=False)
+    group.add_command(sentinel_status_command)
+    result = CliRunner().invoke(group, ["sentinel-status"])
     assert result.exit_code == 3, result.output
-    assert "Error:" in result.output and "CACHE_REDIS_SENTINEL_MASTERS" in result.output
+    assert "Error: CACHE_REDIS_SENTINEL_MASTERS" in result.output
 
 
 def test_usage_errors_exit_3(make_app: MakeApp) -> None:
