@@ -269,7 +269,7 @@ def test_faults_start_and_stop_cleanly(server_kind: str) -> None:
         assert plain.config()["sentinels"][0].startswith("127.0.0.1:")
     cluster = LocalSentinelCluster(shards=2, replicas=1, sentinels=3, faults=True)
     with cluster:
-        proxy = cluster._runtime.proxy
+        proxy = cluster.fault_proxy
         assert proxy is not None and proxy.pid is not None
         pids = [*cluster.pids, proxy.pid]
         assert all(h == "127.0.0.1" for h, _ in cluster.sentinel_addresses)
