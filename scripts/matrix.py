@@ -43,7 +43,9 @@ RECIPE = 1
 FRAMEWORK_EXTRAS = "django,flask,embedded,msgpack,zstd"
 CORE_EXTRAS = "embedded,msgpack,zstd"  # no web framework: the core must not need one
 TEST_DEPS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6"]
-PYTEST = ["-q", "-p", "no:cacheprovider", "-m", "not slow"]
+# --continue-on-collection-errors: a module that does not import fails the cell but the rest still
+# runs, so a matrix run shows everything that breaks in a cell at once.
+PYTEST = ["-q", "-p", "no:cacheprovider", "-m", "not slow", "--continue-on-collection-errors"]
 FRAMEWORK_SUITES = ["tests/django", "tests/flask"]
 CORE_SUITES = ["tests/test_core.py", "tests/test_failover.py"]
 
