@@ -381,6 +381,34 @@ def print_table(results: list[Result]) -> None:
             print(f"log:  {r.cell}: {r.log}")
 
 
+def markdown_table() -> str:
+    """The last recorded result of every cell (``.cache/matrix/results.json``), for
+    docs/compatibility.md."""
+    results_file = WORK / "results.json"
+    recorded = json.loads(results_file.read_text()) if results_file.exists() else {}
+    lines = [
+        "| Cell | Set | Python | Django | redis-py | hiredis | Flask-Caching / cachelib "
+        "| Server | Result | Tests | Setup / tests time | Run |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for cell in CELLS.values():
+        r = recorded.get(cell.name)
+        sets_ = "ci, full" if "ci" in cell.sets else "full"
+        if r is None:
+            lines.append(f"| `{cell.name}` | {sets_} | {cell.python} | | | | | | not run | | | |")
+            continue
+        v = r.get("versions") or {}
+        flask = f"{v.get('flask_caching')} / {v.get('cachelib')}" if v.get("flask_caching") else "-"
+        result = "**passed**" if r["ok"] else f"**{r['status']}**"
+        times = f"{_minutes(r['setup_seconds'])} / {_minutes(r['test_seconds'])}"
+        lines.append(
+            f"| `{cell.name}` | {sets_} | {v.get('python', cell.python)} | {v.get('django') or '-'} "
+            f"| {v.get('redis', '')} | {v.get('hiredis') or '-'} | {flask} | {r['server']} "
+            f"| {result} | {r['summary']} | {times} | {r.get('when', '')} |"
+        )
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- tox.ini check
 
 
@@ -449,11 +477,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the cells and exit")
     parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the last recorded result of every cell as a Markdown table and exit",
+    )
+    parser.add_argument(
         "--check-tox", action="store_true", help="compare tox.ini with the cells and exit"
     )
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
     args = parser.parse_args(argv)
 
+    if args.markdown:
+        print(markdown_table())
+        return 0
     if args.check_tox:
         problems = check_tox()
         for problem in problems:
