@@ -234,6 +234,15 @@ def _check_number(
         raise _bad(name, value, f"must be {what} >= {minimum:g}")
 
 
+def _prefixes(value: Any) -> Any:
+    """NEAR_CACHE_PREFIXES as a tuple: a list of strings, or one comma-separated string (URL)."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return value  # refused, with its value, by PoolConfig's check
+
+
 DEFAULT_CONNECTION_KWARGS: Mapping[str, Any] = {
     "socket_timeout": 5.0,
     "socket_connect_timeout": 2.0,
@@ -271,6 +280,11 @@ class PoolConfig:
     reresolve_interval: float = 0.2
     metrics: bool = False
     tracing: bool = False
+    near_cache: bool = False
+    near_cache_max_entries: int = 10_000
+    near_cache_max_bytes: int = 64 * 1024 * 1024
+    near_cache_ttl: float = 60.0
+    near_cache_prefixes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_number("max_connections", self.max_connections, minimum=1, integer=True)
@@ -286,7 +300,20 @@ class PoolConfig:
         _check_number("discovery_timeout", self.discovery_timeout)
         _check_number("failover_hold", self.failover_hold)
         _check_number("reresolve_interval", self.reresolve_interval)
-        for name in ("read_from_replicas", "listeners", "metrics", "tracing"):
+        _check_number(
+            "near_cache_max_entries", self.near_cache_max_entries, minimum=1, integer=True
+        )
+        _check_number("near_cache_max_bytes", self.near_cache_max_bytes, minimum=1, integer=True)
+        _check_number("near_cache_ttl", self.near_cache_ttl, minimum=0.001)
+        if not isinstance(self.near_cache_prefixes, tuple) or not all(
+            isinstance(p, str) and p for p in self.near_cache_prefixes
+        ):
+            raise _bad(
+                "near_cache_prefixes",
+                self.near_cache_prefixes,
+                "must be a list of non-empty strings (key prefixes as stored)",
+            )
+        for name in ("read_from_replicas", "listeners", "metrics", "tracing", "near_cache"):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, getattr(self, name), "must be True or False")
 
@@ -310,6 +337,8 @@ class PoolConfig:
             "sentinel_kwargs",
         }
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in pool_fields}
+        if "near_cache_prefixes" in options:
+            options["near_cache_prefixes"] = _prefixes(options["near_cache_prefixes"])
         _check_connection_kwargs(kwargs, "connection_kwargs")
         sentinel_kwargs = dict(sentinel_kwargs or {})
         _check_connection_kwargs(sentinel_kwargs, "sentinel_kwargs")
@@ -442,6 +471,11 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "RERESOLVE_INTERVAL": (_POOL, "reresolve_interval"),
     "METRICS": (_POOL, "metrics"),
     "TRACING": (_POOL, "tracing"),
+    "NEAR_CACHE": (_POOL, "near_cache"),
+    "NEAR_CACHE_MAX_ENTRIES": (_POOL, "near_cache_max_entries"),
+    "NEAR_CACHE_MAX_BYTES": (_POOL, "near_cache_max_bytes"),
+    "NEAR_CACHE_TTL": (_POOL, "near_cache_ttl"),
+    "NEAR_CACHE_PREFIXES": (_POOL, "near_cache_prefixes"),
     "CONNECTION_KWARGS": ("connection_kwargs", "connection_kwargs"),
     "SENTINEL_KWARGS": ("sentinel_kwargs", "sentinel_kwargs"),
     "SERIALIZER": (_CACHE, "serializer"),

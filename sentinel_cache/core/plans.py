@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sentinel_cache.core.near import NearCache
 from sentinel_cache.core.serializers import Codec, InvalidValueError
 from sentinel_cache.core.shard import Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
@@ -145,6 +146,33 @@ class ClientBase:
     def value_of(self, data: Any, key: Any, default: Any) -> Any:
         value = MISS if data is None else self.decode(data, key)
         return default if value is MISS else value
+
+    # -- the near cache (NEAR_CACHE): local hits, and what our own writes make stale ----------
+    def near_hits(self, near: NearCache, keys: Iterable[Any]) -> tuple[dict[Any, Any], list[Any]]:
+        """The values of ``keys`` the near cache may serve, and the keys to ask the shards."""
+        local: dict[Any, Any] = {}
+        missing: list[Any] = []
+        shard_for = self.core.shard_for
+        for key in dict.fromkeys(keys):
+            data = near.get(shard_for(key), key)
+            value = MISS if data is None else self.decode(data, key)
+            if value is MISS:
+                missing.append(key)
+            else:
+                local[key] = value
+        return local, missing
+
+    def forget(self, keys: Iterable[Any]) -> None:
+        """Our write of ``keys`` was acknowledged (or its outcome is unknown): no local copy of
+        them may be served any more."""
+        near = self.core.near
+        if near is not None:
+            near.evict(keys)
+
+    def forget_shard(self, shard: Shard, cause: str) -> None:
+        near = self.core.near
+        if near is not None:
+            near.flush_shard(shard.index, cause)
 
     # -- writes that wait for replicas (DURABLE_REPLICAS) ------------------------------------
     def durable(self, commands: list[Command]) -> list[Command]:

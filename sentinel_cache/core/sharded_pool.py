@@ -24,6 +24,7 @@ from sentinel_cache.core.discovery import (
 from sentinel_cache.core.housekeeping import STALE_FENCE_SECONDS, Housekeeper
 from sentinel_cache.core.listener import ListenerGroup
 from sentinel_cache.core.metrics import Metrics, source_kind
+from sentinel_cache.core.near import NearCache
 from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.shard import (
     Evidence,
@@ -89,6 +90,7 @@ class ShardedSentinelPool:
         self._closers: list[Callable[[], None]] = []
         self._operations: CacheClient | None = None  # for execute(), built on first use
         self.metrics = _metrics_backend(config)
+        self.near = NearCache(config, len(self.shards)) if config.near_cache else None
         self.tracer = _tracer(config)
         for shard in self.shards:
             shard.metrics = self.metrics
@@ -111,6 +113,8 @@ class ShardedSentinelPool:
         )
         for shard in self.shards:
             shard.reset_locks()
+        if self.near is not None:  # a forked child starts empty and tracks on its own
+            self.near.reset()
         self.listeners: ListenerGroup | None = None
         self.housekeeper: Housekeeper | None = None
 
@@ -147,10 +151,14 @@ class ShardedSentinelPool:
                 self, config.connection_options(), replicas=config.read_from_replicas
             )
             self.housekeeper.start()
+        if self.near is not None:
+            self.near.start(self.shards, config)
 
     def _stop_background(self, *, wait: bool) -> None:
         listeners, self.listeners = self.listeners, None
         housekeeper, self.housekeeper = self.housekeeper, None
+        if self.near is not None:
+            self.near.stop(wait=wait)
         if listeners is not None:
             listeners.stop(wait=wait)
         if housekeeper is not None:
@@ -579,6 +587,7 @@ class ShardedSentinelPool:
                     "fence_reason": shard.fence_reason,
                     "error": None if shard.error is None else str(shard.error),
                     "connections": shard.pool.connection_count(),
+                    "near_cache": None if self.near is None else self.near.status(shard.index),
                 }
                 for shard in self.shards
             ],

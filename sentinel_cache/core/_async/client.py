@@ -75,18 +75,32 @@ class AsyncCacheOperations(ClientBase):
             note(core, shard, fence_wait=perf_counter() - began)
 
     async def execute(
-        self, shard: Shard, commands: Sequence[Command], *, write: bool, idempotent: bool = True
+        self,
+        shard: Shard,
+        commands: Sequence[Command],
+        *,
+        write: bool,
+        idempotent: bool = True,
+        replicas: bool = True,
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run`."""
         core = self.core
         if core.metrics is None and core.tracer is None:
             return await self.run(
-                shard, lambda client: send(client, commands), write=write, idempotent=idempotent
+                shard,
+                lambda client: send(client, commands),
+                write=write,
+                idempotent=idempotent,
+                replicas=replicas,
             )
         with observed(core, shard, commands) as call:
             call.replies = await self.run(
-                shard, lambda client: send(client, commands), write=write, idempotent=idempotent
+                shard,
+                lambda client: send(client, commands),
+                write=write,
+                idempotent=idempotent,
+                replicas=replicas,
             )
         return list(call.replies)
 
@@ -97,6 +111,7 @@ class AsyncCacheOperations(ClientBase):
         *,
         write: bool,
         idempotent: bool = True,
+        replicas: bool = True,
     ) -> T:
         """``operation(client)`` on the shard's master (or, for a read, a replica in rotation)
         with the pull-path safety net; the one definition of it.
@@ -110,7 +125,8 @@ class AsyncCacheOperations(ClientBase):
         """
         core = self.core
         await self.ready(shard, write)
-        replica, client = (None, None) if write else await self.io.reader(shard)
+        reader = not write and replicas  # a read a replica in rotation may serve
+        replica, client = await self.io.reader(shard) if reader else (None, None)
         if client is None:
             client = await self.io.master(shard)
         address, generation = shard.current()
@@ -235,21 +251,40 @@ class AsyncCacheOperations(ClientBase):
         *,
         write: bool,
         idempotent: bool = True,
+        replicas: bool = True,
     ) -> list[Any]:
         """``commands`` on the key's shard. With IGNORE_EXCEPTIONS an unavailable shard
         answers ``absent``: the replies as if the key did not exist (the one fail-open rule)."""
         shard = self.core.shard_for(key)
         try:
-            return await self.execute(shard, commands, write=write, idempotent=idempotent)
+            return await self.execute(
+                shard, commands, write=write, idempotent=idempotent, replicas=replicas
+            )
         except MASTER_ERRORS as exc:
             if not self.fail_open.skip(shard, exc, commands[0][0]):
                 raise
             return absent
+        finally:
+            if write:
+                self.forget([key])
 
     # -- single key --------------------------------------------------------------------------
     async def get(self, key: Any, default: Any = None) -> Any:
+        near = self.core.near
+        ticket = None
+        if near is not None:
+            shard = self.core.shard_for(key)
+            local = near.get(shard, key)
+            if local is not None:
+                return self.value_of(local, key, default)
+            ticket = near.ticket(shard, key)
         try:
-            (data,) = await self._on(key, [("GET", key)], [None], write=False)
+            # A read whose reply may be kept is read on the master, which is the node tracked.
+            (data,) = await self._on(
+                key, [("GET", key)], [None], write=False, replicas=ticket is None
+            )
+            if ticket is not None:
+                near.fill(shard, key, ticket, data)  # type: ignore[union-attr]
         except ResponseError as exc:
             if not wrong_type(exc):
                 raise
@@ -291,6 +326,9 @@ class AsyncCacheOperations(ClientBase):
         return bool(reply)
 
     async def has_key(self, key: Any) -> bool:
+        near = self.core.near
+        if near is not None and near.get(self.core.shard_for(key), key) is not None:
+            return True
         (reply,) = await self._on(key, [("EXISTS", key)], [0], write=False)
         return bool(reply)
 
@@ -330,10 +368,23 @@ class AsyncCacheOperations(ClientBase):
 
     # -- many keys ---------------------------------------------------------------------------
     async def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        groups, plan = self.mget_plan(keys)
+        near = self.core.near
+        if near is None:
+            groups, plan = self.mget_plan(keys)
+            if not plan:
+                return {}
+            return self.found(groups, await self.scatter(plan, write=False, operation="get_many"))
+        local, missing = self.near_hits(near, keys)
+        groups, plan = self.mget_plan(missing)
         if not plan:
-            return {}
-        return self.found(groups, await self.scatter(plan, write=False, operation="get_many"))
+            return local
+        tickets = {key: near.ticket(shard, key) for shard, group in groups.items() for key in group}
+        replies = await self.scatter(plan, write=False, operation="get_many")
+        for shard, shard_replies in replies.items():
+            if shard_replies is not None:
+                for key, data in zip(groups[shard], shard_replies[0], strict=True):
+                    near.fill(shard, key, tickets[key], data)
+        return {**local, **self.found(groups, replies)}
 
     async def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
         """Returns the keys that failed (Django's contract)."""
@@ -343,7 +394,10 @@ class AsyncCacheOperations(ClientBase):
             await self.delete_many(list(mapping))
             return []
         groups, plan = self.set_plan(mapping, timeout)
-        return self.not_set(groups, await self.scatter(plan, write=True, operation="set_many"))
+        try:
+            return self.not_set(groups, await self.scatter(plan, write=True, operation="set_many"))
+        finally:
+            self.forget(mapping)
 
     async def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
@@ -358,15 +412,22 @@ class AsyncCacheOperations(ClientBase):
         if timeout is not None and timeout <= 0:  # stored and expired at once
             return {**missing, **found}
         groups, plan = self.add_plan(missing, timeout)
-        replies = await self.scatter(plan, write=True, operation="get_or_set_many")
+        try:
+            replies = await self.scatter(plan, write=True, operation="get_or_set_many")
+        finally:
+            self.forget(missing)
         found.update(self.stored(groups, replies))
         return found
 
     async def delete_many(self, keys: Iterable[Any]) -> int:
+        keys = list(keys)
         plan = self.del_plan(keys)
         if not plan:
             return 0
-        replies = await self.scatter(plan, write=True, operation="delete_many")
+        try:
+            replies = await self.scatter(plan, write=True, operation="delete_many")
+        finally:
+            self.forget(keys)
         return sum(int(r[0]) for r in replies.values() if r is not None)
 
     async def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
@@ -382,7 +443,10 @@ class AsyncCacheOperations(ClientBase):
         gone: dict[Any, bool] = {}
         if not plan:
             return gone
-        removed = await self.scatter(plan, write=True, operation="delete_many")
+        try:
+            removed = await self.scatter(plan, write=True, operation="delete_many")
+        finally:
+            self.forget([key for group in groups.values() for key in group])
         for shard, replies in removed.items():
             if replies is not None:
                 gone.update(zip(groups[shard], (not r for r in replies[1:]), strict=True))
@@ -427,7 +491,10 @@ class AsyncCacheOperations(ClientBase):
         return deleted
 
     async def _unlink(self, shard: Shard, keys: list[bytes]) -> int:
-        (reply,) = await self.execute(shard, [("UNLINK", *keys)], write=True)
+        try:
+            (reply,) = await self.execute(shard, [("UNLINK", *keys)], write=True)
+        finally:
+            self.forget(keys)
         return int(reply)
 
     async def delete_pattern(self, pattern: str, *, count: int = SCAN_COUNT) -> int:
@@ -452,7 +519,10 @@ class AsyncCacheOperations(ClientBase):
                 if pattern:
                     await self.delete_pattern_on(shard, pattern)
                 else:
-                    await self.execute(shard, [("FLUSHDB", "ASYNC")], write=True)
+                    try:
+                        await self.execute(shard, [("FLUSHDB", "ASYNC")], write=True)
+                    finally:
+                        self.forget_shard(shard, "clear")
             except MASTER_ERRORS as exc:
                 if not self.fail_open.skip(shard, exc, "clear"):
                     raise

@@ -76,18 +76,32 @@ class CacheOperations(ClientBase):
             note(core, shard, fence_wait=perf_counter() - began)
 
     def execute(
-        self, shard: Shard, commands: Sequence[Command], *, write: bool, idempotent: bool = True
+        self,
+        shard: Shard,
+        commands: Sequence[Command],
+        *,
+        write: bool,
+        idempotent: bool = True,
+        replicas: bool = True,
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run`."""
         core = self.core
         if core.metrics is None and core.tracer is None:
             return self.run(
-                shard, lambda client: send(client, commands), write=write, idempotent=idempotent
+                shard,
+                lambda client: send(client, commands),
+                write=write,
+                idempotent=idempotent,
+                replicas=replicas,
             )
         with observed(core, shard, commands) as call:
             call.replies = self.run(
-                shard, lambda client: send(client, commands), write=write, idempotent=idempotent
+                shard,
+                lambda client: send(client, commands),
+                write=write,
+                idempotent=idempotent,
+                replicas=replicas,
             )
         return list(call.replies)
 
@@ -98,6 +112,7 @@ class CacheOperations(ClientBase):
         *,
         write: bool,
         idempotent: bool = True,
+        replicas: bool = True,
     ) -> T:
         """``operation(client)`` on the shard's master (or, for a read, a replica in rotation)
         with the pull-path safety net; the one definition of it.
@@ -111,7 +126,8 @@ class CacheOperations(ClientBase):
         """
         core = self.core
         self.ready(shard, write)
-        replica, client = (None, None) if write else self.io.reader(shard)
+        reader = not write and replicas  # a read a replica in rotation may serve
+        replica, client = self.io.reader(shard) if reader else (None, None)
         if client is None:
             client = self.io.master(shard)
         address, generation = shard.current()
@@ -236,21 +252,40 @@ class CacheOperations(ClientBase):
         *,
         write: bool,
         idempotent: bool = True,
+        replicas: bool = True,
     ) -> list[Any]:
         """``commands`` on the key's shard. With IGNORE_EXCEPTIONS an unavailable shard
         answers ``absent``: the replies as if the key did not exist (the one fail-open rule)."""
         shard = self.core.shard_for(key)
         try:
-            return self.execute(shard, commands, write=write, idempotent=idempotent)
+            return self.execute(
+                shard, commands, write=write, idempotent=idempotent, replicas=replicas
+            )
         except MASTER_ERRORS as exc:
             if not self.fail_open.skip(shard, exc, commands[0][0]):
                 raise
             return absent
+        finally:
+            if write:
+                self.forget([key])
 
     # -- single key --------------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:
+        near = self.core.near
+        ticket = None
+        if near is not None:
+            shard = self.core.shard_for(key)
+            local = near.get(shard, key)
+            if local is not None:
+                return self.value_of(local, key, default)
+            ticket = near.ticket(shard, key)
         try:
-            (data,) = self._on(key, [("GET", key)], [None], write=False)
+            # A read whose reply may be kept is read on the master, which is the node tracked.
+            (data,) = self._on(
+                key, [("GET", key)], [None], write=False, replicas=ticket is None
+            )
+            if ticket is not None:
+                near.fill(shard, key, ticket, data)  # type: ignore[union-attr]
         except ResponseError as exc:
             if not wrong_type(exc):
                 raise
@@ -292,6 +327,9 @@ class CacheOperations(ClientBase):
         return bool(reply)
 
     def has_key(self, key: Any) -> bool:
+        near = self.core.near
+        if near is not None and near.get(self.core.shard_for(key), key) is not None:
+            return True
         (reply,) = self._on(key, [("EXISTS", key)], [0], write=False)
         return bool(reply)
 
@@ -331,10 +369,23 @@ class CacheOperations(ClientBase):
 
     # -- many keys ---------------------------------------------------------------------------
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        groups, plan = self.mget_plan(keys)
+        near = self.core.near
+        if near is None:
+            groups, plan = self.mget_plan(keys)
+            if not plan:
+                return {}
+            return self.found(groups, self.scatter(plan, write=False, operation="get_many"))
+        local, missing = self.near_hits(near, keys)
+        groups, plan = self.mget_plan(missing)
         if not plan:
-            return {}
-        return self.found(groups, self.scatter(plan, write=False, operation="get_many"))
+            return local
+        tickets = {key: near.ticket(shard, key) for shard, group in groups.items() for key in group}
+        replies = self.scatter(plan, write=False, operation="get_many")
+        for shard, shard_replies in replies.items():
+            if shard_replies is not None:
+                for key, data in zip(groups[shard], shard_replies[0], strict=True):
+                    near.fill(shard, key, tickets[key], data)
+        return {**local, **self.found(groups, replies)}
 
     def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
         """Returns the keys that failed (Django's contract)."""
@@ -344,7 +395,10 @@ class CacheOperations(ClientBase):
             self.delete_many(list(mapping))
             return []
         groups, plan = self.set_plan(mapping, timeout)
-        return self.not_set(groups, self.scatter(plan, write=True, operation="set_many"))
+        try:
+            return self.not_set(groups, self.scatter(plan, write=True, operation="set_many"))
+        finally:
+            self.forget(mapping)
 
     def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
@@ -359,15 +413,22 @@ class CacheOperations(ClientBase):
         if timeout is not None and timeout <= 0:  # stored and expired at once
             return {**missing, **found}
         groups, plan = self.add_plan(missing, timeout)
-        replies = self.scatter(plan, write=True, operation="get_or_set_many")
+        try:
+            replies = self.scatter(plan, write=True, operation="get_or_set_many")
+        finally:
+            self.forget(missing)
         found.update(self.stored(groups, replies))
         return found
 
     def delete_many(self, keys: Iterable[Any]) -> int:
+        keys = list(keys)
         plan = self.del_plan(keys)
         if not plan:
             return 0
-        replies = self.scatter(plan, write=True, operation="delete_many")
+        try:
+            replies = self.scatter(plan, write=True, operation="delete_many")
+        finally:
+            self.forget(keys)
         return sum(int(r[0]) for r in replies.values() if r is not None)
 
     def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
@@ -383,7 +444,10 @@ class CacheOperations(ClientBase):
         gone: dict[Any, bool] = {}
         if not plan:
             return gone
-        removed = self.scatter(plan, write=True, operation="delete_many")
+        try:
+            removed = self.scatter(plan, write=True, operation="delete_many")
+        finally:
+            self.forget([key for group in groups.values() for key in group])
         for shard, replies in removed.items():
             if replies is not None:
                 gone.update(zip(groups[shard], (not r for r in replies[1:]), strict=True))
@@ -428,7 +492,10 @@ class CacheOperations(ClientBase):
         return deleted
 
     def _unlink(self, shard: Shard, keys: list[bytes]) -> int:
-        (reply,) = self.execute(shard, [("UNLINK", *keys)], write=True)
+        try:
+            (reply,) = self.execute(shard, [("UNLINK", *keys)], write=True)
+        finally:
+            self.forget(keys)
         return int(reply)
 
     def delete_pattern(self, pattern: str, *, count: int = SCAN_COUNT) -> int:
@@ -453,7 +520,10 @@ class CacheOperations(ClientBase):
                 if pattern:
                     self.delete_pattern_on(shard, pattern)
                 else:
-                    self.execute(shard, [("FLUSHDB", "ASYNC")], write=True)
+                    try:
+                        self.execute(shard, [("FLUSHDB", "ASYNC")], write=True)
+                    finally:
+                        self.forget_shard(shard, "clear")
             except MASTER_ERRORS as exc:
                 if not self.fail_open.skip(shard, exc, "clear"):
                     raise

@@ -1,0 +1,366 @@
+"""The near cache (``NEAR_CACHE = True``): a process-local copy of hot values, kept correct by
+the servers' invalidations and by failovers.
+
+Per shard, one tracker thread holds one connection to the shard's master on which it sends
+``CLIENT TRACKING ON REDIRECT <its own id> BCAST [PREFIX p ...]`` and then ``SUBSCRIBE
+__redis__:invalidate`` (RESP2; Redis 6.0+, Valkey 7.2+). The server then names on it every key
+written, deleted or expired by anyone (another process, a Java service, ``redis-cli``), and
+sends a null message when it flushes (``FLUSHDB``, ``FLUSHALL``, a full resync). BCAST mode needs
+no tracking state per data connection, so the pools are untouched and a lost tracker connection
+is noticed by the one thread that owns it. A ``PING`` every second bounds the time a silently
+cut connection goes unnoticed.
+
+What keeps a copy correct:
+
+1. **Sessions.** A shard's copies carry the *session* they were stored in; a session starts
+   when the tracker is subscribed and ends when its connection is lost or errs, when the shard's
+   master switches, and when the core stops. A copy of another session, or of another master
+   generation than the shard's current one, is never served (so a switch hides the shard's copies
+   at once, before the tracker has even noticed it).
+2. **Tickets** (the in-flight race). A read that misses takes a ticket for the key before it
+   sends; an invalidation of that key, a local write of it or the end of the session tears the
+   ticket; the reply is stored only if its ticket is intact. An invalidation that arrives before
+   the read's reply therefore never leaves the old value behind.
+3. **Own writes** evict the key after the server acknowledged them (or failed), and tear its
+   tickets: a thread reads its own writes.
+4. **Bounds**: a copy lives at most ``NEAR_CACHE_TTL`` seconds; the least recently used copies
+   go first beyond ``NEAR_CACHE_MAX_ENTRIES`` or ``NEAR_CACHE_MAX_BYTES`` (stored bytes).
+
+Reads that ``READ_FROM_REPLICAS`` would send to a replica bypass the near cache (replicas are
+not tracked; a replica may apply a write after the master announced it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from sentinel_cache.core.config import connection_class_and_kwargs
+from sentinel_cache.core.throttle import Throttle
+
+if TYPE_CHECKING:
+    from sentinel_cache.core.config import PoolConfig
+    from sentinel_cache.core.shard import Shard
+
+logger = logging.getLogger("sentinel_cache.near")
+
+CHANNEL = b"__redis__:invalidate"
+PING_EVERY = 1.0  # seconds between two pings on a quiet tracker connection
+PONG_WITHIN = 1.0  # a ping unanswered this long ends the session
+RETRY_EVERY = 0.2  # seconds between two attempts to start tracking a shard
+
+
+class _Entry(NamedTuple):
+    data: bytes
+    shard: int
+    session: int
+    generation: int
+    expires: float
+    size: int
+
+
+class _ShardState:
+    """One shard's tracking session and counters (guarded by the near cache's lock)."""
+
+    __slots__ = ("session", "live", "keys", "bytes", "hits", "misses", "invalidations", "flushes")
+
+    def __init__(self) -> None:
+        self.session = 0
+        self.live = False  # a tracker is subscribed for ``session``
+        self.keys: set[Any] = set()
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.invalidations = 0
+        self.flushes: dict[str, int] = {}
+
+
+class NearCache:
+    """The local copies of one core, all shards together (one LRU, one lock)."""
+
+    def __init__(self, config: PoolConfig, shard_count: int) -> None:
+        self.max_entries = config.near_cache_max_entries
+        self.max_bytes = config.near_cache_max_bytes
+        self.ttl = config.near_cache_ttl
+        self.prefixes = tuple(config.near_cache_prefixes)
+        self._prefix_bytes = tuple(p.encode() for p in self.prefixes)
+        self._shard_count = shard_count
+        self._trackers: list[_Tracker] = []
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty, untracked state (a new process after a fork starts from here)."""
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Any, _Entry] = OrderedDict()
+        self._tickets: dict[Any, tuple[object, int, int, int]] = {}
+        self._shards = [_ShardState() for _ in range(self._shard_count)]
+        self._bytes = 0
+        self._trackers = []
+
+    def __repr__(self) -> str:
+        live = sum(state.live for state in self._shards)
+        return (
+            f"<NearCache {len(self._entries)} entries {self._bytes} bytes, "
+            f"{live}/{len(self._shards)} shards tracked>"
+        )
+
+    # -- reads -------------------------------------------------------------------------------
+    def wanted(self, key: Any) -> bool:
+        if not self.prefixes:
+            return True
+        if isinstance(key, bytes):
+            return key.startswith(self._prefix_bytes)
+        return str(key).startswith(self.prefixes)
+
+    def get(self, shard: Shard, key: Any) -> bytes | None:
+        """The local copy of ``key`` if one may be served, else None (counted as a miss)."""
+        state = self._shards[shard.index]
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                if (
+                    state.live
+                    and entry.session == state.session
+                    and entry.generation == shard.generation
+                    and entry.expires > time.monotonic()
+                ):
+                    self._entries.move_to_end(key)
+                    state.hits += 1
+                    return entry.data
+                self._drop_locked(key)
+            state.misses += 1
+            return None
+
+    def ticket(self, shard: Shard, key: Any) -> object | None:
+        """A ticket for a read of ``key`` about to be sent, or None if its reply must not be
+        stored (not tracked now, or a key outside ``NEAR_CACHE_PREFIXES``)."""
+        state = self._shards[shard.index]
+        if not state.live or not self.wanted(key):
+            return None
+        ticket = object()
+        with self._lock:
+            self._tickets[key] = (ticket, shard.index, state.session, shard.generation)
+        return ticket
+
+    def fill(self, shard: Shard, key: Any, ticket: object | None, data: Any) -> None:
+        """Store the reply of a ticketed read if nothing tore the ticket meanwhile."""
+        if ticket is None:
+            return
+        with self._lock:
+            held = self._tickets.get(key)
+            if held is None or held[0] is not ticket:
+                return  # torn: invalidated or written meanwhile (or a newer read's ticket)
+            del self._tickets[key]
+            state = self._shards[shard.index]
+            if (
+                not isinstance(data, bytes)
+                or not state.live
+                or held[2] != state.session
+                or held[3] != shard.generation
+            ):
+                return
+            if key in self._entries:
+                self._drop_locked(key)
+            size = len(data)
+            if size > self.max_bytes:
+                return
+            expires = time.monotonic() + self.ttl
+            self._entries[key] = _Entry(data, shard.index, held[2], held[3], expires, size)
+            state.keys.add(key)
+            state.bytes += size
+            self._bytes += size
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                oldest = next(iter(self._entries))
+                self._drop_locked(oldest)
+
+    # -- writes and invalidations ------------------------------------------------------------
+    def evict(self, keys: Iterable[Any]) -> None:
+        """Our own write (or delete) of ``keys`` was acknowledged or failed: forget them."""
+        with self._lock:
+            for key in keys:
+                self._tickets.pop(key, None)
+                if key in self._entries:
+                    self._drop_locked(key)
+
+    def invalidate(self, index: int, keys: Sequence[bytes] | None) -> None:
+        """The server says ``keys`` changed (None: everything on this shard)."""
+        with self._lock:
+            state = self._shards[index]
+            if keys is None:
+                self._flush_locked(index, "server flush")
+                return
+            state.invalidations += len(keys)
+            for raw in keys:
+                for key in (raw, raw.decode("utf-8", "surrogateescape")):
+                    self._tickets.pop(key, None)
+                    if key in self._entries:
+                        self._drop_locked(key)
+
+    def flush_shard(self, index: int, cause: str) -> None:
+        """Drop every copy of one shard, and its tickets (``clear`` flushed its database)."""
+        with self._lock:
+            self._flush_locked(index, cause)
+
+    # -- sessions ----------------------------------------------------------------------------
+    def begin(self, index: int) -> int:
+        """The tracker of shard ``index`` is subscribed: a new session starts, empty."""
+        with self._lock:
+            self._flush_locked(index, None)
+            state = self._shards[index]
+            state.session += 1
+            state.live = True
+            return state.session
+
+    def end(self, index: int, session: int | None, cause: str) -> None:
+        """Tracking of shard ``index`` stopped (``session`` None: whatever session is on)."""
+        with self._lock:
+            state = self._shards[index]
+            if session is not None and session != state.session:
+                return
+            state.session += 1
+            state.live = False
+            self._flush_locked(index, cause)
+
+    def _flush_locked(self, index: int, cause: str | None) -> None:
+        state = self._shards[index]
+        if cause is not None and (state.keys or state.live):
+            state.flushes[cause] = state.flushes.get(cause, 0) + 1
+        for key in list(state.keys):
+            self._drop_locked(key)
+        for key in [k for k, held in self._tickets.items() if held[1] == index]:
+            del self._tickets[key]
+
+    def _drop_locked(self, key: Any) -> None:
+        entry = self._entries.pop(key)
+        state = self._shards[entry.shard]
+        state.keys.discard(key)
+        state.bytes -= entry.size
+        self._bytes -= entry.size
+
+    # -- trackers ----------------------------------------------------------------------------
+    def start(self, shards: Sequence[Shard], config: PoolConfig) -> None:
+        """One tracker thread per shard (the core starts them with its listeners)."""
+        self._trackers = [_Tracker(self, shard, config) for shard in shards]
+        for tracker in self._trackers:
+            tracker.start()
+
+    def stop(self, *, wait: bool) -> None:
+        trackers, self._trackers = self._trackers, []
+        for tracker in trackers:
+            tracker.stop()
+        for index in range(len(self._shards)):
+            self.end(index, None, "stopped")
+        if wait:
+            for tracker in trackers:
+                tracker.join(timeout=5)
+
+    def status(self, index: int) -> dict[str, Any]:
+        """One shard's counters for ``status()`` (entries, bytes, hit ratio, flushes by cause)."""
+        with self._lock:
+            state = self._shards[index]
+            lookups = state.hits + state.misses
+            return {
+                "tracked": state.live,
+                "entries": len(state.keys),
+                "bytes": state.bytes,
+                "hits": state.hits,
+                "misses": state.misses,
+                "hit_ratio": round(state.hits / lookups, 4) if lookups else None,
+                "invalidations": state.invalidations,
+                "flushes": dict(state.flushes),
+            }
+
+
+class _Tracker(threading.Thread):
+    """Keeps one shard tracked: connect to its master, subscribe, apply invalidations; any
+    error, a switch or an unanswered ping ends the session (its copies go) and it starts over."""
+
+    def __init__(self, near: NearCache, shard: Shard, config: PoolConfig) -> None:
+        super().__init__(name=f"sentinel_cache-near-{shard.name}", daemon=True)
+        self.near = near
+        self.shard = shard
+        cls, kwargs = connection_class_and_kwargs(config.connection_options())
+        kwargs.pop("host", None)
+        kwargs.pop("port", None)
+        kwargs["protocol"] = 2  # RESP2 pub/sub messages, whatever redis-py's default protocol
+        self._connection_class, self._kwargs = cls, kwargs
+        self._prefixes = [arg for prefix in near.prefixes for arg in ("PREFIX", prefix)]
+        self._stopped = threading.Event()
+        self._failures = Throttle(30.0)
+
+    def __repr__(self) -> str:
+        return f"<NearCache tracker {self.shard.label} alive={self.is_alive()}>"
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            address, generation = self.shard.current()
+            if address is None:
+                self._stopped.wait(RETRY_EVERY)
+                continue
+            connection = self._connection_class(
+                host=address.host, port=address.port, **self._kwargs
+            )
+            session = None
+            cause = "tracker connection lost"
+            try:
+                connection.connect()
+                connection.send_command("CLIENT", "ID")
+                own_id = connection.read_response()
+                connection.send_command(
+                    "CLIENT", "TRACKING", "ON", "REDIRECT", own_id, "BCAST", *self._prefixes
+                )
+                connection.read_response()
+                connection.send_command("SUBSCRIBE", CHANNEL)
+                connection.read_response()
+                session = self.near.begin(self.shard.index)
+                cause = self._follow(connection, generation)
+            except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError) as exc:
+                self._failures.warn(
+                    logger,
+                    "near cache: tracking shard %s at %s failed (its copies are not served "
+                    "until tracking resumes): %s: %s",
+                    self.shard.label,
+                    address,
+                    type(exc).__name__,
+                    exc,
+                )
+            finally:
+                self.near.end(self.shard.index, session, cause)
+                connection.disconnect()
+            self._stopped.wait(RETRY_EVERY)
+
+    def _follow(self, connection: Any, generation: int) -> str:
+        """Apply invalidations until something ends the session; returns the cause."""
+        pinged_at: float | None = None
+        quiet_since = time.monotonic()
+        index = self.shard.index
+        while not self._stopped.is_set():
+            if self.shard.generation != generation:
+                return "master switched"
+            if connection.can_read(timeout=0.1):
+                reply = connection.read_response()
+                quiet_since = time.monotonic()
+                kind = reply[0] if isinstance(reply, list) and reply else None
+                if kind == b"message" and reply[1] == CHANNEL:
+                    self.near.invalidate(index, reply[2])
+                elif kind == b"pong":
+                    pinged_at = None
+                continue
+            now = time.monotonic()
+            if pinged_at is not None and now - pinged_at > PONG_WITHIN:
+                return "tracker ping unanswered"
+            if pinged_at is None and now - quiet_since > PING_EVERY:
+                connection.send_command("PING")
+                pinged_at = now
+        return "stopped"

@@ -1,0 +1,300 @@
+"""The near cache (issue 13) on real servers: invalidations from any writer, read-your-writes,
+the in-flight race, failovers (planned and SIGKILL), a lost tracker, server flushes, bounds,
+fork and asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from sentinel_cache import ConfigurationError
+from sentinel_cache.core import _sync
+from sentinel_cache.core.aio import AsyncCacheClient
+from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.testing import LocalSentinelCluster
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.005)
+
+
+def near_status(core: ShardedSentinelPool, key: str) -> dict[str, Any]:
+    return core.status()["shards"][core.shard_index(key)]["near_cache"]
+
+
+def tracked(core: ShardedSentinelPool) -> bool:
+    return all(shard["near_cache"]["tracked"] for shard in core.status()["shards"])
+
+
+def cached(client: CacheClient, core: ShardedSentinelPool, key: str) -> None:
+    """Read ``key`` until its copy is kept (the echo of our own last write may evict the first
+    copy: BCAST tracking tells every client, the writer included)."""
+    wait_until(
+        lambda: client.get(key) is not None and near_status(core, key)["entries"] >= 1,
+        2,
+        f"a local copy of {key}",
+    )
+
+
+def outsider(core: ShardedSentinelPool, key: str) -> redis.Redis:
+    """Another writer (a Java service, redis-cli): a plain client on the key's master."""
+    address = core.shard_for(key).address
+    assert address is not None
+    db = core.config.connection_options().get("db", 0)
+    return redis.Redis(host=address.host, port=address.port, db=db)
+
+
+@pytest.fixture
+def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
+    made = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, near_cache=True, db=5
+    )
+    CacheClient(made, Codec()).clear(None)
+    wait_until(lambda: tracked(made), 5, "tracking")
+    yield made
+    made.close()
+
+
+def test_a_hit_is_served_locally_and_an_outside_write_evicts_it(core: ShardedSentinelPool) -> None:
+    client = CacheClient(core, Codec())
+    client.set("near:a", {"v": 1}, None)
+    assert client.get("near:a") == {"v": 1}
+    cached(client, core, "near:a")
+    before = near_status(core, "near:a")
+    assert client.get("near:a") == {"v": 1}
+    after = near_status(core, "near:a")
+    assert after["hits"] == before["hits"] + 1
+    with outsider(core, "near:a") as other:
+        other.set("near:a", Codec().dumps({"v": 2}))
+        written = time.monotonic()
+    wait_until(lambda: client.get("near:a") == {"v": 2}, 1, "the invalidation")
+    assert time.monotonic() - written < 1
+    assert near_status(core, "near:a")["invalidations"] >= 1
+
+
+def test_own_writes_are_read_back_at_once(core: ShardedSentinelPool) -> None:
+    client = CacheClient(core, Codec())
+    for n in range(20):  # no waiting for the server's invalidation between write and read
+        client.set("near:own", n, None)
+        assert client.get("near:own") == n
+        assert client.get("near:own") == n
+    client.delete("near:own")
+    assert client.get("near:own") is None
+    client.set_many({"near:m1": 1, "near:m2": 2}, None)
+    assert client.get_many(["near:m1", "near:m2"]) == {"near:m1": 1, "near:m2": 2}
+    client.set_many({"near:m1": 10, "near:m2": 20}, None)
+    assert client.get_many(["near:m1", "near:m2"]) == {"near:m1": 10, "near:m2": 20}
+    assert client.incr("near:m1", 5) == 15
+    assert client.get("near:m1") == 15
+    client.delete_many(["near:m1"])
+    assert client.get("near:m1") is None and client.has_key("near:m2")
+
+
+def test_an_invalidation_during_the_read_never_leaves_the_old_value(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forced: the GET's reply (the old value) is held back until an outside write has been
+    applied and its invalidation received; the reply must not be kept."""
+    client = CacheClient(core, Codec())
+    client.set("near:race", "old", None)
+    real_send = _sync.client.send
+    state = {"raced": False}
+
+    def send_then_race(target: Any, commands: Any) -> list[Any]:
+        replies = real_send(target, commands)
+        if commands[0] == ("GET", "near:race") and not state["raced"]:
+            state["raced"] = True
+            seen = near_status(core, "near:race")["invalidations"]
+            with outsider(core, "near:race") as other:
+                other.set("near:race", Codec().dumps("new"))
+            wait_until(
+                lambda: near_status(core, "near:race")["invalidations"] > seen, 2, "invalidation"
+            )
+        return replies
+
+    monkeypatch.setattr(_sync.client, "send", send_then_race)
+    assert client.get("near:race") == "old"  # the value the server had when it was read
+    assert state["raced"]
+    assert client.get("near:race") == "new"  # not the old reply, kept after its invalidation
+    assert near_status(core, "near:race")["entries"] >= 1  # and the new one is kept
+
+
+def test_bounded_by_entries_and_bytes(cluster: LocalSentinelCluster) -> None:
+    core = ShardedSentinelPool(
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        near_cache=True,
+        near_cache_max_entries=50,
+        near_cache_max_bytes=20_000,
+        db=6,
+    )
+    try:
+        client = CacheClient(core, Codec())
+        client.set_many({f"near:bound:{n}": "x" * 300 for n in range(400)}, None)
+        wait_until(lambda: tracked(core), 5, "tracking")
+        for n in range(400):
+            assert client.get(f"near:bound:{n}") == "x" * 300
+        shards = [s["near_cache"] for s in core.status()["shards"]]
+        assert sum(s["entries"] for s in shards) <= 50
+        assert sum(s["bytes"] for s in shards) <= 20_000
+        assert sum(s["entries"] for s in shards) > 0
+    finally:
+        core.close()
+
+
+def test_a_server_flush_and_a_lost_tracker_drop_the_copies(core: ShardedSentinelPool) -> None:
+    client = CacheClient(core, Codec())
+    client.set("near:f", 1, None)
+    cached(client, core, "near:f")
+    flushes = near_status(core, "near:f")["flushes"].get("server flush", 0)
+    with outsider(core, "near:f") as other:
+        other.flushdb()
+    wait_until(lambda: near_status(core, "near:f")["entries"] == 0, 2, "the flush")
+    assert near_status(core, "near:f")["flushes"].get("server flush", 0) > flushes
+    assert client.get("near:f") is None
+    client.set("near:f", 2, None)
+    cached(client, core, "near:f")
+    with outsider(core, "near:f") as other:
+        other.client_kill_filter(_type="pubsub")  # the tracker's connection goes
+    wait_until(lambda: near_status(core, "near:f")["entries"] == 0, 2, "the lost tracker")
+    assert near_status(core, "near:f")["flushes"].get("tracker connection lost", 0) >= 1
+    wait_until(lambda: tracked(core), 5, "tracking again")
+    assert client.get("near:f") == 2
+
+
+def _failover_then_outside_write(cluster: LocalSentinelCluster, kill: bool) -> None:
+    core = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, near_cache=True)
+    try:
+        client = CacheClient(core, Codec())
+        client.set("near:fo", "before", None)
+        wait_until(lambda: tracked(core), 5, "tracking")
+        cached(client, core, "near:fo")
+        shard = core.shard_for("near:fo")
+        old = shard.address
+        if kill:
+            cluster.kill_master(shard.name)
+        else:
+            cluster.failover(shard.name)
+        wait_until(lambda: shard.address != old, 30, "the switch")
+        # Right after the switch is applied: another writer changes the key on the new master.
+        with outsider(core, "near:fo") as other:
+            other.set("near:fo", Codec().dumps("after"))
+        assert client.get("near:fo") == "after"  # never the copy from before the switch
+        wait_until(lambda: tracked(core), 5, "tracking the new master")
+        assert client.get("near:fo") == "after"
+        with outsider(core, "near:fo") as other:
+            other.set("near:fo", Codec().dumps("later"))
+        wait_until(lambda: client.get("near:fo") == "later", 1, "invalidations from the new master")
+        flushes = near_status(core, "near:fo")["flushes"]  # why: the switch, or the dead master
+        assert flushes.get("master switched", 0) + flushes.get("tracker connection lost", 0) >= 1
+    finally:
+        core.close()
+
+
+@pytest.mark.failover
+def test_a_planned_failover_never_serves_a_stale_copy(
+    make_cluster: Callable[..., LocalSentinelCluster],
+) -> None:
+    _failover_then_outside_write(make_cluster(shards=1, replicas=1, sentinels=3), kill=False)
+
+
+@pytest.mark.failover
+def test_a_killed_master_never_leaves_a_stale_copy(
+    make_cluster: Callable[..., LocalSentinelCluster],
+) -> None:
+    _failover_then_outside_write(make_cluster(shards=1, replicas=1, sentinels=3), kill=True)
+
+
+def test_a_forked_child_starts_empty_and_tracks_on_its_own(core: ShardedSentinelPool) -> None:
+    client = CacheClient(core, Codec())
+    client.set("near:fork", "parent", None)
+    cached(client, core, "near:fork")
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code only
+        code = 0
+        try:
+            if near_status(core, "near:fork")["entries"] != 0:
+                code = 3
+            elif client.get("near:fork") != "parent":
+                code = 4
+            else:
+                wait_until(lambda: tracked(core), 5, "tracking in the child")
+                client.get("near:fork")
+                if (
+                    client.get("near:fork") != "parent"
+                    or near_status(core, "near:fork")["hits"] < 1
+                ):
+                    code = 5
+        except BaseException:
+            code = 6
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert client.get("near:fork") == "parent"  # the parent's copy and tracking are untouched
+
+
+def test_async_reads_share_the_near_cache(core: ShardedSentinelPool) -> None:
+    async def go() -> tuple[Any, Any]:
+        client = AsyncCacheClient(core, Codec())
+        await client.set("near:async", 7, None)
+        first = await client.get("near:async")
+        hits = near_status(core, "near:async")["hits"]
+        second = await client.get("near:async")
+        assert near_status(core, "near:async")["hits"] == hits + 1
+        many = await client.get_many(["near:async"])
+        await client.aclose()
+        return (first, second), many
+
+    assert asyncio.run(go()) == ((7, 7), {"near:async": 7})
+
+
+def test_prefixes_limit_what_is_kept(cluster: LocalSentinelCluster) -> None:
+    core = ShardedSentinelPool(
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        near_cache=True,
+        near_cache_prefixes="hot:",
+        db=7,
+    )
+    try:
+        client = CacheClient(core, Codec())
+        client.set("hot:1", 1, None)
+        client.set("cold:1", 1, None)
+        wait_until(lambda: tracked(core), 5, "tracking")
+        for _ in range(2):
+            client.get("hot:1")
+            client.get("cold:1")
+        assert near_status(core, "hot:1")["entries"] + near_status(core, "cold:1")["entries"] >= 1
+        assert core.near is not None and core.near.get(core.shard_for("cold:1"), "cold:1") is None
+    finally:
+        core.close()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("near_cache", "yes"),
+        ("near_cache_max_entries", 0),
+        ("near_cache_max_bytes", -1),
+        ("near_cache_ttl", 0),
+        ("near_cache_prefixes", [""]),
+        ("near_cache_prefixes", 5),
+    ],
+)
+def test_bad_options_are_named(option: str, value: Any) -> None:
+    with pytest.raises(ConfigurationError, match=option) as caught:
+        PoolConfig.create(["a"], ["127.0.0.1:26379"], **{option: value})
+    assert caught.value.option == option
