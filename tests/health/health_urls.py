@@ -1,5 +1,6 @@
 """The URLconf of the health tests: the plain view (with URLconf options), django-health-check's
-view with our check, and views whose cache calls django-debug-toolbar's cache panel records."""
+view with our check, and views whose cache calls django-debug-toolbar's cache panel records
+(its own URLs are in ``health_toolbar_urls``: importing them needs ``debug_toolbar`` installed)."""
 
 from __future__ import annotations
 
@@ -52,10 +53,3 @@ else:
         path("ht/", HealthCheckView.as_view(checks=[CHECK])),
         path("ht/strict/", HealthCheckView.as_view(checks=[(CHECK, {"fail_on": "degraded"})])),
     ]
-
-try:
-    from debug_toolbar.toolbar import debug_toolbar_urls
-except ImportError:  # django-debug-toolbar not installed: its test skips
-    pass
-else:
-    urlpatterns += debug_toolbar_urls()
