@@ -52,7 +52,10 @@ def test_probe_keys_are_placed_on_their_shard() -> None:
     try:
         keys = [health.probe_key(core, index) for index in range(3)]
         assert [core.shard_index(key) for key in keys] == [0, 1, 2]
-        assert all(key.startswith(f"sentinel_cache:health:{n}:") for n, key in zip("abc", keys))
+        assert all(
+            key.startswith(f"sentinel_cache:health:{n}:")
+            for n, key in zip("abc", keys, strict=True)
+        )
     finally:
         core.close()
 
