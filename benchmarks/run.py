@@ -29,7 +29,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from benchmarks import failover, measure, profile_hot, ratios, report, scale
+from benchmarks import failover, measure, near, profile_hot, ratios, report, scale
 from benchmarks.contenders import SPEC_BY_ID, SPECS, Topology, build_all
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--skip-ratios", action="store_true")
+    parser.add_argument("--skip-near", action="store_true")
     parser.add_argument("--skip-profile", action="store_true")
     parser.add_argument("--docs", action="store_true", help=f"also write {DOCS.relative_to(ROOT)}")
     return parser
@@ -269,6 +270,19 @@ def main(argv: list[str] | None = None) -> int:
                 "Targets: set_many at most 2x raw MSET; a get with METRICS on at most 1.10x off.",
                 r_header,
                 r_rows,
+            )
+        )
+    if not args.skip_near:
+        log("near cache (hit vs raw GET, staleness, 90/10 mix)")
+        data["near_cache"] = near.run(rounds=args.rounds)
+        n_header, n_rows = near.table(data["near_cache"])
+        sections.append(
+            (
+                "Near cache",
+                "Targets: a hit at most 0.05x raw GET; staleness p99 <= 5 ms, max <= 50 ms; "
+                "the 90/10 mix at least 5x without it.",
+                n_header,
+                n_rows,
             )
         )
     if not args.skip_scale:
