@@ -298,3 +298,16 @@ def test_bad_options_are_named(option: str, value: Any) -> None:
     with pytest.raises(ConfigurationError, match=option) as caught:
         PoolConfig.create(["a"], ["127.0.0.1:26379"], **{option: value})
     assert caught.value.option == option
+
+
+def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool) -> None:
+    from sentinel_cache.core import status
+
+    client = CacheClient(core, Codec())
+    client.set("near:st", 1, None)
+    cached(client, core, "near:st")
+    report = status.collect(core, timeout=1.0)
+    row = report["shards"][core.shard_index("near:st")]["near_cache"]
+    assert row["tracked"] is True and row["entries"] >= 1 and row["hits"] >= 0
+    text = status.render_text(report)
+    assert "near cache (this process)" in text and "hit ratio" in text

@@ -757,6 +757,7 @@ def _shard_entry(
         "last_switch_source": shard["last_switch_source"],
         "fenced": shard["fenced"],
         "fence_reason": shard["fence_reason"],
+        "near_cache": shard.get("near_cache"),  # this process's local copies (NEAR_CACHE)
         # Filled in by collect once judged: the worst problem's code first.
         "problem": None,
         "problem_codes": [],
@@ -1032,6 +1033,32 @@ def render_text(report: Mapping[str, Any], *, title: str | None = None) -> str:
             for s in sentinels
         ],
     )
+    near = [(s["name"], s["near_cache"]) for s in shards if s.get("near_cache")]
+    if near:
+        lines.append("")
+        lines += _table(
+            [
+                "near cache (this process)",
+                "tracked",
+                "entries",
+                "bytes",
+                "hit ratio",
+                "invalidations",
+                "flushes",
+            ],
+            [
+                [
+                    name,
+                    "yes" if n["tracked"] else "NO",
+                    str(n["entries"]),
+                    str(n["bytes"]),
+                    _cell(n["hit_ratio"]),
+                    str(n["invalidations"]),
+                    ", ".join(f"{cause} {count}" for cause, count in n["flushes"].items()) or "-",
+                ]
+                for name, n in near
+            ],
+        )
     if report["problems"]:
         # Under fail-on down, a degraded report's problems are warnings: they do not fail it.
         warnings = report["exit_code"] == EXIT_CODES[HEALTHY]
