@@ -3,17 +3,15 @@ Flask endpoints), against the shared topology and private, killable ones."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core.cache import caches
 from django.test import override_settings
-from health_support import URLCONF, configure_django
+from health_support import URLCONF, UseSettings, configure_django
 
 configure_django()
-
-UseSettings = Callable[..., None]
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ ROOT_URLCONF, ALLOWED_HOSTS, the toolbar's apps) with ``override_settings``.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import django
@@ -24,6 +25,9 @@ HEALTH_DB = 13
 FLASK_HEALTH_DB = 15
 LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 URLCONF = "health_urls"
+
+#: The ``use_settings`` fixture: ``use_settings(CACHES=..., **more)``.
+UseSettings = Callable[..., None]
 
 
 def configure_django() -> None:

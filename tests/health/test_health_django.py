@@ -8,10 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import UseSettings
 from django.core.cache import caches
 from django.test import Client
-from health_support import LOCMEM, cache_entry
+from health_support import LOCMEM, UseSettings, cache_entry
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.testing import LocalSentinelCluster

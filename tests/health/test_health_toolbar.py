@@ -11,16 +11,32 @@ async methods that never call the sync ones, so the panel does not see them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import UseSettings
 from django.test import Client
-from health_support import LOCMEM, cache_entry
+from health_support import LOCMEM, UseSettings, cache_entry
 
 from sentinel_cache.testing import LocalSentinelCluster
 
 pytest.importorskip("debug_toolbar")
+
+
+@pytest.fixture(autouse=True)
+def _leave_no_toolbar_behind() -> Iterator[None]:
+    """Installing the toolbar registers its system checks for good (they would fail ``check``
+    in later tests, once the app is gone) and adds it to MIGRATION_MODULES: undo both."""
+    from django.conf import settings
+    from django.core.checks.registry import registry
+
+    checks, deployment = set(registry.registered_checks), set(registry.deployment_checks)
+    modules = settings.MIGRATION_MODULES
+    saved = dict(modules)
+    yield
+    registry.registered_checks, registry.deployment_checks = checks, deployment
+    modules.clear()
+    modules.update(saved)
 
 
 def install_toolbar(cluster: LocalSentinelCluster, use_settings: UseSettings) -> None:
