@@ -65,7 +65,8 @@ Semantics (cachelib's ``RedisCache`` contract):
 Command line: building the backend for an app registers ``flask sentinel-status`` with it (so
 ``CACHE_TYPE`` is all a Flask user writes). It prints each shard's master, replicas, sentinel
 agreement and failover state as a table (``--json`` for machines); exit code 0 when healthy, 1
-when degraded, 2 when a shard is unavailable. :func:`init_app` registers it explicitly.
+when degraded, 2 when a shard is unavailable, 3 for a configuration error (``--fail-on down``
+exits 0 while every shard can serve). :func:`init_app` registers it explicitly.
 """
 
 from __future__ import annotations
