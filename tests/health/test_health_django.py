@@ -126,7 +126,7 @@ def test_killed_master_is_named_then_healthy_again_after_the_failover(
     while (result := get("/health/cache/"))[0] != 200:
         assert time.monotonic() < deadline, result[1]["problems"]
         time.sleep(0.1)
-    new = cluster.master_address("shard1")
+    new = cluster.wait_for_master_change("shard1", old)  # every sentinel agrees
     code, body, _ = result
     shard = body["caches"]["sharded"]["shards"][1]
     assert shard["ok"] and shard["address"] == hostport(new) != hostport(old)

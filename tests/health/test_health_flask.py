@@ -130,7 +130,7 @@ def test_killed_master_is_named_then_healthy_again_after_the_failover(
         assert time.monotonic() < deadline, result[1]["problems"]
         time.sleep(0.1)
     code, body, _ = result
-    new = hostport(cluster.master_address("shard0"))
+    new = hostport(cluster.wait_for_master_change("shard0", old))  # every sentinel agrees
     assert body["caches"]["default"]["shards"][0]["address"] == new != hostport(old)
     assert body["status"] == "degraded" and body["ready"], body
     assert get(app, "/healthz?fail_on=degraded")[0] == 503
