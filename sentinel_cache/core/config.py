@@ -285,6 +285,8 @@ class PoolConfig:
     near_cache_max_bytes: int = 64 * 1024 * 1024
     near_cache_ttl: float = 60.0
     near_cache_prefixes: tuple[str, ...] = ()
+    previous_masters: tuple[str, ...] = ()
+    previous_weights: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_number("max_connections", self.max_connections, minimum=1, integer=True)
@@ -337,6 +339,17 @@ class PoolConfig:
             "sentinel_kwargs",
         }
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in pool_fields}
+        previous = options.pop("previous_masters", None)
+        previous_weights = options.pop("previous_weights", None)
+        if previous:
+            options["previous_masters"] = parse_masters(previous, "previous_masters")
+            options["previous_weights"] = parse_weights(
+                previous_weights, options["previous_masters"], "previous_weights"
+            )
+        elif previous_weights is not None:
+            raise _bad(
+                "previous_weights", previous_weights, "needs previous_masters (the old placement)"
+            )
         if "near_cache_prefixes" in options:
             options["near_cache_prefixes"] = _prefixes(options["near_cache_prefixes"])
         _check_connection_kwargs(kwargs, "connection_kwargs")
@@ -476,6 +489,8 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "NEAR_CACHE_MAX_BYTES": (_POOL, "near_cache_max_bytes"),
     "NEAR_CACHE_TTL": (_POOL, "near_cache_ttl"),
     "NEAR_CACHE_PREFIXES": (_POOL, "near_cache_prefixes"),
+    "PREVIOUS_MASTERS": (_POOL, "previous_masters"),
+    "PREVIOUS_WEIGHTS": (_POOL, "previous_weights"),
     "CONNECTION_KWARGS": ("connection_kwargs", "connection_kwargs"),
     "SENTINEL_KWARGS": ("sentinel_kwargs", "sentinel_kwargs"),
     "SERIALIZER": (_CACHE, "serializer"),

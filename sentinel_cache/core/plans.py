@@ -45,6 +45,21 @@ for i, key in ipairs(KEYS) do
 end
 return #KEYS
 """
+# Resharding: restore each dumped key on its new owner unless a value is already there (written
+# through the new placement since: it is newer). KEYS: the keys; ARGV: ttl_ms, dump per key (a
+# ttl of 0 restores without expiry). Returns 1 (restored) or 0 (left as it was) per key.
+RESTORE_MISSING = """
+local done = {}
+for i, key in ipairs(KEYS) do
+    if redis.call('EXISTS', key) == 0 then
+        redis.call('RESTORE', key, ARGV[2 * i - 1], ARGV[2 * i])
+        done[i] = 1
+    else
+        done[i] = 0
+    end
+end
+return done
+"""
 # Sent as EVALSHA: the body goes over the wire (and through the server's SHA1) only when a
 # server answers NOSCRIPT (first use, restart, failover to a fresh replica, SCRIPT FLUSH).
 INCR_IF_EXISTS_SHA = hashlib.sha1(INCR_IF_EXISTS.encode()).hexdigest()
@@ -146,6 +161,61 @@ class ClientBase:
     def value_of(self, data: Any, key: Any, default: Any) -> Any:
         value = MISS if data is None else self.decode(data, key)
         return default if value is MISS else value
+
+    # -- resharding (PREVIOUS_MASTERS): moving keys from their previous owners ---------------
+    @staticmethod
+    def dump_plan(keys: Sequence[Any]) -> list[Command]:
+        """What a previous owner is asked per key: its value, remaining TTL and DUMP."""
+        return [cmd for key in keys for cmd in (("GET", key), ("PTTL", key), ("DUMP", key))]
+
+    @staticmethod
+    def dumped(
+        groups: Mapping[Shard, Sequence[Any]], replies: Mapping[Shard, list[Any] | None]
+    ) -> dict[Any, tuple[Shard, bytes, int, bytes]]:
+        """Key -> (previous owner, stored data, TTL in ms or 0 for none, DUMP) of the keys
+        found there (an expired or absent key has nothing to move)."""
+        found: dict[Any, tuple[Shard, bytes, int, bytes]] = {}
+        for shard, shard_replies in replies.items():
+            if shard_replies is None:
+                continue
+            for i, key in enumerate(groups[shard]):
+                data, ttl, dump = shard_replies[3 * i : 3 * i + 3]
+                if data is None or dump is None or ttl == -2:
+                    continue
+                found[key] = (shard, data, max(int(ttl), 0), dump)
+        return found
+
+    def restore_plan(
+        self, dumped: Mapping[Any, tuple[Shard, bytes, int, bytes]]
+    ) -> tuple[Groups, Plan]:
+        """Per owner, one ``RESTORE_MISSING`` script over its keys."""
+        owners = self.core.group_by_shard(dumped)
+        plan: Plan = {}
+        for shard, keys in owners.items():
+            args = [x for key in keys for x in (dumped[key][2], dumped[key][3])]
+            plan[shard] = [("EVAL", RESTORE_MISSING, len(keys), *keys, *args)]
+        return owners, plan
+
+    def previous_del_plan(self, keys: Iterable[Any]) -> Plan:
+        """``DEL`` of each key on its previous owner, where that is another shard."""
+        groups: dict[Shard, list[Any]] = {}
+        previous_shard_for = self.core.previous_shard_for
+        for key in dict.fromkeys(keys):
+            previous = previous_shard_for(key)
+            if previous is not None:
+                groups.setdefault(previous, []).append(key)
+        return {shard: [("DEL", *group)] for shard, group in groups.items()}
+
+    @staticmethod
+    def raw_found(groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> dict[Any, Any]:
+        """Key -> stored data of an ``MGET`` plan's replies (absent keys left out)."""
+        found: dict[Any, Any] = {}
+        for shard, shard_replies in replies.items():
+            if shard_replies is not None:
+                for key, data in zip(groups[shard], shard_replies[0], strict=True):
+                    if data is not None:
+                        found[key] = data
+        return found
 
     # -- the near cache (NEAR_CACHE): local hits, and what our own writes make stale ----------
     def near_hits(self, near: NearCache, keys: Iterable[Any]) -> tuple[dict[Any, Any], list[Any]]:

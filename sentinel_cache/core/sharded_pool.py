@@ -78,6 +78,11 @@ class ShardedSentinelPool:
         pool._setup(config)
         return pool
 
+    @property
+    def _names(self) -> list[str]:
+        """Every master followed: the ring's, then those leaving it (during a resharding)."""
+        return [shard.name for shard in self.every_shard]
+
     def _setup(self, config: PoolConfig) -> None:
         self.config = config
         self.ring = HashRing(config.weights)
@@ -85,14 +90,29 @@ class ShardedSentinelPool:
             Shard(i, name, weight, config)
             for i, (name, weight) in enumerate(zip(config.masters, config.weights, strict=True))
         )
-        self._by_name = {shard.name: shard for shard in self.shards}
+        # While a resharding migrates keys (PREVIOUS_MASTERS): the old placement, and a shard
+        # for each master that leaves the ring (still followed, so its keys can be read).
+        self.previous_ring = HashRing(config.previous_weights) if config.previous_masters else None
+        current = set(config.masters)
+        leaving = [
+            (name, weight)
+            for name, weight in zip(config.previous_masters, config.previous_weights, strict=True)
+            if name not in current
+        ]
+        self.departed: tuple[Shard, ...] = tuple(
+            Shard(len(self.shards) + i, name, weight, config)
+            for i, (name, weight) in enumerate(leaving)
+        )
+        self.every_shard = self.shards + self.departed
+        self._by_name = {shard.name: shard for shard in self.every_shard}
+        self._previous = tuple(self._by_name[name] for name in config.previous_masters)
         self._callbacks: list[SwitchCallback] = []
         self._closers: list[Callable[[], None]] = []
         self._operations: CacheClient | None = None  # for execute(), built on first use
         self.metrics = _metrics_backend(config)
         self.near = NearCache(config, len(self.shards)) if config.near_cache else None
         self.tracer = _tracer(config)
-        for shard in self.shards:
+        for shard in self.every_shard:
             shard.metrics = self.metrics
         self._reset_process_state()
         registry.track(self)
@@ -111,7 +131,7 @@ class ShardedSentinelPool:
             timeout=self.config.discovery_timeout,
             replicas=self.config.read_from_replicas,
         )
-        for shard in self.shards:
+        for shard in self.every_shard:
             shard.reset_locks()
         if self.near is not None:  # a forked child starts empty and tracks on its own
             self.near.reset()
@@ -174,7 +194,7 @@ class ShardedSentinelPool:
             self._stop_background(wait=False)
             # Idle sockets would be inherited by every child and never used there.
             self.sentinels.disconnect()
-            for shard in self.shards:
+            for shard in self.every_shard:
                 shard.pool.retire_idle()
 
     # -- push path: called by the listener threads ---------------------------------------------
@@ -204,7 +224,7 @@ class ShardedSentinelPool:
 
     def recheck(self, *, source: str) -> None:
         """Re-ask the sentinels about every shard (after a listener (re)subscribes)."""
-        results = self.discovery.resolve(self.config.masters, timeout=0)
+        results = self.discovery.resolve(self._names, timeout=0)
         for name, outcome in results.items():
             if isinstance(outcome, Resolution):
                 shard = self._by_name[name]
@@ -228,13 +248,13 @@ class ShardedSentinelPool:
 
     def recheck_failed(self) -> None:
         """Re-resolve the shards whose last resolution failed (rate-limited per shard)."""
-        for shard in self.shards:
+        for shard in self.every_shard:
             if shard.error is not None and shard.address is not None:
                 self.reresolve(shard, reason="recheck after a failed resolution")
 
     def check_fences(self) -> None:
         """Lift a fence whose failover we never heard the end of (a lost message)."""
-        for shard in self.shards:
+        for shard in self.every_shard:
             since = shard.fence_since
             if since is not None and time.monotonic() - since > STALE_FENCE_SECONDS:
                 self.reresolve(shard, reason="stale write fence", force=True)
@@ -247,7 +267,7 @@ class ShardedSentinelPool:
                 shard.lower_fence()
 
     def _discover_all(self) -> dict[str, Resolution | BaseException]:
-        results = self.discovery.resolve(self.config.masters)
+        results = self.discovery.resolve(self._names)
         for name, outcome in results.items():
             shard = self._by_name[name]
             if isinstance(outcome, Resolution):
@@ -338,7 +358,7 @@ class ShardedSentinelPool:
         registry.forget(self)
         self._stop_background(wait=True)
         self.sentinels.close()
-        for shard in self.shards:
+        for shard in self.every_shard:
             shard.close()
         for closer in self._closers:
             try:
@@ -371,6 +391,15 @@ class ShardedSentinelPool:
 
     def shard_for(self, key: str | bytes) -> Shard:
         return self.shards[self.ring.shard_index(key)]
+
+    def previous_shard_for(self, key: str | bytes) -> Shard | None:
+        """The shard that owned ``key`` before the resharding (``PREVIOUS_MASTERS``), if that is
+        another shard than its owner now; else None (no resharding, or the key did not move)."""
+        ring = self.previous_ring
+        if ring is None:
+            return None
+        previous = self._previous[ring.shard_index(key)]
+        return None if previous is self.shards[self.ring.shard_index(key)] else previous
 
     def shard(self, name_or_index: str | int) -> Shard:
         if isinstance(name_or_index, int):
@@ -516,7 +545,7 @@ class ShardedSentinelPool:
         if shard.address == address:
             shard.switch(address, source=source, evidence=evidence)  # keep the newer evidence
             return False
-        owner = next((s for s in self.shards if s is not shard and s.address == address), None)
+        owner = next((s for s in self.every_shard if s is not shard and s.address == address), None)
         if owner is not None:
             logger.warning(
                 "shard %s: ignoring %s naming %s, the master of shard %s",

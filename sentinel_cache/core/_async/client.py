@@ -29,8 +29,10 @@ from sentinel_cache.core.observe import Observed, note, observed
 from sentinel_cache.core.plans import (
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
+    MISS,
     ClientBase,
     Command,
+    Groups,
     command_name,
     expiry_args,
     is_ok,
@@ -285,6 +287,8 @@ class AsyncCacheOperations(ClientBase):
             )
             if ticket is not None:
                 near.fill(shard, key, ticket, data)  # type: ignore[union-attr]
+            if data is None and self.core.previous_ring is not None:
+                data = await self._adopted(key)
         except ResponseError as exc:
             if not wrong_type(exc):
                 raise
@@ -301,9 +305,14 @@ class AsyncCacheOperations(ClientBase):
         command: Command = ("SET", key, self.encode(value), *expiry_args(timeout))
         if nx:
             command += ("NX",)
-        replies = await self._on(
-            key, self.durable([command]), [None], write=True, idempotent=not nx
-        )
+            await self._adopt(key)  # a key not moved yet is there: NX must see it
+        try:
+            replies = await self._on(
+                key, self.durable([command]), [None], write=True, idempotent=not nx
+            )
+        finally:
+            if not nx:
+                await self._drop_previous([key])
         self.check_durable(key, replies)
         return is_ok(replies[0])
 
@@ -312,6 +321,7 @@ class AsyncCacheOperations(ClientBase):
 
     async def touch(self, key: Any, timeout: float | None) -> bool:
         """True if the key exists (PERSIST alone answers 0 for a key that had no expiry)."""
+        await self._adopt(key)
         if timeout is None:
             exists, _ = await self._on(key, [("EXISTS", key), ("PERSIST", key)], [0, 0], write=True)
             return bool(exists)
@@ -322,20 +332,26 @@ class AsyncCacheOperations(ClientBase):
         return bool(reply)
 
     async def delete(self, key: Any) -> bool:
-        (reply,) = await self._on(key, [("DEL", key)], [0], write=True)
-        return bool(reply)
+        try:
+            (reply,) = await self._on(key, [("DEL", key)], [0], write=True)
+        finally:
+            dropped = await self._drop_previous([key])
+        return bool(reply) or dropped > 0
 
     async def has_key(self, key: Any) -> bool:
         near = self.core.near
         if near is not None and near.get(self.core.shard_for(key), key) is not None:
             return True
         (reply,) = await self._on(key, [("EXISTS", key)], [0], write=False)
+        if not reply and self.core.previous_ring is not None:
+            return await self._adopted(key) is not None
         return bool(reply)
 
     async def incr(self, key: Any, delta: int = 1, *, create: bool = False) -> int | None:
         """Atomic and TTL-preserving; ValueError if the key is missing (Django semantics), or,
         with ``create``, a missing key counts from 0 without expiry (cachelib semantics), and
         None when IGNORE_EXCEPTIONS skipped the shard."""
+        await self._adopt(key)
         if create:
             (value,) = await self._on(
                 key, [("INCRBY", key, delta)], [None], write=True, idempotent=False
@@ -355,6 +371,7 @@ class AsyncCacheOperations(ClientBase):
 
     async def ttl(self, key: Any) -> float | None:
         """Seconds left; None for no expiry; 0 for a missing key."""
+        await self._adopt(key)
         (ms,) = await self._on(key, [("PTTL", key)], [-2], write=False)
         if ms == -1:
             return None
@@ -373,7 +390,8 @@ class AsyncCacheOperations(ClientBase):
             groups, plan = self.mget_plan(keys)
             if not plan:
                 return {}
-            return self.found(groups, await self.scatter(plan, write=False, operation="get_many"))
+            found = self.found(groups, await self.scatter(plan, write=False, operation="get_many"))
+            return await self._with_adopted(found, groups)
         local, missing = self.near_hits(near, keys)
         groups, plan = self.mget_plan(missing)
         if not plan:
@@ -384,7 +402,7 @@ class AsyncCacheOperations(ClientBase):
             if shard_replies is not None:
                 for key, data in zip(groups[shard], shard_replies[0], strict=True):
                     near.fill(shard, key, tickets[key], data)
-        return {**local, **self.found(groups, replies)}
+        return await self._with_adopted({**local, **self.found(groups, replies)}, groups)
 
     async def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
         """Returns the keys that failed (Django's contract)."""
@@ -398,6 +416,7 @@ class AsyncCacheOperations(ClientBase):
             return self.not_set(groups, await self.scatter(plan, write=True, operation="set_many"))
         finally:
             self.forget(mapping)
+            await self._drop_previous(mapping)
 
     async def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
@@ -428,7 +447,8 @@ class AsyncCacheOperations(ClientBase):
             replies = await self.scatter(plan, write=True, operation="delete_many")
         finally:
             self.forget(keys)
-        return sum(int(r[0]) for r in replies.values() if r is not None)
+            dropped = await self._drop_previous(keys)
+        return dropped + sum(int(r[0]) for r in replies.values() if r is not None)
 
     async def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
         """Delete (or ``UNLINK``) the keys, then check none is still there, in one batch per
@@ -447,6 +467,7 @@ class AsyncCacheOperations(ClientBase):
             removed = await self.scatter(plan, write=True, operation="delete_many")
         finally:
             self.forget([key for group in groups.values() for key in group])
+            await self._drop_previous([key for group in groups.values() for key in group])
         for shard, replies in removed.items():
             if replies is not None:
                 gone.update(zip(groups[shard], (not r for r in replies[1:]), strict=True))
@@ -469,7 +490,7 @@ class AsyncCacheOperations(ClientBase):
 
     async def iter_keys(self, pattern: str, *, count: int = SCAN_COUNT) -> AsyncIterator[bytes]:
         """Every key matching ``pattern`` on every shard (a skipped shard yields nothing more)."""
-        for shard in self.core.shards:
+        for shard in self.core.every_shard:
             try:
                 async for key in self.iter_keys_on(shard, pattern, count=count):
                     yield key
@@ -500,7 +521,7 @@ class AsyncCacheOperations(ClientBase):
     async def delete_pattern(self, pattern: str, *, count: int = SCAN_COUNT) -> int:
         """How many keys matching ``pattern`` were deleted (on the shards not skipped)."""
         deleted = 0
-        for shard in self.core.shards:
+        for shard in self.core.every_shard:
             try:
                 deleted += await self.delete_pattern_on(shard, pattern, count)
             except MASTER_ERRORS as exc:
@@ -514,7 +535,7 @@ class AsyncCacheOperations(ClientBase):
         every shard is flushed, as Django's RedisCache does. False if IGNORE_EXCEPTIONS skipped
         a shard."""
         complete = True
-        for shard in self.core.shards:
+        for shard in self.core.every_shard:
             try:
                 if pattern:
                     await self.delete_pattern_on(shard, pattern)
@@ -528,6 +549,78 @@ class AsyncCacheOperations(ClientBase):
                     raise
                 complete = False
         return complete
+
+    # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
+    async def _adopt(self, key: Any) -> None:
+        """Before an operation that needs the key where it lives now (add, incr, touch, ttl)."""
+        if self.core.previous_ring is not None:
+            await self._adopted(key)
+
+    async def _adopted(self, key: Any) -> Any:
+        """Move ``key`` from its previous owner if it is there; the stored data now on its owner
+        (None: nothing to move)."""
+        previous = self.core.previous_shard_for(key)
+        if previous is None:
+            return None
+        return (await self.adopt_many({previous: [key]})).get(key)
+
+    async def _with_adopted(self, found: dict[Any, Any], groups: Groups) -> dict[Any, Any]:
+        """``get_many``'s misses read from their previous owners (and moved), batched."""
+        if self.core.previous_ring is None:
+            return found
+        missing: dict[Shard, list[Any]] = {}
+        for group in groups.values():
+            for key in group:
+                previous = None if key in found else self.core.previous_shard_for(key)
+                if previous is not None:
+                    missing.setdefault(previous, []).append(key)
+        for key, data in (await self.adopt_many(missing)).items():
+            value = self.decode(data, key)
+            if value is not MISS:
+                found[key] = value
+        return found
+
+    async def adopt_many(self, groups: Mapping[Shard, Sequence[Any]]) -> dict[Any, Any]:
+        """Move keys from their previous owners (``groups``: previous shard -> keys) to their
+        owners, batched per shard: read value, TTL and DUMP; restore where the owner has no
+        newer value; delete from the previous owner. Key -> the stored data now on its owner
+        (re-read there when a newer value was found)."""
+        if not groups:
+            return {}
+        plan = {shard: self.dump_plan(keys) for shard, keys in groups.items()}
+        dumped = self.dumped(groups, await self.scatter(plan, write=False, operation="reshard"))
+        if not dumped:
+            return {}
+        owners, restore = self.restore_plan(dumped)
+        restored = await self.scatter(restore, write=True, operation="reshard")
+        moved: dict[Any, Any] = {}
+        newer: list[Any] = []
+        for shard, replies in restored.items():
+            if replies is not None:
+                for key, done in zip(owners[shard], replies[0], strict=True):
+                    if done:
+                        moved[key] = dumped[key][1]
+                    else:
+                        newer.append(key)
+        await self._drop_previous(list(moved) + newer)
+        if newer:  # written through the new placement meanwhile: that value wins
+            current, reread = self.mget_plan(newer)
+            moved.update(
+                self.raw_found(
+                    current, await self.scatter(reread, write=False, operation="reshard")
+                )
+            )
+        return moved
+
+    async def _drop_previous(self, keys: Iterable[Any]) -> int:
+        """Delete ``keys`` from their previous owners, so an old copy never comes back."""
+        if self.core.previous_ring is None:
+            return 0
+        plan = self.previous_del_plan(keys)
+        if not plan:
+            return 0
+        replies = await self.scatter(plan, write=True, operation="reshard")
+        return sum(int(r[0]) for r in replies.values() if r is not None)
 
 
 async def send(client: Any, commands: Sequence[Command]) -> list[Any]:

@@ -30,8 +30,10 @@ from sentinel_cache.core.observe import Observed, note, observed
 from sentinel_cache.core.plans import (
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
+    MISS,
     ClientBase,
     Command,
+    Groups,
     command_name,
     expiry_args,
     is_ok,
@@ -286,6 +288,8 @@ class CacheOperations(ClientBase):
             )
             if ticket is not None:
                 near.fill(shard, key, ticket, data)  # type: ignore[union-attr]
+            if data is None and self.core.previous_ring is not None:
+                data = self._adopted(key)
         except ResponseError as exc:
             if not wrong_type(exc):
                 raise
@@ -302,9 +306,14 @@ class CacheOperations(ClientBase):
         command: Command = ("SET", key, self.encode(value), *expiry_args(timeout))
         if nx:
             command += ("NX",)
-        replies = self._on(
-            key, self.durable([command]), [None], write=True, idempotent=not nx
-        )
+            self._adopt(key)  # a key not moved yet is there: NX must see it
+        try:
+            replies = self._on(
+                key, self.durable([command]), [None], write=True, idempotent=not nx
+            )
+        finally:
+            if not nx:
+                self._drop_previous([key])
         self.check_durable(key, replies)
         return is_ok(replies[0])
 
@@ -313,6 +322,7 @@ class CacheOperations(ClientBase):
 
     def touch(self, key: Any, timeout: float | None) -> bool:
         """True if the key exists (PERSIST alone answers 0 for a key that had no expiry)."""
+        self._adopt(key)
         if timeout is None:
             exists, _ = self._on(key, [("EXISTS", key), ("PERSIST", key)], [0, 0], write=True)
             return bool(exists)
@@ -323,20 +333,26 @@ class CacheOperations(ClientBase):
         return bool(reply)
 
     def delete(self, key: Any) -> bool:
-        (reply,) = self._on(key, [("DEL", key)], [0], write=True)
-        return bool(reply)
+        try:
+            (reply,) = self._on(key, [("DEL", key)], [0], write=True)
+        finally:
+            dropped = self._drop_previous([key])
+        return bool(reply) or dropped > 0
 
     def has_key(self, key: Any) -> bool:
         near = self.core.near
         if near is not None and near.get(self.core.shard_for(key), key) is not None:
             return True
         (reply,) = self._on(key, [("EXISTS", key)], [0], write=False)
+        if not reply and self.core.previous_ring is not None:
+            return self._adopted(key) is not None
         return bool(reply)
 
     def incr(self, key: Any, delta: int = 1, *, create: bool = False) -> int | None:
         """Atomic and TTL-preserving; ValueError if the key is missing (Django semantics), or,
         with ``create``, a missing key counts from 0 without expiry (cachelib semantics), and
         None when IGNORE_EXCEPTIONS skipped the shard."""
+        self._adopt(key)
         if create:
             (value,) = self._on(
                 key, [("INCRBY", key, delta)], [None], write=True, idempotent=False
@@ -356,6 +372,7 @@ class CacheOperations(ClientBase):
 
     def ttl(self, key: Any) -> float | None:
         """Seconds left; None for no expiry; 0 for a missing key."""
+        self._adopt(key)
         (ms,) = self._on(key, [("PTTL", key)], [-2], write=False)
         if ms == -1:
             return None
@@ -374,7 +391,8 @@ class CacheOperations(ClientBase):
             groups, plan = self.mget_plan(keys)
             if not plan:
                 return {}
-            return self.found(groups, self.scatter(plan, write=False, operation="get_many"))
+            found = self.found(groups, self.scatter(plan, write=False, operation="get_many"))
+            return self._with_adopted(found, groups)
         local, missing = self.near_hits(near, keys)
         groups, plan = self.mget_plan(missing)
         if not plan:
@@ -385,7 +403,7 @@ class CacheOperations(ClientBase):
             if shard_replies is not None:
                 for key, data in zip(groups[shard], shard_replies[0], strict=True):
                     near.fill(shard, key, tickets[key], data)
-        return {**local, **self.found(groups, replies)}
+        return self._with_adopted({**local, **self.found(groups, replies)}, groups)
 
     def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
         """Returns the keys that failed (Django's contract)."""
@@ -399,6 +417,7 @@ class CacheOperations(ClientBase):
             return self.not_set(groups, self.scatter(plan, write=True, operation="set_many"))
         finally:
             self.forget(mapping)
+            self._drop_previous(mapping)
 
     def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
@@ -429,7 +448,8 @@ class CacheOperations(ClientBase):
             replies = self.scatter(plan, write=True, operation="delete_many")
         finally:
             self.forget(keys)
-        return sum(int(r[0]) for r in replies.values() if r is not None)
+            dropped = self._drop_previous(keys)
+        return dropped + sum(int(r[0]) for r in replies.values() if r is not None)
 
     def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
         """Delete (or ``UNLINK``) the keys, then check none is still there, in one batch per
@@ -448,6 +468,7 @@ class CacheOperations(ClientBase):
             removed = self.scatter(plan, write=True, operation="delete_many")
         finally:
             self.forget([key for group in groups.values() for key in group])
+            self._drop_previous([key for group in groups.values() for key in group])
         for shard, replies in removed.items():
             if replies is not None:
                 gone.update(zip(groups[shard], (not r for r in replies[1:]), strict=True))
@@ -470,7 +491,7 @@ class CacheOperations(ClientBase):
 
     def iter_keys(self, pattern: str, *, count: int = SCAN_COUNT) -> Iterator[bytes]:
         """Every key matching ``pattern`` on every shard (a skipped shard yields nothing more)."""
-        for shard in self.core.shards:
+        for shard in self.core.every_shard:
             try:
                 for key in self.iter_keys_on(shard, pattern, count=count):
                     yield key
@@ -501,7 +522,7 @@ class CacheOperations(ClientBase):
     def delete_pattern(self, pattern: str, *, count: int = SCAN_COUNT) -> int:
         """How many keys matching ``pattern`` were deleted (on the shards not skipped)."""
         deleted = 0
-        for shard in self.core.shards:
+        for shard in self.core.every_shard:
             try:
                 deleted += self.delete_pattern_on(shard, pattern, count)
             except MASTER_ERRORS as exc:
@@ -515,7 +536,7 @@ class CacheOperations(ClientBase):
         every shard is flushed, as Django's RedisCache does. False if IGNORE_EXCEPTIONS skipped
         a shard."""
         complete = True
-        for shard in self.core.shards:
+        for shard in self.core.every_shard:
             try:
                 if pattern:
                     self.delete_pattern_on(shard, pattern)
@@ -529,6 +550,78 @@ class CacheOperations(ClientBase):
                     raise
                 complete = False
         return complete
+
+    # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
+    def _adopt(self, key: Any) -> None:
+        """Before an operation that needs the key where it lives now (add, incr, touch, ttl)."""
+        if self.core.previous_ring is not None:
+            self._adopted(key)
+
+    def _adopted(self, key: Any) -> Any:
+        """Move ``key`` from its previous owner if it is there; the stored data now on its owner
+        (None: nothing to move)."""
+        previous = self.core.previous_shard_for(key)
+        if previous is None:
+            return None
+        return (self.adopt_many({previous: [key]})).get(key)
+
+    def _with_adopted(self, found: dict[Any, Any], groups: Groups) -> dict[Any, Any]:
+        """``get_many``'s misses read from their previous owners (and moved), batched."""
+        if self.core.previous_ring is None:
+            return found
+        missing: dict[Shard, list[Any]] = {}
+        for group in groups.values():
+            for key in group:
+                previous = None if key in found else self.core.previous_shard_for(key)
+                if previous is not None:
+                    missing.setdefault(previous, []).append(key)
+        for key, data in (self.adopt_many(missing)).items():
+            value = self.decode(data, key)
+            if value is not MISS:
+                found[key] = value
+        return found
+
+    def adopt_many(self, groups: Mapping[Shard, Sequence[Any]]) -> dict[Any, Any]:
+        """Move keys from their previous owners (``groups``: previous shard -> keys) to their
+        owners, batched per shard: read value, TTL and DUMP; restore where the owner has no
+        newer value; delete from the previous owner. Key -> the stored data now on its owner
+        (re-read there when a newer value was found)."""
+        if not groups:
+            return {}
+        plan = {shard: self.dump_plan(keys) for shard, keys in groups.items()}
+        dumped = self.dumped(groups, self.scatter(plan, write=False, operation="reshard"))
+        if not dumped:
+            return {}
+        owners, restore = self.restore_plan(dumped)
+        restored = self.scatter(restore, write=True, operation="reshard")
+        moved: dict[Any, Any] = {}
+        newer: list[Any] = []
+        for shard, replies in restored.items():
+            if replies is not None:
+                for key, done in zip(owners[shard], replies[0], strict=True):
+                    if done:
+                        moved[key] = dumped[key][1]
+                    else:
+                        newer.append(key)
+        self._drop_previous(list(moved) + newer)
+        if newer:  # written through the new placement meanwhile: that value wins
+            current, reread = self.mget_plan(newer)
+            moved.update(
+                self.raw_found(
+                    current, self.scatter(reread, write=False, operation="reshard")
+                )
+            )
+        return moved
+
+    def _drop_previous(self, keys: Iterable[Any]) -> int:
+        """Delete ``keys`` from their previous owners, so an old copy never comes back."""
+        if self.core.previous_ring is None:
+            return 0
+        plan = self.previous_del_plan(keys)
+        if not plan:
+            return 0
+        replies = self.scatter(plan, write=True, operation="reshard")
+        return sum(int(r[0]) for r in replies.values() if r is not None)
 
 
 def send(client: Any, commands: Sequence[Command]) -> list[Any]:
