@@ -26,7 +26,7 @@ def test_closing_the_core_closes_its_asyncio_connections(cluster: LocalSentinelC
             return [await client.io.master(shard) for shard in core.shards]
 
         pools = asyncio.run_coroutine_threadsafe(use(), loop).result(10)
-        connections = [c for p in pools for c in p._connections]  # type: ignore[attr-defined]
+        connections = [c for p in pools for c in p.connection_pool._connections]  # type: ignore[attr-defined]
         assert connections and any(c.is_connected for c in connections)
         assert client.clients.loop_count == 1
         core.close()  # from another thread than the loop's
