@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from waiting import wait_until
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.shard import SwitchEvent
@@ -64,14 +65,6 @@ class Writer(threading.Thread):
     def stop(self) -> None:
         self.halt.set()
         self.join(10)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def role(cluster: LocalSentinelCluster, address: Address) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import redis
+from waiting import wait_until
 
 from sentinel_cache.core.client import CacheClient, escape_pattern
 from sentinel_cache.core.serializers import Codec
@@ -94,14 +95,6 @@ class Worker(threading.Thread):
             except Exception as exc:
                 self.errors[type(exc).__name__] += 1
             self.slowest = max(self.slowest, time.monotonic() - started)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def named_connections(cluster: LocalSentinelCluster, address: Any) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 prometheus_client = pytest.importorskip("prometheus_client")
 
 from prometheus_client import REGISTRY  # noqa: E402
+from waiting import key_on, wait_until  # noqa: E402
 
 from sentinel_cache import ConfigurationError  # noqa: E402
 from sentinel_cache.core.client import CacheClient  # noqa: E402
@@ -25,21 +25,6 @@ from sentinel_cache.testing import LocalSentinelCluster  # noqa: E402
 
 def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
-def key_on(core: ShardedSentinelPool, index: int, prefix: str) -> str:
-    n = 0
-    while core.shard_index(f"{prefix}:{n}") != index:
-        n += 1
-    return f"{prefix}:{n}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from waiting import wait_until
 
 from sentinel_cache import ConfigurationError
 from sentinel_cache.core import _sync
@@ -21,14 +22,6 @@ from sentinel_cache.core.config import PoolConfig
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
 
 
 def near_status(core: ShardedSentinelPool, key: str) -> dict[str, Any]:

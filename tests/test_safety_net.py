@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from waiting import key_on, wait_until
 
 from sentinel_cache import PoolExhaustedError, ShardUnavailableError, StaleReplyError
 from sentinel_cache.core.aio import AsyncCacheClient
@@ -26,21 +27,6 @@ from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.testing import LocalSentinelCluster
 
 ClusterFactory = Callable[..., LocalSentinelCluster]
-
-
-def key_on(pool: ShardedSentinelPool, index: int, prefix: str = "k") -> str:
-    n = 0
-    while pool.shard_index(f"{prefix}:{n}") != index:
-        n += 1
-    return f"{prefix}:{n}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

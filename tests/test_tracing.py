@@ -5,7 +5,6 @@ own instrumentation keeps working on the core's clients. Real servers, in-memory
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
     InMemorySpanExporter,
 )
+from waiting import key_on, wait_until  # noqa: E402
 
 from sentinel_cache.core.aio import AsyncCacheClient  # noqa: E402
 from sentinel_cache.core.client import CacheClient  # noqa: E402
@@ -40,21 +40,6 @@ def provider() -> None:
 
 def ours(name: str) -> list[Any]:
     return [s for s in EXPORTER.get_finished_spans() if s.name == f"sentinel_cache {name}"]
-
-
-def key_on(core: ShardedSentinelPool, index: int, prefix: str) -> str:
-    n = 0
-    while core.shard_index(f"{prefix}:{n}") != index:
-        n += 1
-    return f"{prefix}:{n}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
