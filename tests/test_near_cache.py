@@ -304,3 +304,56 @@ def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool) -> No
     assert row["tracked"] is True and row["entries"] >= 1 and row["hits"] >= 0
     text = status.render_text(report)
     assert "near cache (this process)" in text and "hit ratio" in text
+
+
+def test_the_django_and_flask_backends_take_the_options(cluster: LocalSentinelCluster) -> None:
+    """Both adapters pass NEAR_CACHE through to the core: their reads hit the local copy."""
+    from sentinel_cache.django import ShardedSentinelCache as DjangoCache
+
+    options = {"MASTERS": cluster.master_names, "NEAR_CACHE": True, "DB": 8}
+    django_cache = DjangoCache(cluster.sentinel_addresses, {"OPTIONS": options})
+    from flask import Flask
+    from flask_caching import Cache
+
+    app = Flask("near")
+    app.config.update(
+        CACHE_TYPE="sentinel_cache.flask.ShardedSentinelCache",
+        CACHE_REDIS_SENTINELS=[f"{h}:{p}" for h, p in cluster.sentinel_addresses],
+        CACHE_REDIS_SENTINEL_MASTERS=cluster.master_names,
+        CACHE_OPTIONS={"NEAR_CACHE": True, "DB": 8},
+    )
+    flask_ext = Cache(app)
+    flask_cache = app.extensions["cache"][flask_ext]
+    core = django_cache.core
+    assert core.near is not None and flask_cache.core.near is not None
+    try:
+        django_cache.set("adapters", {"a": 1}, None)  # starts the core (nothing connects before)
+        wait_until(lambda: tracked(core), 5, "tracking")
+        wait_until(
+            lambda: (
+                django_cache.get("adapters") == {"a": 1}
+                and core.near is not None
+                and near_status(core, django_cache.make_key("adapters"))["entries"] >= 1
+            ),
+            2,
+            "a local copy",
+        )
+        hits = near_status(core, django_cache.make_key("adapters"))["hits"]
+        assert django_cache.get("adapters") == {"a": 1}
+        assert asyncio.run(django_cache.aget("adapters")) == {"a": 1}
+        assert django_cache.get_many(["adapters"]) == {"adapters": {"a": 1}}
+        assert near_status(core, django_cache.make_key("adapters"))["hits"] >= hits + 3
+        flask_cache.set("f", "flask", 0)
+        wait_until(lambda: tracked(flask_cache.core), 5, "tracking (Flask)")
+        wait_until(
+            lambda: (
+                flask_cache.get("f") == "flask"
+                and near_status(flask_cache.core, flask_cache._get_prefix() + "f")["entries"] >= 1
+            ),
+            2,
+            "a local copy (Flask)",
+        )
+        assert flask_cache.has("f")
+    finally:
+        core.close()
+        flask_cache.core.close()
