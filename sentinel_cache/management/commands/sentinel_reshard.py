@@ -1,0 +1,228 @@
+"""``manage.py sentinel_reshard``: move the keys whose owner changed in a resharding.
+
+Run it once the new ``MASTERS`` are deployed with ``PREVIOUS_MASTERS`` (see the resharding page
+of the docs). It scans every shard of the previous placement and moves each key that belongs to
+another shard now, with its remaining TTL, never over a newer value; a second run moves nothing,
+and a run that was stopped is simply started again. ``--dry-run`` only counts what would move,
+and warns when the change moves far more keys than needed.
+
+Exit code 0 done, 1 finished with errors (a shard was given up: run it again), 3 a configuration
+or usage error (nothing was moved), as ``sentinel_status``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn
+
+from django.conf import settings
+from django.core.cache import caches
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from sentinel_cache.core import reshard, status
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.django.checks import BACKEND, sentinel_aliases
+from sentinel_cache.exceptions import ConfigurationError
+
+EXIT_ERRORS = 1
+
+
+class Command(BaseCommand):
+    help = (
+        "Move the keys whose owner changed (MASTERS with PREVIOUS_MASTERS) to their new owner, "
+        f"for the caches using {BACKEND}. Exit code: 0 done, 1 finished with errors (run it "
+        "again), 3 configuration error."
+    )
+    # An operator's tool must run while something else in the project fails its checks.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--cache",
+            metavar="ALIAS",
+            help="Only this cache alias (default: every one with PREVIOUS_MASTERS).",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Move nothing: count what would move, per master pair, and warn about "
+            "changes that move far more than needed.",
+        )
+        parser.add_argument(
+            "--rate",
+            type=float,
+            metavar="KEYS_PER_SECOND",
+            help="Move at most this many keys a second (default: as fast as the servers go).",
+        )
+        parser.add_argument(
+            "--match",
+            default="*",
+            metavar="PATTERN",
+            help="Only keys matching this SCAN pattern (default: every key of the database).",
+        )
+        parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
+        parser.add_argument(
+            "--sample",
+            type=int,
+            metavar="KEYS",
+            help="With --dry-run: scan only this many keys per shard (default: every key).",
+        )
+        parser.add_argument(
+            "--batch",
+            type=int,
+            default=reshard.DEFAULT_BATCH,
+            metavar="KEYS",
+            help="Keys per SCAN and per round trip (default %(default)s).",
+        )
+        parser.add_argument(
+            "--retry-for",
+            type=float,
+            default=reshard.DEFAULT_RETRY_FOR,
+            metavar="SECONDS",
+            help="How long a shard may be unavailable (a failover) before it is given up "
+            "(default %(default)s).",
+        )
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        """Usage errors exit 3, like configuration errors: argparse's 2 is no code of ours."""
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+
+        def error(message: str) -> NoReturn:
+            if parser.called_from_command_line:
+                parser.print_usage(sys.stderr)
+                parser.exit(status.EXIT_CONFIG, f"{parser.prog}: error: {message}\n")
+            raise _config_error(f"Error: {message}")
+
+        parser.error = error  # type: ignore[method-assign]
+        return parser
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        rate, sample = options["rate"], options["sample"]
+        if rate is not None and not rate > 0:
+            raise _config_error(f"--rate must be a positive number of keys a second (got {rate})")
+        if options["batch"] < 1:
+            raise _config_error(
+                f"--batch must be a positive number of keys (got {options['batch']})"
+            )
+        if sample is not None and (sample < 1 or not options["dry_run"]):
+            raise _config_error("--sample needs --dry-run and a positive number of keys per shard")
+        if not options["retry_for"] >= 0:
+            raise _config_error(f"--retry-for must not be negative (got {options['retry_for']})")
+        cores = self._cores(options["cache"])
+        run = self._plan if options["dry_run"] else self._migrate
+        code = run(cores, options)
+        if code:
+            raise SystemExit(code)
+
+    # -- which caches ---------------------------------------------------------------------
+    def _cores(self, alias: str | None) -> dict[str, ShardedSentinelPool]:
+        """Alias -> core, one alias per core (aliases with equal settings share one), only those
+        with PREVIOUS_MASTERS."""
+        ours = sentinel_aliases()
+        if alias is not None:
+            configured = getattr(settings, "CACHES", {})
+            if alias not in configured:
+                known = ", ".join(sorted(configured)) or "none"
+                raise _config_error(f"unknown cache alias {alias!r} (settings.CACHES has: {known})")
+            if alias not in ours:
+                backend = configured[alias].get("BACKEND")
+                raise _config_error(f"cache {alias!r} uses {backend}, not {BACKEND}")
+            core = self._core(alias)
+            if core.previous_ring is None:
+                raise _config_error(
+                    f"cache {alias!r} has no PREVIOUS_MASTERS: deploy the new MASTERS with "
+                    "PREVIOUS_MASTERS naming the placement before the change, then run this"
+                )
+            return {alias: core}
+        if not ours:
+            raise _config_error(f"no cache in settings.CACHES uses {BACKEND}")
+        cores: dict[str, ShardedSentinelPool] = {}
+        seen: set[int] = set()
+        for name in ours:
+            core = self._core(name)
+            if core.previous_ring is not None and id(core) not in seen:
+                seen.add(id(core))
+                cores[name] = core
+        if not cores:
+            raise _config_error(
+                f"no cache using {BACKEND} has PREVIOUS_MASTERS set: nothing to migrate "
+                f"({', '.join(ours)})"
+            )
+        return cores
+
+    def _core(self, alias: str) -> ShardedSentinelPool:
+        try:
+            return caches[alias].core  # type: ignore[attr-defined]
+        except (ConfigurationError, ImproperlyConfigured) as exc:  # the backend's, or Django's
+            raise _config_error(f"cache {alias!r}: {exc}") from exc
+
+    # -- the two modes --------------------------------------------------------------------
+    def _plan(self, cores: dict[str, ShardedSentinelPool], options: dict[str, Any]) -> int:
+        plans = {
+            alias: reshard.plan(
+                core,
+                match=options["match"],
+                sample=options["sample"],
+                retry_for=options["retry_for"],
+            )
+            for alias, core in cores.items()
+        }
+        if options["json"]:
+            data = {alias: p.to_dict() for alias, p in plans.items()}
+            self.stdout.write(reshard.render_json(data), ending="")
+        else:
+            self.stdout.write(
+                "\n".join(
+                    reshard.render_plan(p, title=f"cache {alias!r}") for alias, p in plans.items()
+                ),
+                ending="",
+            )
+        return 0 if all(p.complete for p in plans.values()) else EXIT_ERRORS
+
+    def _migrate(self, cores: dict[str, ShardedSentinelPool], options: dict[str, Any]) -> int:
+        reports: dict[str, reshard.Report] = {}
+        for alias, core in cores.items():
+            printer = None
+            if not options["json"]:
+                printer = reshard.ProgressPrinter(
+                    lambda text: self.stderr.write(text, ending=""), tty=self.stderr.isatty()
+                )
+                self.stderr.write(f"cache {alias!r}: migrating")
+            try:
+                reports[alias] = reshard.migrate(
+                    core,
+                    match=options["match"],
+                    rate=options["rate"],
+                    batch=options["batch"],
+                    progress=printer,
+                    retry_for=options["retry_for"],
+                )
+            except KeyboardInterrupt:
+                if printer is not None:
+                    printer.close()
+                self.stderr.write(
+                    "interrupted: the keys moved so far stay moved; run the command again to "
+                    "continue (what is left stays readable through PREVIOUS_MASTERS)"
+                )
+                raise SystemExit(130) from None
+            finally:
+                if printer is not None:
+                    printer.close()
+        if options["json"]:
+            data = {alias: r.to_dict() for alias, r in reports.items()}
+            self.stdout.write(reshard.render_json(data), ending="")
+        else:
+            self.stdout.write(
+                "\n".join(
+                    reshard.render_report(r, title=f"cache {alias!r}")
+                    for alias, r in reports.items()
+                ),
+                ending="",
+            )
+        return 0 if all(r.complete for r in reports.values()) else EXIT_ERRORS
+
+
+def _config_error(message: str) -> CommandError:
+    """A CommandError whose exit code says "configuration error" (3), as ``sentinel_status``."""
+    return CommandError(message, returncode=status.EXIT_CONFIG)
