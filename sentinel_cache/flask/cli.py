@@ -119,6 +119,10 @@ def sentinel_status_command(
 
 
 def init_app(app: Flask) -> None:
-    """Register ``flask sentinel-status`` with ``app`` (done by :meth:`factory`; idempotent)."""
+    """Register ``flask sentinel-status`` and ``flask sentinel-reshard`` with ``app`` (done by
+    :meth:`factory`; idempotent)."""
     if COMMAND_NAME not in app.cli.commands:
         app.cli.add_command(sentinel_status_command)
+    from sentinel_cache.flask.reshard_cli import sentinel_reshard_command  # imports this module
+
+    app.cli.commands.setdefault(sentinel_reshard_command.name or "", sentinel_reshard_command)
