@@ -457,6 +457,25 @@ def test_an_unreachable_departing_master_is_reported_not_fatal(
         core.close()
 
 
+def test_an_unavailable_owner_gives_the_source_up_and_loses_nothing(
+    three: LocalSentinelCluster,
+) -> None:
+    before = ["shard0", "shard1"]
+    place(three, before)
+    placed = owner_names(before)
+    core = core_for(three, [*before, "ghost"], previous_masters=before)
+    try:
+        report = reshard.migrate(core, retry_for=0.3)
+        assert not report.complete
+        assert {s.name for s in report.shards if not s.complete} == set(before)
+        assert all("ghost" in e for e in report.errors), report.errors
+        assert report.moved == 0
+        # Nothing was deleted anywhere: every key still on its previous owner, readable.
+        assert locations(three) == {k: [placed[k]] for k in KEYS}
+    finally:
+        core.close()
+
+
 # -- failures in the middle ---------------------------------------------------------------------
 
 

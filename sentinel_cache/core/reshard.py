@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import threading
 import time
 from bisect import bisect_left
 from collections import deque
@@ -818,6 +820,10 @@ class _Tally:
         )
 
 
+_Restores = dict[Shard, list[tuple[Any, int, bytes]]]  # per owner: (key, ttl ms, DUMP)
+_Gone = dict[Shard, list[Any]]  # per owner: keys gone from the source before their DUMP
+
+
 class _Abandon(Exception):
     """A shard is given up (its keys stay where they are, readable through the transitional
     ring)."""
@@ -856,9 +862,22 @@ class _Migration:
         self.pending: deque[tuple[float, _Tally, list[Any]]] = deque()
         self.tallies: list[_Tally] = []
         self.started = clock()
+        # The owners' side runs in a helper thread, so the source reads the next chunk while
+        # the owners restore this one: (tally, restores, gone) per chunk, None to stop.
+        self.work: queue.Queue[tuple[_Tally, _Restores, _Gone] | None] = queue.Queue(maxsize=2)
+        self.failure: BaseException | None = None
 
     # -- the whole run --------------------------------------------------------------------
     def run(self) -> Report:
+        worker = threading.Thread(target=self._restorer, name="sentinel-reshard", daemon=True)
+        worker.start()
+        try:
+            return self._run()
+        finally:
+            self.work.put(None)
+            worker.join()
+
+    def _run(self) -> Report:
         current = set(self.core.config.masters)
         for position, shard in enumerate(_sources(self.core)):
             keys: int | None
@@ -871,8 +890,10 @@ class _Migration:
             began = self.clock()
             try:
                 self._shard(tally)
+                self._drain()
                 tally.complete = True
             except (_Abandon, ResponseError, *MASTER_ERRORS) as exc:
+                self._drain(quiet=True)
                 self._give_up(tally, exc)
             tally.seconds = self.clock() - began
             tally.finished = True
@@ -921,7 +942,9 @@ class _Migration:
                 chunk, movers = movers[: self.chunk], movers[self.chunk :]
                 if self.bucket is not None:
                     self.bucket.take(len(chunk))
-                self._move(tally, chunk)
+                if self.failure is not None:
+                    raise self.failure
+                self.work.put((tally, *self._dump(tally, chunk)))
             self._flush()
             if cursor == 0:
                 if shard.current()[1] == generation:
@@ -941,15 +964,16 @@ class _Migration:
         return 0
 
     def _move(self, tally: _Tally, chunk: Sequence[tuple[Any, Shard]]) -> None:
-        """One chunk: each key's TTL and ``DUMP`` read on the source in one script, then per
-        owner one ``RESTORE_MISSING`` (and an ``EXISTS`` per key that was gone: moved by a
-        reader, or expired), the owners' batches sent together; the source's copies deleted a
-        moment later."""
-        source = tally.shard
+        """One chunk moved, both halves in this thread."""
+        self._restore(tally, *self._dump(tally, chunk))
+
+    def _dump(self, tally: _Tally, chunk: Sequence[tuple[Any, Shard]]) -> tuple[_Restores, _Gone]:
+        """The source's half of a chunk: each key's TTL and ``DUMP`` read in one script; per
+        owner, what to restore there and the keys that were gone."""
         keys = [key for key, _ in chunk]
-        replies = self.calls.one(source, ("EVAL", DUMP_WITH_TTL, len(keys), *keys))
-        restores: dict[Shard, list[tuple[Any, int, bytes]]] = {}
-        gone: dict[Shard, list[Any]] = {}
+        replies = self.calls.one(tally.shard, ("EVAL", DUMP_WITH_TTL, len(keys), *keys))
+        restores: _Restores = {}
+        gone: _Gone = {}
         for i, (key, owner) in enumerate(chunk):
             ttl, dump = replies[2 * i], replies[2 * i + 1]
             # PTTL 0: expiring within the millisecond (RESTORE would read 0 as "no expiry").
@@ -957,6 +981,12 @@ class _Migration:
                 gone.setdefault(owner, []).append(key)
             else:
                 restores.setdefault(owner, []).append((key, max(int(ttl), 0), dump))
+        return restores, gone
+
+    def _restore(self, tally: _Tally, restores: _Restores, gone: _Gone) -> None:
+        """The owners' half: per owner one ``RESTORE_MISSING`` (and an ``EXISTS`` per key that
+        was gone: moved by a reader, or expired), the owners' batches sent together; the
+        source's copies of the keys now on their owners deleted a moment later."""
         plan: dict[Shard, list[Command]] = {}
         for owner, items in restores.items():
             args = [x for _, ttl, dump in items for x in (ttl, dump)]
@@ -976,6 +1006,29 @@ class _Migration:
                 self._count(tally, owner, 1 if exists else 2)
         if delete:
             self.pending.append((self.clock() + self.delete_delay, tally, delete))
+
+    def _restorer(self) -> None:
+        """The helper thread: the owners' half of every chunk, in order; the first failure is
+        kept for the main thread (the chunks after it are skipped until it is collected)."""
+        while True:
+            item = self.work.get()
+            try:
+                if item is None:
+                    return
+                if self.failure is None:
+                    self._restore(*item)
+            except BaseException as exc:  # handed to the main thread
+                self.failure = exc
+            finally:
+                self.work.task_done()
+
+    def _drain(self, *, quiet: bool = False) -> None:
+        """Wait for the chunks handed to the helper thread; raise its failure (unless
+        ``quiet``: the shard is being given up for another reason already)."""
+        self.work.join()
+        failure, self.failure = self.failure, None
+        if failure is not None and not quiet:
+            raise failure
 
     def _count(self, tally: _Tally, owner: Shard, outcome: int) -> None:
         counts = self.pairs.setdefault((tally.shard.name, owner.name), [0, 0, 0])
