@@ -32,6 +32,14 @@ def tracked(core: ShardedSentinelPool) -> bool:
     return all(shard["near_cache"]["tracked"] for shard in core.status()["shards"])
 
 
+def store(client: CacheClient, core: ShardedSentinelPool, key: str, value: Any) -> None:
+    """Write ``key``, let the echo of that write arrive, then read it until a copy is kept."""
+    before = near_status(core, key)["invalidations"]
+    client.set(key, value, None)
+    echoed(core, key, before)
+    cached(client, core, key)
+
+
 def cached(client: CacheClient, core: ShardedSentinelPool, key: str) -> None:
     """Read ``key`` until its copy is kept (the echo of our own last write may evict the first
     copy: BCAST tracking tells every client, the writer included)."""
@@ -40,6 +48,12 @@ def cached(client: CacheClient, core: ShardedSentinelPool, key: str) -> None:
         2,
         f"a local copy of {key}",
     )
+
+
+def echoed(core: ShardedSentinelPool, key: str, before: int) -> None:
+    """Wait for the server's invalidation of our own write of ``key`` (BCAST tells the writer
+    too): until it has arrived, it may evict a copy read after the write."""
+    wait_until(lambda: near_status(core, key)["invalidations"] > before, 2, f"the echo of {key}")
 
 
 def outsider(core: ShardedSentinelPool, key: str) -> redis.Redis:
@@ -63,9 +77,7 @@ def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
 
 def test_a_hit_is_served_locally_and_an_outside_write_evicts_it(core: ShardedSentinelPool) -> None:
     client = CacheClient(core, Codec())
-    client.set("near:a", {"v": 1}, None)
-    assert client.get("near:a") == {"v": 1}
-    cached(client, core, "near:a")
+    store(client, core, "near:a", {"v": 1})
     before = near_status(core, "near:a")
     assert client.get("near:a") == {"v": 1}
     after = near_status(core, "near:a")
@@ -102,7 +114,9 @@ def test_an_invalidation_during_the_read_never_leaves_the_old_value(
     """Forced: the GET's reply (the old value) is held back until an outside write has been
     applied and its invalidation received; the reply must not be kept."""
     client = CacheClient(core, Codec())
+    before = near_status(core, "near:race")["invalidations"]
     client.set("near:race", "old", None)
+    echoed(core, "near:race", before)
     real_send = _sync.client.send
     state = {"raced": False}
 
@@ -150,16 +164,14 @@ def test_bounded_by_entries_and_bytes(cluster: LocalSentinelCluster) -> None:
 
 def test_a_server_flush_and_a_lost_tracker_drop_the_copies(core: ShardedSentinelPool) -> None:
     client = CacheClient(core, Codec())
-    client.set("near:f", 1, None)
-    cached(client, core, "near:f")
+    store(client, core, "near:f", 1)
     flushes = near_status(core, "near:f")["flushes"].get("server flush", 0)
     with outsider(core, "near:f") as other:
         other.flushdb()
     wait_until(lambda: near_status(core, "near:f")["entries"] == 0, 2, "the flush")
     assert near_status(core, "near:f")["flushes"].get("server flush", 0) > flushes
     assert client.get("near:f") is None
-    client.set("near:f", 2, None)
-    cached(client, core, "near:f")
+    store(client, core, "near:f", 2)
     with outsider(core, "near:f") as other:
         other.client_kill_filter(_type="pubsub")  # the tracker's connection goes
     wait_until(lambda: near_status(core, "near:f")["entries"] == 0, 2, "the lost tracker")
@@ -172,9 +184,9 @@ def _failover_then_outside_write(cluster: LocalSentinelCluster, kill: bool) -> N
     core = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, near_cache=True)
     try:
         client = CacheClient(core, Codec())
-        client.set("near:fo", "before", None)
+        client.set("near:fo", "started", None)  # the core starts (nothing connects before)
         wait_until(lambda: tracked(core), 5, "tracking")
-        cached(client, core, "near:fo")
+        store(client, core, "near:fo", "before")
         shard = core.shard_for("near:fo")
         old = shard.address
         if kill:
@@ -213,8 +225,7 @@ def test_a_killed_master_never_leaves_a_stale_copy(
 
 def test_a_forked_child_starts_empty_and_tracks_on_its_own(core: ShardedSentinelPool) -> None:
     client = CacheClient(core, Codec())
-    client.set("near:fork", "parent", None)
-    cached(client, core, "near:fork")
+    store(client, core, "near:fork", "parent")
     pid = os.fork()
     if pid == 0:  # the child: report through the exit code only
         code = 0
@@ -242,7 +253,9 @@ def test_a_forked_child_starts_empty_and_tracks_on_its_own(core: ShardedSentinel
 def test_async_reads_share_the_near_cache(core: ShardedSentinelPool) -> None:
     async def go() -> tuple[Any, Any]:
         client = AsyncCacheClient(core, Codec())
+        before = near_status(core, "near:async")["invalidations"]
         await client.set("near:async", 7, None)
+        echoed(core, "near:async", before)
         first = await client.get("near:async")
         hits = near_status(core, "near:async")["hits"]
         second = await client.get("near:async")
@@ -297,8 +310,7 @@ def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool) -> No
     from sentinel_cache.core import status
 
     client = CacheClient(core, Codec())
-    client.set("near:st", 1, None)
-    cached(client, core, "near:st")
+    store(client, core, "near:st", 1)
     report = status.collect(core, timeout=1.0)
     row = report["shards"][core.shard_index("near:st")]["near_cache"]
     assert row["tracked"] is True and row["entries"] >= 1 and row["hits"] >= 0
