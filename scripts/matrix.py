@@ -383,6 +383,21 @@ def print_table(results: list[Result]) -> None:
             print(f"log:  {r.cell}: {r.log}")
 
 
+def tested_commit() -> str:
+    """The checkout's commit, ``+changes`` when the code or tests differ from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "sentinel_cache", "tests", "pyproject.toml"],
+            cwd=ROOT, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+    except OSError:
+        return ""
+    return f"{head}+changes" if head and dirty else head
+
+
 def markdown_table() -> str:
     """The last recorded result of every cell (``.cache/matrix/results.json``), for
     docs/compatibility.md."""
@@ -406,7 +421,7 @@ def markdown_table() -> str:
         lines.append(
             f"| `{cell.name}` | {sets_} | {v.get('python', cell.python)} | {v.get('django') or '-'} "
             f"| {v.get('redis', '')} | {v.get('hiredis') or '-'} | {flask} | {r['server']} "
-            f"| {result} | {r['summary']} | {times} | {r.get('when', '')} |"
+            f"| {result} | {r['summary']} | {times} | {r.get('when', '')} {r.get('commit', '')} |"
         )
     return "\n".join(lines)
 
@@ -532,8 +547,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             previous = {}
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    commit = tested_commit()
     for result in results:
-        previous[result.cell] = {**dataclasses.asdict(result), "when": stamp}
+        previous[result.cell] = {**dataclasses.asdict(result), "when": stamp, "commit": commit}
     results_file.write_text(json.dumps(previous, indent=1, sort_keys=True))
     print()
     print_table(results)
