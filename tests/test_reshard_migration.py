@@ -551,6 +551,34 @@ def test_a_killed_migration_is_resumed(three: LocalSentinelCluster) -> None:
         core.close()
 
 
+def test_ctrl_c_stops_the_helper_thread_and_a_new_run_finishes(
+    three: LocalSentinelCluster,
+) -> None:
+    before, after = ["shard0", "shard1"], ["shard0", "shard1", "shard2"]
+    place(three, before)
+
+    def interrupt(p: reshard.Progress) -> None:
+        if p.total_moved:
+            raise KeyboardInterrupt
+
+    core = core_for(three, after, previous_masters=before)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            reshard.migrate(core, batch=100, progress=interrupt)
+        deadline = time.monotonic() + 5
+        while any(t.name == "sentinel-reshard" for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the helper thread ended"
+            time.sleep(0.01)
+        report = reshard.migrate(core)
+        assert report.complete
+        expected = sum(expected_pairs(before, after, None, None).values())
+        # What the first run restored stays; its old copies are found and deleted now.
+        assert report.moved < expected and report.moved + report.already_present <= expected
+        assert_settled(three, after)
+    finally:
+        core.close()
+
+
 # -- rendering ---------------------------------------------------------------------------------
 
 

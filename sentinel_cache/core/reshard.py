@@ -23,6 +23,7 @@ these, and render with :func:`render_plan`, :func:`render_report` and :class:`Pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -872,10 +873,21 @@ class _Migration:
         worker = threading.Thread(target=self._restorer, name="sentinel-reshard", daemon=True)
         worker.start()
         try:
-            return self._run()
-        finally:
-            self.work.put(None)
-            worker.join()
+            report = self._run()
+        except BaseException:  # Ctrl-C: what is queued is dropped, and the helper told to end
+            self.failure = self.failure or _Abandon("the migration was interrupted")
+            while True:
+                try:
+                    self.work.put_nowait(None)
+                    break
+                except queue.Full:
+                    with contextlib.suppress(queue.Empty):
+                        self.work.get_nowait()
+                        self.work.task_done()
+            raise
+        self.work.put(None)
+        worker.join()
+        return report
 
     def _run(self) -> Report:
         current = set(self.core.config.masters)
