@@ -500,17 +500,16 @@ def plan(
                 reply = calls.one(shard, ("SCAN", cursor, "MATCH", match, "COUNT", batch))
                 cursor = int(reply[0])
                 found = reply[1]
-                if sample is not None:
-                    found = found[: sample - scanned]
+                room = len(found) if sample is None else sample - scanned
+                dropped = len(found) > room
+                found = found[:room]
                 scanned += len(found)
                 for key in found:
                     owner = owner_of(key)
                     if owner is not shard:
                         targets[owner.name] = targets.get(owner.name, 0) + 1
-                if cursor == 0:
-                    complete = True
-                    break
-                if sample is not None and scanned >= sample:
+                if cursor == 0 or scanned == sample:
+                    complete = cursor == 0 and not dropped
                     break
         except MASTER_ERRORS as exc:
             error = f"{type(exc).__name__}: {exc}"
@@ -772,8 +771,9 @@ class _Calls:
         return self.run(shard, [command], retry=retry)[0]
 
     def scatter(self, plan: Mapping[Shard, Sequence[Command]]) -> dict[Shard, list[Any]]:
-        """Every shard's batch sent before any reply is read; a failure retries the shards not
-        answered yet, one by one. (Every command sent here is idempotent.)"""
+        """Every shard's batch sent before any reply is read. After a failure, each shard's
+        batch is sent again on its own, with the retries of :meth:`run`: every command sent here
+        is idempotent (a restore that had been applied then counts as already present)."""
         try:
             replies = self.ops.scatter(plan, write=True, operation="reshard")
         except AuthenticationError:
