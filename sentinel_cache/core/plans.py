@@ -180,8 +180,8 @@ class ClientBase:
                 continue
             for i, key in enumerate(groups[shard]):
                 data, ttl, dump = shard_replies[3 * i : 3 * i + 3]
-                if data is None or dump is None or ttl == -2:
-                    continue
+                if data is None or dump is None or ttl == -2 or ttl == 0:
+                    continue  # absent, or expiring now (RESTORE would read 0 as "no expiry")
                 found[key] = (shard, data, max(int(ttl), 0), dump)
         return found
 

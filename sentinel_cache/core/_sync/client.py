@@ -273,6 +273,10 @@ class CacheOperations(ClientBase):
 
     # -- single key --------------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:
+        if self.core.previous_ring is not None:
+            previous = self.core.previous_shard_for(key)
+            if previous is not None:  # its owner changed: ask both at once
+                return self.value_of(self._get_moving(key, previous), key, default)
         near = self.core.near
         ticket = None
         if near is not None:
@@ -288,8 +292,6 @@ class CacheOperations(ClientBase):
             )
             if ticket is not None:
                 near.fill(shard, key, ticket, data)  # type: ignore[union-attr]
-            if data is None and self.core.previous_ring is not None:
-                data = self._adopted(key)
         except ResponseError as exc:
             if not wrong_type(exc):
                 raise
@@ -581,15 +583,42 @@ class CacheOperations(ClientBase):
                 found[key] = value
         return found
 
+    def _get_moving(self, key: Any, previous: Shard) -> Any:
+        """A key whose owner changed: its owner's value and its previous owner's copy read in
+        one round trip; the copy is restored on the owner if the owner had none."""
+        try:
+            owner = self.core.shard_for(key)
+            plan = {owner: [("GET", key)], previous: self.dump_plan([key])}
+            replies = self.scatter(plan, write=False, operation="get")
+        except ResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            logger.warning("key %s holds a non-string value: treated as a miss", short_key(key))
+            return None
+        own = replies.get(owner)
+        if own is not None and own[0] is not None:
+            return own[0]
+        dumped = self.dumped({previous: [key]}, {previous: replies.get(previous)})
+        return (self._restore(dumped)).get(key)
+
     def adopt_many(self, groups: Mapping[Shard, Sequence[Any]]) -> dict[Any, Any]:
         """Move keys from their previous owners (``groups``: previous shard -> keys) to their
-        owners, batched per shard: read value, TTL and DUMP; restore where the owner has no
-        newer value; delete from the previous owner. Key -> the stored data now on its owner
-        (re-read there when a newer value was found)."""
+        owners, batched per shard: read value, TTL and DUMP, then restore where the owner has no
+        newer value. Key -> the stored data now on its owner. The previous owner keeps its copy
+        until the migration (or a write through the new placement) deletes it, so concurrent
+        readers of the same key never find it gone from both."""
         if not groups:
             return {}
         plan = {shard: self.dump_plan(keys) for shard, keys in groups.items()}
-        dumped = self.dumped(groups, self.scatter(plan, write=False, operation="reshard"))
+        return self._restore(
+            self.dumped(groups, self.scatter(plan, write=False, operation="reshard"))
+        )
+
+    def _restore(
+        self, dumped: Mapping[Any, tuple[Shard, bytes, int, bytes]]
+    ) -> dict[Any, Any]:
+        """Restore the dumped keys on their owners unless a newer value is there (then that
+        value is read and returned). Key -> the stored data on its owner."""
         if not dumped:
             return {}
         owners, restore = self.restore_plan(dumped)
@@ -603,7 +632,6 @@ class CacheOperations(ClientBase):
                         moved[key] = dumped[key][1]
                     else:
                         newer.append(key)
-        self._drop_previous(list(moved) + newer)
         if newer:  # written through the new placement meanwhile: that value wins
             current, reread = self.mget_plan(newer)
             moved.update(
