@@ -29,7 +29,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from benchmarks import failover, measure, near, profile_hot, ratios, report, scale
+from benchmarks import failover, measure, near, profile_hot, ratios, report, reshard, scale
 from benchmarks.contenders import SPEC_BY_ID, SPECS, Topology, build_all
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--skip-ratios", action="store_true")
     parser.add_argument("--skip-near", action="store_true")
+    parser.add_argument("--skip-reshard", action="store_true")
     parser.add_argument("--skip-profile", action="store_true")
     parser.add_argument("--docs", action="store_true", help=f"also write {DOCS.relative_to(ROOT)}")
     return parser
@@ -283,6 +284,19 @@ def main(argv: list[str] | None = None) -> int:
                 "the 90/10 mix at least 5x without it.",
                 n_header,
                 n_rows,
+            )
+        )
+    if not args.skip_reshard:
+        log("resharding (migration rate, fallback read cost, reader misses)")
+        data["reshard"] = reshard.run(rounds=args.rounds)
+        s_header, s_rows = reshard.table(data["reshard"])
+        sections.append(
+            (
+                "Resharding",
+                "Targets: at least 25,000 keys/s with 1 KB values; 0 misses for a reader during "
+                "the migration; a fallback read at most 2.5x a plain get.",
+                s_header,
+                s_rows,
             )
         )
     if not args.skip_scale:

@@ -104,6 +104,9 @@ def _framework_cell(python: str, django: str, redis: str, hiredis: bool, server:
     name += "-hiredis" if hiredis else ""
     name += "-valkey" if server == "embedded" else ""
     sets = ("ci", "full") if name in CI_CELLS else ("full",)
+    if python == "3.10":  # Flask-Caching 2.5 (what the Flask adapter needs) requires 3.11+
+        suites, extras = ("tests/django",), FRAMEWORK_EXTRAS.replace("flask,", "")
+        return Cell(name, python, django, redis, hiredis, server, suites, sets, extras)
     return Cell(name, python, django, redis, hiredis, server, tuple(FRAMEWORK_SUITES), sets)
 
 

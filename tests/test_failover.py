@@ -68,10 +68,14 @@ class Writer(threading.Thread):
 
 
 def role(cluster: LocalSentinelCluster, address: Address) -> str:
+    """The node's role, or "" while it drops connections (a sentinel reconfiguring it kills
+    its clients; redis-py 5.0 does not retry a reset connection)."""
     client = cluster.node_client(address)
     try:
         value = client.execute_command("ROLE")[0]
         return value.decode() if isinstance(value, bytes) else value
+    except redis.ConnectionError:
+        return ""
     finally:
         client.close()
 
