@@ -80,6 +80,7 @@ class PrometheusMetrics(Metrics):
         )
         registry.register(_Gauges())
         self._children: dict[tuple[str, ...], Any] = {}
+        self._calls: dict[tuple[str, str, str], Any] = {}
 
     def __repr__(self) -> str:
         return f"<PrometheusMetrics {len(self._children)} series in use>"
@@ -92,7 +93,11 @@ class PrometheusMetrics(Metrics):
         return child
 
     def call(self, shard: str, command: str, outcome: str, seconds: float) -> None:
-        self._child(self.latency, shard, command, outcome).observe(seconds)
+        key = (shard, command, outcome)
+        child = self._calls.get(key)
+        if child is None:  # the hot path: one dictionary lookup, then the observation
+            child = self._calls[key] = self.latency.labels(shard, command, outcome)
+        child.observe(seconds)
 
     def lookups(self, shard: str, hits: int, misses: int) -> None:
         if hits:

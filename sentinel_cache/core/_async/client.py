@@ -37,6 +37,7 @@ from sentinel_cache.core.plans import (
     expiry_args,
     is_ok,
     logger,
+    outcome,
     short_key,
     wrong_type,
 )
@@ -88,14 +89,35 @@ class AsyncCacheOperations(ClientBase):
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run`."""
         core = self.core
-        if core.metrics is None and core.tracer is None:
-            return await self.run(
-                shard,
-                lambda client: send(client, commands),
-                write=write,
-                idempotent=idempotent,
-                replicas=replicas,
+        if core.tracer is None:
+            metrics = core.metrics
+            if metrics is None:
+                return await self.run(
+                    shard,
+                    lambda client: send(client, commands),
+                    write=write,
+                    idempotent=idempotent,
+                    replicas=replicas,
+                )
+            started = perf_counter()  # metrics alone: no span, no context object
+            try:
+                replies = await self.run(
+                    shard,
+                    lambda client: send(client, commands),
+                    write=write,
+                    idempotent=idempotent,
+                    replicas=replicas,
+                )
+            except BaseException:
+                metrics.call(shard.name, command_name(commands), "error", perf_counter() - started)
+                raise
+            metrics.call(
+                shard.name,
+                command_name(commands),
+                outcome(commands, replies),
+                perf_counter() - started,
             )
+            return replies
         with observed(core, shard, commands) as call:
             call.replies = await self.run(
                 shard,
@@ -210,9 +232,9 @@ class AsyncCacheOperations(ClientBase):
                 except ResponseError:
                     resend.append(shard)
                 if core.metrics is not None:
-                    outcome = "ok" if shard in replies else "error"
+                    result = "ok" if shard in replies else "error"
                     elapsed = perf_counter() - started
-                    core.metrics.call(shard.name, command_name(commands), outcome, elapsed)
+                    core.metrics.call(shard.name, command_name(commands), result, elapsed)
         finally:
             for shard, connections, connection, *_ in in_flight:
                 if shard not in replies:  # replies left unread: the socket is out of step
