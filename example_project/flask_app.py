@@ -15,6 +15,7 @@ from typing import Any
 
 from flask import Flask, current_app, jsonify
 from flask_caching import Cache
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from example_project.topology import from_env
 from sentinel_cache.flask.health import init_health
@@ -29,6 +30,7 @@ def cache_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         "CACHE_TYPE": "sentinel_cache.flask.ShardedSentinelCache",
         "CACHE_KEY_PREFIX": "example-flask:",
         "CACHE_DEFAULT_TIMEOUT": 300,
+        "CACHE_OPTIONS": {"METRICS": True},  # served at /metrics (the [prometheus] extra)
     }
     if isinstance(location, str):
         config["CACHE_REDIS_URL"] = location
@@ -60,6 +62,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config.update(cache_config() if config is None else config)
     cache.init_app(app)
     init_health(app)  # GET /health/cache: every shard written and read, 200 or 503
+
+    @app.get("/metrics")
+    def metrics() -> Any:
+        return generate_latest(), 200, {"Content-Type": CONTENT_TYPE_LATEST}
 
     @app.get("/")
     def index() -> Any:

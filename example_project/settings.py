@@ -77,6 +77,8 @@ CACHES = {
             # Values are signed: a node that is written to by someone else cannot make this
             # process unpickle chosen bytes (see docs/security.md).
             "SIGNING_KEY": SECRET_KEY,
+            # Prometheus metrics for every shard, served at /metrics (the [prometheus] extra).
+            "METRICS": True,
         },
         "KEY_PREFIX": "example",
         "TIMEOUT": 300,

@@ -23,4 +23,5 @@ urlpatterns = [
     path("api/me/", views.me, name="me"),
     path("api/visit/<int:n>/", views.visit, name="visit"),
     path("health/cache/", health_view, name="cache-health"),  # readiness probe: 200 / 503
+    path("metrics", views.metrics, name="metrics"),  # Prometheus scrape (METRICS is on)
 ]

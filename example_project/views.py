@@ -146,3 +146,10 @@ def shards(request: HttpRequest) -> HttpResponse:
     if request.GET.get("format") == "json":
         return JsonResponse(data)
     return render(request, "example_project/shards.html", data)
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus exposition of this process's metrics (the cache's, with ``METRICS``)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)

@@ -134,6 +134,13 @@ def test_flask_app_smoke(flask_app: Any, cluster: LocalSentinelCluster) -> None:
     result = flask_app.test_cli_runner().invoke(args=["sentinel-status", "--json"])
     assert result.exit_code == 0, result.output
 
+    health = client.get("/health/cache")
+    assert health.status_code == 200 and health.get_json()["ready"] is True, health.get_json()
+    scraped = client.get("/metrics").get_data(as_text=True)
+    counts = [line for line in scraped.splitlines() if "command_duration_seconds_count{" in line]
+    for name in cluster.master_names:  # the calls above were counted, per shard
+        assert any(f'shard="{name}"' in line for line in counts), counts
+
 
 @pytest.mark.server
 def test_django_settings_pass_the_system_checks(
