@@ -12,30 +12,24 @@ or usage error (nothing was moved), as ``sentinel_status``.
 
 from __future__ import annotations
 
-import sys
-from typing import Any, NoReturn
+from typing import Any
 
-from django.conf import settings
-from django.core.cache import caches
-from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from sentinel_cache.core import reshard, status
+from sentinel_cache.core import reshard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
-from sentinel_cache.django.checks import BACKEND, sentinel_aliases
-from sentinel_cache.exceptions import ConfigurationError
+from sentinel_cache.django.checks import BACKEND
+from sentinel_cache.django.commands import SentinelCacheCommand, config_error
 
 EXIT_ERRORS = 1
 
 
-class Command(BaseCommand):
+class Command(SentinelCacheCommand):
     help = (
         "Move the keys whose owner changed (MASTERS with PREVIOUS_MASTERS) to their new owner, "
         f"for the caches using {BACKEND}. Exit code: 0 done, 1 finished with errors (run it "
         "again), 3 configuration error."
     )
-    # An operator's tool must run while something else in the project fails its checks.
-    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -84,31 +78,18 @@ class Command(BaseCommand):
             "(default %(default)s).",
         )
 
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        """Usage errors exit 3, like configuration errors: argparse's 2 is no code of ours."""
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-
-        def error(message: str) -> NoReturn:
-            if parser.called_from_command_line:
-                parser.print_usage(sys.stderr)
-                parser.exit(status.EXIT_CONFIG, f"{parser.prog}: error: {message}\n")
-            raise _config_error(f"Error: {message}")
-
-        parser.error = error  # type: ignore[method-assign]
-        return parser
-
     def handle(self, *args: Any, **options: Any) -> None:
         rate, sample = options["rate"], options["sample"]
         if rate is not None and not rate > 0:
-            raise _config_error(f"--rate must be a positive number of keys a second (got {rate})")
+            raise config_error(f"--rate must be a positive number of keys a second (got {rate})")
         if options["batch"] < 1:
-            raise _config_error(
+            raise config_error(
                 f"--batch must be a positive number of keys (got {options['batch']})"
             )
         if sample is not None and (sample < 1 or not options["dry_run"]):
-            raise _config_error("--sample needs --dry-run and a positive number of keys per shard")
+            raise config_error("--sample needs --dry-run and a positive number of keys per shard")
         if not options["retry_for"] >= 0:
-            raise _config_error(f"--retry-for must not be negative (got {options['retry_for']})")
+            raise config_error(f"--retry-for must not be negative (got {options['retry_for']})")
         cores = self._cores(options["cache"])
         run = self._plan if options["dry_run"] else self._migrate
         code = run(cores, options)
@@ -119,43 +100,25 @@ class Command(BaseCommand):
     def _cores(self, alias: str | None) -> dict[str, ShardedSentinelPool]:
         """Alias -> core, one alias per core (aliases with equal settings share one), only those
         with PREVIOUS_MASTERS."""
-        ours = sentinel_aliases()
-        if alias is not None:
-            configured = getattr(settings, "CACHES", {})
-            if alias not in configured:
-                known = ", ".join(sorted(configured)) or "none"
-                raise _config_error(f"unknown cache alias {alias!r} (settings.CACHES has: {known})")
-            if alias not in ours:
-                backend = configured[alias].get("BACKEND")
-                raise _config_error(f"cache {alias!r} uses {backend}, not {BACKEND}")
-            core = self._core(alias)
-            if core.previous_ring is None:
-                raise _config_error(
-                    f"cache {alias!r} has no PREVIOUS_MASTERS: deploy the new MASTERS with "
-                    "PREVIOUS_MASTERS naming the placement before the change, then run this"
-                )
-            return {alias: core}
-        if not ours:
-            raise _config_error(f"no cache in settings.CACHES uses {BACKEND}")
+        aliases = self.aliases(alias)
         cores: dict[str, ShardedSentinelPool] = {}
         seen: set[int] = set()
-        for name in ours:
-            core = self._core(name)
+        for name in aliases:
+            core = self.core(name)
             if core.previous_ring is not None and id(core) not in seen:
                 seen.add(id(core))
                 cores[name] = core
+        if alias is not None and not cores:
+            raise config_error(
+                f"cache {alias!r} has no PREVIOUS_MASTERS: deploy the new MASTERS with "
+                "PREVIOUS_MASTERS naming the placement before the change, then run this"
+            )
         if not cores:
-            raise _config_error(
+            raise config_error(
                 f"no cache using {BACKEND} has PREVIOUS_MASTERS set: nothing to migrate "
-                f"({', '.join(ours)})"
+                f"({', '.join(aliases)})"
             )
         return cores
-
-    def _core(self, alias: str) -> ShardedSentinelPool:
-        try:
-            return caches[alias].core  # type: ignore[attr-defined]
-        except (ConfigurationError, ImproperlyConfigured) as exc:  # the backend's, or Django's
-            raise _config_error(f"cache {alias!r}: {exc}") from exc
 
     # -- the two modes --------------------------------------------------------------------
     def _plan(self, cores: dict[str, ShardedSentinelPool], options: dict[str, Any]) -> int:
@@ -221,8 +184,3 @@ class Command(BaseCommand):
                 ending="",
             )
         return 0 if all(r.complete for r in reports.values()) else EXIT_ERRORS
-
-
-def _config_error(message: str) -> CommandError:
-    """A CommandError whose exit code says "configuration error" (3), as ``sentinel_status``."""
-    return CommandError(message, returncode=status.EXIT_CONFIG)

@@ -9,31 +9,25 @@ while every shard can serve, whatever redundancy is missing (printed as warnings
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from typing import Any, NoReturn
+from typing import Any
 
-from django.conf import settings
-from django.core.cache import caches
-from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
 from sentinel_cache.core import status
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
-from sentinel_cache.django.checks import BACKEND, sentinel_aliases
-from sentinel_cache.exceptions import ConfigurationError
+from sentinel_cache.django.checks import BACKEND
+from sentinel_cache.django.commands import SentinelCacheCommand, config_error
 
 CLEAR_SCREEN = "\033[H\033[2J"
 DEFAULT_WATCH_SECONDS = 2.0
 
 
-class Command(BaseCommand):
+class Command(SentinelCacheCommand):
     help = (
         "Show every shard's master, replicas, sentinels and failover readiness for the caches "
         f"using {BACKEND}. Exit code: 0 healthy, 1 degraded, 2 down, 3 configuration error."
     )
-    # An operator's tool must run while something else in the project fails its checks.
-    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -65,54 +59,20 @@ class Command(BaseCommand):
         # Bounds --watch, for tests.
         parser.add_argument("--iterations", type=int, help=argparse.SUPPRESS)
 
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        """Usage errors exit 3, like configuration errors: argparse's 2 would read as "down"."""
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-
-        def error(message: str) -> NoReturn:
-            if parser.called_from_command_line:
-                parser.print_usage(sys.stderr)
-                parser.exit(status.EXIT_CONFIG, f"{parser.prog}: error: {message}\n")
-            raise _config_error(f"Error: {message}")
-
-        parser.error = error  # type: ignore[method-assign]
-        return parser
-
     def handle(self, *args: Any, **options: Any) -> None:
         timeout = options["timeout"]
         watch = options["watch"]
         if timeout is None or timeout <= 0:
-            raise _config_error(f"--timeout must be a positive number of seconds (got {timeout})")
+            raise config_error(f"--timeout must be a positive number of seconds (got {timeout})")
         if watch is not None and watch <= 0:
-            raise _config_error(f"--watch must be a positive number of seconds (got {watch})")
-        cores = {alias: self._core(alias) for alias in self._aliases(options["cache"])}
+            raise config_error(f"--watch must be a positive number of seconds (got {watch})")
+        cores = {alias: self.core(alias) for alias in self.aliases(options["cache"])}
         if watch is None:
             code = self._show(cores, options, timeout)
         else:
             code = self._watch(cores, options, timeout, watch, options["iterations"])
         if code:
             raise SystemExit(code)
-
-    def _aliases(self, alias: str | None) -> list[str]:
-        ours = sentinel_aliases()
-        if alias is None:
-            if not ours:
-                raise _config_error(f"no cache in settings.CACHES uses {BACKEND}")
-            return list(ours)
-        configured = getattr(settings, "CACHES", {})
-        if alias not in configured:
-            known = ", ".join(sorted(configured)) or "none"
-            raise _config_error(f"unknown cache alias {alias!r} (settings.CACHES has: {known})")
-        if alias not in ours:
-            backend = configured[alias].get("BACKEND")
-            raise _config_error(f"cache {alias!r} uses {backend}, not {BACKEND}")
-        return [alias]
-
-    def _core(self, alias: str) -> ShardedSentinelPool:
-        try:
-            return caches[alias].core  # type: ignore[attr-defined]
-        except (ConfigurationError, ImproperlyConfigured) as exc:  # the backend's, or Django's
-            raise _config_error(f"cache {alias!r}: {exc}") from exc
 
     def _show(
         self,
@@ -169,8 +129,3 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("")
         return code
-
-
-def _config_error(message: str) -> CommandError:
-    """A CommandError whose exit code says "configuration error", not "degraded" (1)."""
-    return CommandError(message, returncode=status.EXIT_CONFIG)
