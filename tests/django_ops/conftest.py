@@ -1,7 +1,7 @@
 """Django settings for the operations tests (system checks, ``sentinel_status``).
 
 Django can be configured once per process, and ``tests/django/`` needs it too: whichever
-directory's conftest is imported first calls :func:`ops_support.configure_django`, guarded by
+directory's conftest is imported first calls :func:`minimal_django.configure_django`, guarded by
 ``settings.configured``, and every test sets its own ``CACHES`` with ``override_settings``.
 (The helper belongs in the root conftest; it lives here until the lead moves it.)
 """
@@ -16,7 +16,8 @@ from django.apps import apps
 from django.conf import settings
 from django.core.cache import caches
 from django.test import override_settings
-from ops_support import LOCMEM, UseCaches, configure_django
+from minimal_django import LOCMEM, configure_django
+from ops_support import UseCaches
 
 from sentinel_cache.django.checks import sentinel_aliases
 

@@ -7,39 +7,14 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-import django
-from django.apps import apps
-from django.conf import settings
-
 from sentinel_cache.django.checks import BACKEND
 from sentinel_cache.testing import LocalSentinelCluster
 
 # This directory's caches use a database of their own, so their pools are never the shared core
 # of another directory's tests (equal configurations share one core) and closing them is safe.
 OPS_DB = 7
-LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 
 UseCaches = Callable[..., None]
-
-
-def configure_django() -> None:
-    """The minimal settings every Django test directory can share; a no-op the second time."""
-    if not settings.configured:
-        settings.configure(
-            DEBUG=False,
-            SECRET_KEY="sentinel-cache-tests-not-secret-" + "x" * 40,
-            INSTALLED_APPS=[
-                "django.contrib.contenttypes",
-                "django.contrib.auth",
-                "sentinel_cache",
-            ],
-            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-            CACHES={"default": dict(LOCMEM)},
-            USE_TZ=True,
-            DEFAULT_AUTO_FIELD="django.db.models.AutoField",
-        )
-    if not apps.ready:
-        django.setup()
 
 
 def hostport(address: tuple[str, int]) -> str:

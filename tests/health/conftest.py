@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from django.core.cache import caches
 from django.test import override_settings
-from health_support import URLCONF, UseSettings, configure_django
+from health_support import URLCONF, UseSettings
+from minimal_django import configure_django
 
 configure_django()
 

@@ -13,37 +13,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import django
-from django.apps import apps
-from django.conf import settings
-
 from sentinel_cache.testing import LocalSentinelCluster
 
 BACKEND = "sentinel_cache.django.ShardedSentinelCache"
 # A database of its own on the shared topology: our cores are never another directory's.
 HEALTH_DB = 13
 FLASK_HEALTH_DB = 15
-LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 URLCONF = "health_urls"
 
 #: The ``use_settings`` fixture: ``use_settings(CACHES=..., **more)``.
 UseSettings = Callable[..., None]
-
-
-def configure_django() -> None:
-    """The minimal settings every Django test directory can share; a no-op the second time."""
-    if not settings.configured:
-        settings.configure(
-            DEBUG=False,
-            SECRET_KEY="sentinel-cache-tests-not-secret-" + "x" * 40,
-            INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth"],
-            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-            CACHES={"default": dict(LOCMEM)},
-            USE_TZ=True,
-            DEFAULT_AUTO_FIELD="django.db.models.AutoField",
-        )
-    if not apps.ready:
-        django.setup()
 
 
 def cache_entry(cluster: LocalSentinelCluster, **params: Any) -> dict[str, Any]:

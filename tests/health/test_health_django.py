@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from django.core.cache import caches
 from django.test import Client
-from health_support import LOCMEM, UseSettings, cache_entry
+from health_support import UseSettings, cache_entry
+from minimal_django import LOCMEM
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.testing import LocalSentinelCluster

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from health_support import LOCMEM, UseSettings, cache_entry
+from health_support import UseSettings, cache_entry
+from minimal_django import LOCMEM
 
 from sentinel_cache.testing import LocalSentinelCluster
 

@@ -11,7 +11,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core.cache import caches
 from django.test import override_settings
-from reshard_support import LOCMEM, configure_django
+from minimal_django import LOCMEM, configure_django
 
 from sentinel_cache.testing import LocalSentinelCluster
 

@@ -11,10 +11,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import django
-from django.apps import apps
-from django.conf import settings
-
 from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.serializers import Codec
@@ -22,26 +18,9 @@ from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 BACKEND = "sentinel_cache.django.ShardedSentinelCache"
-LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 BEFORE = ["shard0", "shard1"]
 AFTER = ["shard0", "shard1", "shard2"]
 KEYS = [f"cmd:{n}" for n in range(2000)]
-
-
-def configure_django() -> None:
-    """The minimal settings every Django test directory can share; a no-op the second time."""
-    if not settings.configured:
-        settings.configure(
-            DEBUG=False,
-            SECRET_KEY="sentinel-cache-tests-not-secret-" + "x" * 40,
-            INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth"],
-            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-            CACHES={"default": dict(LOCMEM)},
-            USE_TZ=True,
-            DEFAULT_AUTO_FIELD="django.db.models.AutoField",
-        )
-    if not apps.ready:
-        django.setup()
 
 
 def flush(cluster: LocalSentinelCluster) -> None:
