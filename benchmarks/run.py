@@ -261,44 +261,26 @@ def main(argv: list[str] | None = None) -> int:
                 f_rows,
             )
         )
-    if not args.skip_ratios:
-        log("side-by-side ratios (set_many vs MSET, get with and without metrics)")
-        data["ratios"] = ratios.run(rounds=args.rounds)
-        r_header, r_rows = ratios.table(data["ratios"])
-        sections.append(
-            (
-                "Side-by-side ratios",
-                "Targets: set_many at most 2x raw MSET; a get with METRICS on at most 1.10x off.",
-                r_header,
-                r_rows,
-            )
-        )
-    if not args.skip_near:
-        log("near cache (hit vs raw GET, staleness, 90/10 mix)")
-        data["near_cache"] = near.run(rounds=args.rounds)
-        n_header, n_rows = near.table(data["near_cache"])
-        sections.append(
-            (
-                "Near cache",
-                "Targets: a hit at most 0.05x raw GET; staleness p99 <= 5 ms, max <= 50 ms; "
-                "the 90/10 mix at least 5x without it.",
-                n_header,
-                n_rows,
-            )
-        )
-    if not args.skip_reshard:
-        log("resharding (migration rate, fallback read cost, reader misses)")
-        data["reshard"] = reshard.run(rounds=args.rounds)
-        s_header, s_rows = reshard.table(data["reshard"])
-        sections.append(
-            (
-                "Resharding",
-                "Targets: at least 25,000 keys/s with 1 KB values; 0 misses for a reader during "
-                "the migration; a fallback read at most 2.5x a plain get.",
-                s_header,
-                s_rows,
-            )
-        )
+    # Side-by-side figures of later capabilities: (skipped?, key, module, what it runs, title,
+    # targets). Each module's run() returns its results and table() their rows.
+    extras = [
+        (args.skip_ratios, "ratios", ratios, "set_many vs MSET, get with and without metrics",
+         "Side-by-side ratios",
+         "Targets: set_many at most 2x raw MSET; a get with METRICS on at most 1.10x off."),
+        (args.skip_near, "near_cache", near, "hit vs raw GET, staleness, 90/10 mix",
+         "Near cache",
+         "Targets: a hit at most 0.05x raw GET; staleness p99 <= 5 ms, max <= 50 ms; "
+         "the 90/10 mix at least 5x without it."),
+        (args.skip_reshard, "reshard", reshard, "migration rate, fallback read cost, reader misses",
+         "Resharding",
+         "Targets: at least 25,000 keys/s with 1 KB values; 0 misses for a reader during "
+         "the migration; a fallback read at most 2.5x a plain get."),
+    ]  # fmt: skip
+    for skipped, key, module, what, title, targets in extras:
+        if not skipped:
+            log(f"{title.lower()} ({what})")
+            data[key] = module.run(rounds=args.rounds)
+            sections.append((title, targets, *module.table(data[key])))
     if not args.skip_scale:
         log("memory and scale (16 shards, 5 sentinels)")
         data["scale"] = scale.run(rounds=args.rounds, seed=args.seed, progress=log)
