@@ -182,3 +182,17 @@ def test_concurrent_readers_of_a_moving_key_never_miss(three: LocalSentinelClust
         assert misses == []
     finally:
         core.close()
+
+
+def test_a_moving_key_holding_a_list_reads_as_a_miss(three: LocalSentinelCluster) -> None:
+    before, after = ["shard0", "shard1"], ["shard0", "shard1", "shard2"]
+    placed(three, before).close()
+    core = core_for(three, after, previous_masters=before)
+    try:
+        key = next(k for k in (f"rs:list:{n}" for n in range(1000)) if core.previous_shard_for(k))
+        previous = core.previous_shard_for(key)
+        assert previous is not None
+        core.execute(previous, lambda client: client.rpush(key, "x"))
+        assert CacheClient(core, Codec()).get(key, "default") == "default"
+    finally:
+        core.close()

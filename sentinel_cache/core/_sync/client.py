@@ -295,11 +295,9 @@ class CacheOperations(ClientBase):
 
     # -- single key --------------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:
-        if self.core.previous_ring is not None:
-            previous = self.core.previous_shard_for(key)
-            if previous is not None:  # its owner changed: ask both at once
-                return self.value_of(self._get_moving(key, previous), key, default)
-        near = self.core.near
+        core = self.core
+        previous = None if core.previous_ring is None else core.previous_shard_for(key)
+        near = None if previous is not None else core.near
         ticket = None
         if near is not None:
             shard = self.core.shard_for(key)
@@ -308,10 +306,13 @@ class CacheOperations(ClientBase):
                 return self.value_of(local, key, default)
             ticket = near.ticket(shard, key)
         try:
-            # A read whose reply may be kept is read on the master, which is the node tracked.
-            (data,) = self._on(
-                key, [("GET", key)], [None], write=False, replicas=ticket is None
-            )
+            if previous is not None:  # its owner changed: ask both at once
+                data = self._get_moving(key, previous)
+            else:
+                # A read whose reply may be kept is read on the master, the node tracked.
+                (data,) = self._on(
+                    key, [("GET", key)], [None], write=False, replicas=ticket is None
+                )
             if ticket is not None:
                 near.fill(shard, key, ticket, data)  # type: ignore[union-attr]
         except ResponseError as exc:
@@ -608,15 +609,9 @@ class CacheOperations(ClientBase):
     def _get_moving(self, key: Any, previous: Shard) -> Any:
         """A key whose owner changed: its owner's value and its previous owner's copy read in
         one round trip; the copy is restored on the owner if the owner had none."""
-        try:
-            owner = self.core.shard_for(key)
-            plan = {owner: [("GET", key)], previous: self.dump_plan([key])}
-            replies = self.scatter(plan, write=False, operation="get")
-        except ResponseError as exc:
-            if not wrong_type(exc):
-                raise
-            logger.warning("key %s holds a non-string value: treated as a miss", short_key(key))
-            return None
+        owner = self.core.shard_for(key)
+        plan = {owner: [("GET", key)], previous: self.dump_plan([key])}
+        replies = self.scatter(plan, write=False, operation="get")
         own = replies.get(owner)
         if own is not None and own[0] is not None:
             return own[0]
