@@ -36,7 +36,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from time import monotonic
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
@@ -86,13 +87,17 @@ class _ShardState:
 class NearCache:
     """The local copies of one core, all shards together (one LRU, one lock)."""
 
-    def __init__(self, config: PoolConfig, shard_count: int) -> None:
+    def __init__(
+        self, config: PoolConfig, shards: Sequence[Shard], shard_index: Callable[[Any], int]
+    ) -> None:
         self.max_entries = config.near_cache_max_entries
         self.max_bytes = config.near_cache_max_bytes
         self.ttl = config.near_cache_ttl
         self.prefixes = tuple(config.near_cache_prefixes)
         self._prefix_bytes = tuple(p.encode() for p in self.prefixes)
-        self._shard_count = shard_count
+        self._shard_list = tuple(shards)
+        self._shard_count = len(shards)
+        self._shard_index = shard_index  # the ring's placement, to count a miss on its shard
         self._trackers: list[_Tracker] = []
         self.reset()
 
@@ -120,23 +125,29 @@ class NearCache:
             return key.startswith(self._prefix_bytes)
         return str(key).startswith(self.prefixes)
 
-    def get(self, shard: Shard, key: Any) -> bytes | None:
-        """The local copy of ``key`` if one may be served, else None (counted as a miss)."""
-        state = self._shards[shard.index]
+    def get(self, key: Any) -> bytes | None:
+        """The local copy of ``key`` if one may be served, else None (counted as a miss).
+
+        The hot path of a hit: the entry knows its shard, so the key is not placed on the ring.
+        """
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
+                data, index, session, generation, expires, _ = entry
+                state = self._shards[index]
                 if (
                     state.live
-                    and entry.session == state.session
-                    and entry.generation == shard.generation
-                    and entry.expires > time.monotonic()
+                    and session == state.session
+                    and generation == self._shard_list[index].generation
+                    and expires > monotonic()
                 ):
                     self._entries.move_to_end(key)
                     state.hits += 1
-                    return entry.data
+                    return data
                 self._drop_locked(key)
-            state.misses += 1
+            else:
+                index = self._shard_index(key)
+            self._shards[index].misses += 1
             return None
 
     def ticket(self, shard: Shard, key: Any) -> object | None:

@@ -142,9 +142,9 @@ class HashRing:
     def group_by_shard(self, keys: Iterable[K]) -> dict[int, list[K]]:
         """Split ``keys`` per shard, keeping their order, so multi-key commands can be batched."""
         groups: dict[int, list[K]] = {}
-        index = self.shard_index
+        lookup, index = self._lookup, self.shard_index
         for key in keys:
-            shard = index(key)
+            shard = lookup(key) if type(key) is str else index(key)
             bucket = groups.get(shard)
             if bucket is None:
                 groups[shard] = [key]

@@ -110,7 +110,7 @@ class ShardedSentinelPool:
         self._closers: list[Callable[[], None]] = []
         self._operations: CacheClient | None = None  # for execute(), built on first use
         self.metrics = _metrics_backend(config)
-        self.near = NearCache(config, len(self.shards)) if config.near_cache else None
+        self.near = NearCache(config, self.shards, self.shard_index) if config.near_cache else None
         self.tracer = _tracer(config)
         for shard in self.every_shard:
             shard.metrics = self.metrics

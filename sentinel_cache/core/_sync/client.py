@@ -39,6 +39,7 @@ from sentinel_cache.core.plans import (
     is_ok,
     logger,
     outcome,
+    pack,
     short_key,
     wrong_type,
 )
@@ -220,7 +221,7 @@ class CacheOperations(ClientBase):
                     continue
                 in_flight.append((shard, connections, connection, commands, address, generation))
                 try:
-                    connection.send_packed_command(connection.pack_commands(commands))
+                    connection.send_packed_command(pack(connection, commands))
                 except MASTER_ERRORS as exc:
                     failed[shard] = (exc, address, generation)
             for shard, _, connection, commands, address, generation in in_flight:
@@ -300,10 +301,11 @@ class CacheOperations(ClientBase):
         near = None if previous is not None else core.near
         ticket = None
         if near is not None:
-            shard = self.core.shard_for(key)
-            local = near.get(shard, key)
-            if local is not None:
-                return self.value_of(local, key, default)
+            local = near.get(key)
+            if local is not None:  # a near-cache hit: no ring lookup, one decode
+                value = self.decode(local, key)
+                return default if value is MISS else value
+            shard = core.shard_for(key)
             ticket = near.ticket(shard, key)
         try:
             if previous is not None:  # its owner changed: ask both at once
@@ -366,7 +368,7 @@ class CacheOperations(ClientBase):
 
     def has_key(self, key: Any) -> bool:
         near = self.core.near
-        if near is not None and near.get(self.core.shard_for(key), key) is not None:
+        if near is not None and near.get(key) is not None:
             return True
         (reply,) = self._on(key, [("EXISTS", key)], [0], write=False)
         if not reply and self.core.previous_ring is not None:
@@ -680,7 +682,7 @@ def send(client: Any, commands: Sequence[Command]) -> list[Any]:
     connections = client.connection_pool
     connection = connections.get_connection()
     try:
-        connection.send_packed_command(connection.pack_commands(commands))
+        connection.send_packed_command(pack(connection, commands))
         replies: list[Any] = []
         error: ResponseError | None = None
         for _ in commands:
