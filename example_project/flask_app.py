@@ -42,6 +42,8 @@ def cache_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         config["CACHE_REDIS_PASSWORD"] = options["PASSWORD"]
     if "SENTINEL_PASSWORD" in options:
         config["CACHE_REDIS_SENTINEL_PASSWORD"] = options["SENTINEL_PASSWORD"]
+    if "PREVIOUS_MASTERS" in options:  # during a resharding (docs/resharding.md)
+        config["CACHE_OPTIONS"]["PREVIOUS_MASTERS"] = options["PREVIOUS_MASTERS"]
     return config
 
 

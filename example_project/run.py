@@ -72,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 sentinel_cache example project: {server.url}/
 
   log in as {USERNAME} / {PASSWORD}; the session lives in the sharded cache
-  pages: /report/ (low-level cache), /clock/ (cache_page), /account/, /shards/ (shard map)
+  pages: /report/ (low-level cache), /clock/ (cache_page), /account/, /shards/ (shard map),
+         /api/flag/ (a feature flag through the near cache)
 
 Topology ({cluster.server_kind} {cluster.server_version}, logs in {cluster.tmpdir}):
   sentinels {", ".join(config["sentinels"])}, masters {", ".join(config["masters"])}

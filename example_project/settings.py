@@ -1,13 +1,15 @@
 """Settings of the example project: a user's settings, with the topology from the environment.
 
 The cache is configured exactly as a user would configure it; nothing here is demo-specific
-except the defaults of a few ``EXAMPLE_*`` variables (database path, log level, access log).
+except a few ``EXAMPLE_*`` variables (database path, log level, access log, a fast password
+hasher for the demo's throwaway accounts).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -62,28 +64,64 @@ else:
     _DATABASE.parent.mkdir(exist_ok=True)
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(_DATABASE)}}
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+# The demo logs dozens of throwaway accounts in on a throwaway database: with Django's default
+# hasher (about 0.5 s of CPU a login) that alone would take longer than the rest of the demo, so
+# it sets EXAMPLE_FAST_PASSWORD_HASHER=1 and gets Django's own test-speed hasher. Never for real
+# accounts.
+if os.environ.get("EXAMPLE_FAST_PASSWORD_HASHER") == "1":
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-try:
-    _LOCATION, _TOPOLOGY_OPTIONS = from_env()
-except TopologyNotConfigured as exc:
-    raise ImproperlyConfigured(str(exc)) from None
+KEY_PREFIX = "example"
 
-CACHES = {
-    "default": {
-        "BACKEND": "sentinel_cache.django.ShardedSentinelCache",
-        "LOCATION": _LOCATION,  # the sentinels (a list, or one sentinel:// URL)
-        "OPTIONS": {
-            **_TOPOLOGY_OPTIONS,  # MASTERS, and passwords if the environment has them
-            # Values are signed: a node that is written to by someone else cannot make this
-            # process unpickle chosen bytes (see docs/security.md).
-            "SIGNING_KEY": SECRET_KEY,
-            # Prometheus metrics for every shard, served at /metrics (the [prometheus] extra).
-            "METRICS": True,
-        },
-        "KEY_PREFIX": "example",
-        "TIMEOUT": 300,
+
+def cache_settings() -> dict[str, Any]:
+    """``CACHES`` for the topology in the environment (see :mod:`example_project.topology`).
+
+    A deployment changes the environment and restarts the processes; the demo calls this again
+    to "deploy" in its own process (its resharding step).
+    """
+    try:
+        location, topology_options = from_env()
+    except TopologyNotConfigured as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    options = {
+        **topology_options,  # MASTERS, passwords, PREVIOUS_MASTERS during a resharding
+        # Values are signed: a node that is written to by someone else cannot make this
+        # process unpickle chosen bytes (see docs/security.md).
+        "SIGNING_KEY": SECRET_KEY,
     }
-}
+    return {
+        "default": {
+            "BACKEND": "sentinel_cache.django.ShardedSentinelCache",
+            "LOCATION": location,  # the sentinels (a list, or one sentinel:// URL)
+            "OPTIONS": {
+                **options,
+                # Prometheus metrics for every shard, served at /metrics (the [prometheus] extra).
+                "METRICS": True,
+            },
+            "KEY_PREFIX": KEY_PREFIX,
+            "TIMEOUT": 300,
+        },
+        # The same servers and keys with a near cache (docs/near-cache.md): for values read on
+        # almost every request and rarely written, like the feature flags of /api/flag/. A hit
+        # is served from this process's memory; the servers announce every change of a key.
+        "near": {
+            "BACKEND": "sentinel_cache.django.ShardedSentinelCache",
+            "LOCATION": location,
+            "OPTIONS": {
+                **options,
+                "NEAR_CACHE": True,
+                "NEAR_CACHE_MAX_ENTRIES": 1_000,
+                # Only the flags are kept, and only their changes are announced to us.
+                "NEAR_CACHE_PREFIXES": [f"{KEY_PREFIX}:1:flags:"],
+            },
+            "KEY_PREFIX": KEY_PREFIX,
+            "TIMEOUT": None,
+        },
+    }
+
+
+CACHES = cache_settings()
 
 SESSION_ENGINE = "django.contrib.sessions.backends.cache"
 SESSION_CACHE_ALIAS = "default"

@@ -5,6 +5,8 @@
   (``"shard_a,shard_b"``, ordered: the order decides where keys live).
 
 ``SENTINEL_CACHE_PASSWORD`` and ``SENTINEL_CACHE_SENTINEL_PASSWORD`` are optional.
+``SENTINEL_CACHE_PREVIOUS_MASTERS`` (``"shard_a,shard_b"``) is set only while a resharding is
+under way: the masters before the change, beside the new ``MASTERS`` (see docs/resharding.md).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ SENTINELS = "SENTINEL_CACHE_SENTINELS"
 MASTERS = "SENTINEL_CACHE_MASTERS"
 PASSWORD = "SENTINEL_CACHE_PASSWORD"
 SENTINEL_PASSWORD = "SENTINEL_CACHE_SENTINEL_PASSWORD"
+PREVIOUS_MASTERS = "SENTINEL_CACHE_PREVIOUS_MASTERS"
 
 HELP = (
     f"set {URL}=sentinel://h1:26379,h2:26379/shard_a,shard_b, or {SENTINELS}=h1:26379,h2:26379 "
@@ -33,7 +36,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> tuple[Any, dict[str, A
     """``(LOCATION, OPTIONS)`` for the cache, from the environment.
 
     LOCATION is the URL or the list of sentinel addresses; OPTIONS always has what the URL or
-    the separate variables do not carry.
+    the separate variables do not carry (``PREVIOUS_MASTERS`` during a resharding).
     """
     env = os.environ if environ is None else environ
     options: dict[str, Any] = {}
@@ -41,20 +44,38 @@ def from_env(environ: Mapping[str, str] | None = None) -> tuple[Any, dict[str, A
         options["PASSWORD"] = env[PASSWORD]
     if env.get(SENTINEL_PASSWORD):
         options["SENTINEL_PASSWORD"] = env[SENTINEL_PASSWORD]
+    previous = _names(env.get(PREVIOUS_MASTERS, ""))
+    if previous:
+        options["PREVIOUS_MASTERS"] = previous
     url = env.get(URL, "").strip()
     if url:
         return url, options
-    sentinels = [s.strip() for s in env.get(SENTINELS, "").split(",") if s.strip()]
-    masters = [m.strip() for m in env.get(MASTERS, "").split(",") if m.strip()]
+    sentinels = _names(env.get(SENTINELS, ""))
+    masters = _names(env.get(MASTERS, ""))
     if not sentinels or not masters:
         raise TopologyNotConfigured(f"no sentinel topology configured: {HELP}")
     options["MASTERS"] = masters
     return sentinels, options
 
 
-def export(sentinels: list[str], masters: list[str], environ: Any = None) -> None:
-    """Put a topology in the environment (what the demo and ``make run`` do before setup)."""
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def export(
+    sentinels: list[str],
+    masters: list[str],
+    environ: Any = None,
+    *,
+    previous_masters: list[str] | None = None,
+) -> None:
+    """Put a topology in the environment (what the demo and ``make run`` do before setup, and
+    what the demo's "deployments" change during its resharding)."""
     env = os.environ if environ is None else environ
     env.pop(URL, None)
     env[SENTINELS] = ",".join(sentinels)
     env[MASTERS] = ",".join(masters)
+    if previous_masters:
+        env[PREVIOUS_MASTERS] = ",".join(previous_masters)
+    else:
+        env.pop(PREVIOUS_MASTERS, None)

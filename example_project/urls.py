@@ -22,6 +22,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/me/", views.me, name="me"),
     path("api/visit/<int:n>/", views.visit, name="visit"),
+    path("api/flag/", views.flag, name="flag"),  # read through the near cache
     path("health/cache/", health_view, name="cache-health"),  # readiness probe: 200 / 503
     path("metrics", views.metrics, name="metrics"),  # Prometheus scrape (METRICS is on)
 ]
