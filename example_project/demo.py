@@ -281,7 +281,7 @@ class Demo:
         for name in self.cluster.master_names:
             host, port = self.cluster.master_address(name)
             replicas = ", ".join(f"{h}:{p}" for h, p in self.cluster.replica_addresses(name))
-            role = "" if name in self.masters else " (not in MASTERS yet: step 8 appends it)"
+            role = "" if name in self.masters else " (not in MASTERS yet: resharding adds it)"
             self.out.say(f"{name}: master {host}:{port}, replica {replicas}{role}")
 
     def start_django(self) -> None:
