@@ -187,36 +187,41 @@ class ClientBase:
 
     # -- resharding (PREVIOUS_MASTERS): moving keys from their previous owners ---------------
     @staticmethod
-    def dump_plan(keys: Sequence[Any]) -> list[Command]:
-        """What a previous owner is asked per key: its value, remaining TTL and DUMP."""
-        return [cmd for key in keys for cmd in (("GET", key), ("PTTL", key), ("DUMP", key))]
+    def copy_plan(keys: Sequence[Any]) -> list[Command]:
+        """What a previous owner is asked per key: its value and remaining TTL."""
+        return [cmd for key in keys for cmd in (("GET", key), ("PTTL", key))]
 
     @staticmethod
-    def dumped(
+    def copies(
         groups: Mapping[Shard, Sequence[Any]], replies: Mapping[Shard, list[Any] | None]
-    ) -> dict[Any, tuple[Shard, bytes, int, bytes]]:
-        """Key -> (previous owner, stored data, TTL in ms or 0 for none, DUMP) of the keys
-        found there (an expired or absent key has nothing to move)."""
-        found: dict[Any, tuple[Shard, bytes, int, bytes]] = {}
+    ) -> dict[Any, tuple[bytes, int]]:
+        """Key -> (stored data, TTL in ms or 0 for none) of the keys found on their previous
+        owners (an absent or expiring key has nothing to move)."""
+        found: dict[Any, tuple[bytes, int]] = {}
         for shard, shard_replies in replies.items():
             if shard_replies is None:
                 continue
             for i, key in enumerate(groups[shard]):
-                data, ttl, dump = shard_replies[3 * i : 3 * i + 3]
-                if data is None or dump is None or ttl == -2 or ttl == 0:
-                    continue  # absent, or expiring now (RESTORE would read 0 as "no expiry")
-                found[key] = (shard, data, max(int(ttl), 0), dump)
+                data, ttl = shard_replies[2 * i : 2 * i + 2]
+                if data is None or ttl == -2 or ttl == 0:
+                    continue
+                found[key] = (data, max(int(ttl), 0))
         return found
 
-    def restore_plan(
-        self, dumped: Mapping[Any, tuple[Shard, bytes, int, bytes]]
-    ) -> tuple[Groups, Plan]:
-        """Per owner, one ``RESTORE_MISSING`` script over its keys."""
-        owners = self.core.group_by_shard(dumped)
+    def adopt_plan(self, copies: Mapping[Any, tuple[bytes, int]]) -> tuple[Groups, Plan]:
+        """Per owner, each copy written with ``SET NX`` and its TTL: a value written through the
+        new placement meanwhile is newer, and stays. A cache value is a string, so the copy
+        needs no ``DUMP``/``RESTORE`` (the migration uses them, for every type)."""
+        owners = self.core.group_by_shard(copies)
         plan: Plan = {}
         for shard, keys in owners.items():
-            args = [x for key in keys for x in (dumped[key][2], dumped[key][3])]
-            plan[shard] = [("EVAL", RESTORE_MISSING, len(keys), *keys, *args)]
+            commands: list[Command] = []
+            for key in keys:
+                data, ttl = copies[key]
+                commands.append(
+                    ("SET", key, data, "NX", "PX", ttl) if ttl else ("SET", key, data, "NX")
+                )
+            plan[shard] = commands
         return owners, plan
 
     def previous_del_plan(self, keys: Iterable[Any]) -> Plan:

@@ -611,13 +611,13 @@ class AsyncCacheOperations(ClientBase):
         """A key whose owner changed: its owner's value and its previous owner's copy read in
         one round trip; the copy is restored on the owner if the owner had none."""
         owner = self.core.shard_for(key)
-        plan = {owner: [("GET", key)], previous: self.dump_plan([key])}
+        plan = {owner: [("GET", key)], previous: self.copy_plan([key])}
         replies = await self.scatter(plan, write=False, operation="get")
         own = replies.get(owner)
         if own is not None and own[0] is not None:
             return own[0]
-        dumped = self.dumped({previous: [key]}, {previous: replies.get(previous)})
-        return (await self._restore(dumped)).get(key)
+        copies = self.copies({previous: [key]}, {previous: replies.get(previous)})
+        return (await self._restore(copies)).get(key)
 
     async def adopt_many(self, groups: Mapping[Shard, Sequence[Any]]) -> dict[Any, Any]:
         """Move keys from their previous owners (``groups``: previous shard -> keys) to their
@@ -627,27 +627,24 @@ class AsyncCacheOperations(ClientBase):
         readers of the same key never find it gone from both."""
         if not groups:
             return {}
-        plan = {shard: self.dump_plan(keys) for shard, keys in groups.items()}
+        plan = {shard: self.copy_plan(keys) for shard, keys in groups.items()}
         return await self._restore(
-            self.dumped(groups, await self.scatter(plan, write=False, operation="reshard"))
+            self.copies(groups, await self.scatter(plan, write=False, operation="reshard"))
         )
 
-    async def _restore(
-        self, dumped: Mapping[Any, tuple[Shard, bytes, int, bytes]]
-    ) -> dict[Any, Any]:
-        """Restore the dumped keys on their owners unless a newer value is there (then that
-        value is read and returned). Key -> the stored data on its owner."""
-        if not dumped:
+    async def _restore(self, copies: Mapping[Any, tuple[bytes, int]]) -> dict[Any, Any]:
+        """Write the copies on their owners unless a newer value is there (then that value is
+        read and returned). Key -> the stored data on its owner now."""
+        if not copies:
             return {}
-        owners, restore = self.restore_plan(dumped)
-        restored = await self.scatter(restore, write=True, operation="reshard")
+        owners, plan = self.adopt_plan(copies)
         moved: dict[Any, Any] = {}
         newer: list[Any] = []
-        for shard, replies in restored.items():
+        for shard, replies in (await self.scatter(plan, write=True, operation="reshard")).items():
             if replies is not None:
-                for key, done in zip(owners[shard], replies[0], strict=True):
-                    if done:
-                        moved[key] = dumped[key][1]
+                for key, reply in zip(owners[shard], replies, strict=True):
+                    if is_ok(reply):
+                        moved[key] = copies[key][0]
                     else:
                         newer.append(key)
         if newer:  # written through the new placement meanwhile: that value wins
