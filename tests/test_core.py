@@ -279,3 +279,31 @@ def test_top_level_names_are_imported_lazily() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_set_many_with_a_timeout_uses_msetex_where_the_master_has_it(
+    cluster: LocalSentinelCluster,
+) -> None:
+    """Valkey 9.1+ and Redis 8.4+ have MSETEX (one native command per shard); older servers
+    get the script. Either way every key is stored with its TTL; each master is asked once."""
+    from sentinel_cache.core.client import CacheClient
+    from sentinel_cache.core.serializers import Codec
+
+    with ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, db=3) as pool:
+        client = CacheClient(pool, Codec())
+        mapping = {f"msetex:{i}": {"n": i} for i in range(40)}
+        assert client.set_many(mapping, 30) == []
+        assert client.get_many(mapping) == mapping
+        assert all(29 < (client.ttl(key) or 0) <= 30 for key in mapping)
+        for shard in pool.shards:
+            assert shard.address is not None
+            node = cluster.node_client(shard.address)
+            try:
+                node.execute_command("MSETEX", 1, "msetex:probe", "v", "PX", 1000)
+                has = True
+            except redis.ResponseError:
+                has = False
+            node.close()
+            assert shard.msetex is has
+            shard.learned_msetex(shard.generation - 1, not has)  # what an older master said
+            assert shard.msetex is None  # ... is asked again

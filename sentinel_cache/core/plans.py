@@ -310,24 +310,25 @@ class ClientBase:
                 metrics.lookups(shard.name, hits, len(groups[shard]) - hits)
         return found
 
-    def set_plan(self, mapping: Mapping[Any, Any], timeout: float | None) -> tuple[Groups, Plan]:
-        """One command per shard, whatever the number of keys: ``MSET`` without a timeout, the
-        ``SET_EACH`` script with one (``MSET`` takes no expiry). Atomic per shard."""
-        groups = self.core.group_by_shard(mapping)
+    def set_plan(self, groups: Groups, mapping: Mapping[Any, Any], timeout: float | None) -> Plan:
+        """One command per shard, whatever the number of keys: ``MSET`` without a timeout;
+        with one, ``MSETEX`` where the master has it, else the ``SET_EACH`` script (``MSET``
+        takes no expiry). Atomic per shard."""
         dumps = self.codec.dumps
         plan: Plan = {}
         for shard, group in groups.items():
             values = [dumps(mapping[key]) for key in group]
+            pairs = (x for pair in zip(group, values, strict=True) for x in pair)
             if timeout is None:
-                command: Command = (
-                    "MSET",
-                    *(x for pair in zip(group, values, strict=True) for x in pair),
-                )
+                command: Command = ("MSET", *pairs)
             else:
                 ms = max(1, int(timeout * 1000))
-                command = ("EVAL", SET_EACH, len(group), *group, ms, *values)
+                if shard.msetex:
+                    command = ("MSETEX", len(group), *pairs, "PX", ms)
+                else:
+                    command = ("EVAL", SET_EACH, len(group), *group, ms, *values)
             plan[shard] = self.durable([command])
-        return groups, plan
+        return plan
 
     @staticmethod
     def not_set(groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> list[Any]:

@@ -118,6 +118,9 @@ class Shard:
         self.fence_reason: str | None = None
         self.fence_since: float | None = None
         self.metrics: Metrics | None = None  # the core's, if METRICS is on
+        # Whether the master of a generation has MSETEX (Valkey 9.1+, Redis 8.4+): set_many
+        # with a timeout is then one native command per shard instead of a script.
+        self._msetex: tuple[int, bool] | None = None
         connection_class, kwargs = connection_class_and_kwargs(config.connection_options())
         if config.health_check_interval:
             kwargs.setdefault("health_check_interval", config.health_check_interval)
@@ -154,6 +157,16 @@ class Shard:
         self._fence_open = threading.Event()
         if not fenced:
             self._fence_open.set()
+
+    @property
+    def msetex(self) -> bool | None:
+        """Whether the current master has ``MSETEX``; None until it was asked (after a switch,
+        the new master is asked again: a rolling upgrade may mix versions)."""
+        known = self._msetex
+        return known[1] if known is not None and known[0] == self.generation else None
+
+    def learned_msetex(self, generation: int, available: bool) -> None:
+        self._msetex = (generation, available)
 
     def current(self) -> tuple[Address | None, int]:
         with self._lock:

@@ -439,12 +439,28 @@ class CacheOperations(ClientBase):
         if timeout is not None and timeout <= 0:
             self.delete_many(list(mapping))
             return []
-        groups, plan = self.set_plan(mapping, timeout)
+        groups = self.core.group_by_shard(mapping)
+        if timeout is not None:
+            self._learn_msetex([shard for shard in groups if shard.msetex is None])
+        plan = self.set_plan(groups, mapping, timeout)
         try:
             return self.not_set(groups, self.scatter(plan, write=True, operation="set_many"))
         finally:
             self.forget(mapping)
             self._drop_previous(mapping)
+
+    def _learn_msetex(self, shards: Sequence[Shard]) -> None:
+        """Ask masters not asked yet whether they have ``MSETEX`` (one batch for all, once per
+        master: ``COMMAND INFO`` answers nil for a command the server does not know)."""
+        if not shards:
+            return
+        plan = {shard: [("COMMAND", "INFO", "MSETEX")] for shard in shards}
+        for shard, replies in (self.scatter(plan, write=False, operation="set_many")).items():
+            # A reply is read only from the shard's master of the moment (a replaced one's
+            # is refused), so it is about the generation current now.
+            if replies is not None:
+                info = replies[0]
+                shard.learned_msetex(shard.generation, bool(info and info[0]))
 
     def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
