@@ -236,9 +236,9 @@ class NearCache:
             state = self._shards[index]
             if session is not None and session != state.session:
                 return
+            self._flush_locked(index, cause)  # while still live: the end of a session counts
             state.session += 1
             state.live = False
-            self._flush_locked(index, cause)
 
     def _flush_locked(self, index: int, cause: str | None) -> None:
         state = self._shards[index]
