@@ -513,16 +513,20 @@ class Demo:
         self.out.say(f"RESULT: {len(failed)} failed requests, {lost} lost writes")
         self.failed_requests = len(failed)
         self.switched = (name, new_text)
-        if failed:
-            for problem in failed[:5]:
-                self.out.say(f"failed: {problem}")
-            raise DemoFailure(f"{len(failed)} of {total} requests failed during the failover")
+        self.no_failed_requests(failed, total, "the failover")
         if lost:
             raise DemoFailure(f"{lost} acknowledged writes are missing after the failover")
         if not still:
             raise DemoFailure("the user was logged out by the failover")
         if me["visits"] <= self.visits_before:
             raise DemoFailure("the session stopped recording visits")
+
+    def no_failed_requests(self, failed: Sequence[str], total: int, during: str) -> None:
+        """Show the first failures and stop the demo if any request failed."""
+        if failed:
+            for problem in failed[:5]:
+                self.out.say(f"failed: {problem}")
+            raise DemoFailure(f"{len(failed)} of {total} requests failed during {during}")
 
     def status_after_failover(self) -> None:
         name, new = self.switched
@@ -856,10 +860,7 @@ class Demo:
             f"{misplaced} keys off their owner"
         )
         self.reshard_failed = len(failed)
-        if failed:
-            for problem in failed[:5]:
-                self.out.say(f"failed: {problem}")
-            raise DemoFailure(f"{len(failed)} of {total} requests failed during the resharding")
+        self.no_failed_requests(failed, total, "the resharding")
         if logged_out:
             raise DemoFailure(f"logged out by the resharding: {', '.join(logged_out)}")
         if misplaced:
