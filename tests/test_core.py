@@ -304,6 +304,6 @@ def test_set_many_with_a_timeout_uses_msetex_where_the_master_has_it(
             except redis.ResponseError:
                 has = False
             node.close()
-            assert shard.msetex is has
-            shard.learned_msetex(shard.generation - 1, not has)  # what an older master said
-            assert shard.msetex is None  # ... is asked again
+            assert shard.allows("MSETEX") is has
+            shard.learned("MSETEX", shard.generation - 1, not has)  # what an older master said
+            assert shard.allows("MSETEX") is None  # ... is asked again

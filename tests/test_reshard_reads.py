@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from waiting import wait_until
 
 from sentinel_cache import ConfigurationError
 from sentinel_cache.core.aio import AsyncCacheClient
@@ -83,6 +84,57 @@ def test_no_read_misses_while_keys_move(
             assert ttl is not None and 595 < ttl <= 600
     finally:
         core.close()
+
+
+def _reply_skips(cluster: LocalSentinelCluster) -> int:
+    """``CLIENT REPLY`` calls served by every master so far."""
+    total = 0
+    for name in cluster.master_names:
+        with cluster.node_client(cluster.master_address(name)) as node:
+            total += node.info("commandstats").get("cmdstat_client|reply", {}).get("calls", 0)
+    return total
+
+
+@pytest.mark.parametrize("allowed", [True, False], ids=["posted", "acl-refuses-client-reply"])
+def test_a_read_moves_the_key_without_waiting_where_the_owner_allows_it(
+    three: LocalSentinelCluster, allowed: bool
+) -> None:
+    """The copy a read writes on the owner goes out with ``CLIENT REPLY SKIP`` (the read does not
+    wait for it) on masters that allow it; a master whose ACL forbids ``CLIENT REPLY`` gets an
+    acknowledged ``SET NX`` instead. Either way the key lands on its owner and the connections
+    stay in step."""
+    before, after = ["shard0", "shard1"], ["shard0", "shard1", "shard2"]
+    placed(three, before).close()
+    user: dict[str, object] = {}
+    if not allowed:
+        for name in three.master_names:
+            with three.node_client(three.master_address(name)) as node:
+                node.execute_command(
+                    "ACL", "SETUSER", "noskip", "on", ">noskip-pw", "~*", "+@all", "-client|reply"
+                )
+        user = {"username": "noskip", "password": "noskip-pw"}
+    core = core_for(three, after, previous_masters=before, **user)
+    try:
+        client = CacheClient(core, Codec())
+        moved = [key for key in KEYS if core.previous_shard_for(key) is not None][:40]
+        calls = _reply_skips(three)
+        for key in moved:
+            assert client.get(key) == f"v{key}"
+        assert all(shard.allows("CLIENT REPLY") is allowed for shard in core.shards[2:])
+        skipped = _reply_skips(three) - calls  # the probe (CLIENT REPLY ON) counts too
+        assert skipped > len(moved) if allowed else skipped == 0
+        wait_until(
+            lambda: all(core.shard_for(key).name in where(three, key) for key in moved),
+            5,
+            "every read key on its owner",
+        )
+        assert client.get_many(moved) == {key: f"v{key}" for key in moved}  # still in step
+    finally:
+        core.close()
+        if not allowed:
+            for name in three.master_names:
+                with three.node_client(three.master_address(name)) as node:
+                    node.execute_command("ACL", "DELUSER", "noskip")
 
 
 def test_reweighting_keeps_every_key_readable(three: LocalSentinelCluster) -> None:

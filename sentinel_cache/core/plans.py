@@ -28,6 +28,7 @@ Command = tuple[Any, ...]
 Plan = dict[Shard, list[Command]]
 Groups = dict[Shard, list[Any]]
 MISS: Any = object()  # a stored value that is absent or unreadable
+REPLY_SKIP: Command = ("CLIENT", "REPLY", "SKIP")  # the server sends no reply to what follows
 
 _hiredis_pack: Callable[[Command], bytes] | None
 try:
@@ -166,6 +167,7 @@ class ClientBase:
         self.durable_replicas = durable_replicas
         self.durable_timeout_ms = durable_timeout_ms
         self.fail_open = fail_open or FailOpen()
+        self.unposted = Throttle(30.0)  # posted writes that failed to go out, logged
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.core!r} codec={self.codec!r}>"
@@ -323,7 +325,7 @@ class ClientBase:
                 command: Command = ("MSET", *pairs)
             else:
                 ms = max(1, int(timeout * 1000))
-                if shard.msetex:
+                if shard.allows("MSETEX"):
                     command = ("MSETEX", len(group), *pairs, "PX", ms)
                 else:
                     command = ("EVAL", SET_EACH, len(group), *group, ms, *values)

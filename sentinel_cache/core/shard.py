@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -40,6 +40,15 @@ K = TypeVar("K", bound="str | bytes")
 MASTER_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
 SwitchCallback = Callable[["SwitchEvent"], None]
+
+#: What a master may or may not allow, each asked once per master with one command whose reply
+#: says it: ``MSETEX`` (Valkey 9.1+, Redis 8.4+: ``set_many`` with a timeout in one native
+#: command per shard instead of a script), and ``CLIENT REPLY`` (writes nobody waits for, which
+#: an ACL or a renamed command may forbid).
+FEATURES: dict[str, tuple[tuple[str, ...], Callable[[Any], bool]]] = {
+    "MSETEX": (("COMMAND", "INFO", "MSETEX"), lambda reply: bool(reply and reply[0])),
+    "CLIENT REPLY": (("CLIENT", "REPLY", "ON"), lambda reply: reply in (b"OK", "OK")),
+}
 
 
 class Evidence(NamedTuple):
@@ -118,9 +127,9 @@ class Shard:
         self.fence_reason: str | None = None
         self.fence_since: float | None = None
         self.metrics: Metrics | None = None  # the core's, if METRICS is on
-        # Whether the master of a generation has MSETEX (Valkey 9.1+, Redis 8.4+): set_many
-        # with a timeout is then one native command per shard instead of a script.
-        self._msetex: tuple[int, bool] | None = None
+        # What the master of a generation was found to allow (see FEATURES): feature ->
+        # (generation, allowed).
+        self._features: dict[str, tuple[int, bool]] = {}
         connection_class, kwargs = connection_class_and_kwargs(config.connection_options())
         if config.health_check_interval:
             kwargs.setdefault("health_check_interval", config.health_check_interval)
@@ -158,15 +167,15 @@ class Shard:
         if not fenced:
             self._fence_open.set()
 
-    @property
-    def msetex(self) -> bool | None:
-        """Whether the current master has ``MSETEX``; None until it was asked (after a switch,
-        the new master is asked again: a rolling upgrade may mix versions)."""
-        known = self._msetex
+    def allows(self, feature: str) -> bool | None:
+        """Whether the current master allows ``feature`` (one of :data:`FEATURES`); None until
+        it was asked (after a switch the new master is asked again: a rolling upgrade may mix
+        versions, and ACLs are set per server)."""
+        known = self._features.get(feature)
         return known[1] if known is not None and known[0] == self.generation else None
 
-    def learned_msetex(self, generation: int, available: bool) -> None:
-        self._msetex = (generation, available)
+    def learned(self, feature: str, generation: int, allowed: bool) -> None:
+        self._features[feature] = (generation, allowed)
 
     def current(self) -> tuple[Address | None, int]:
         with self._lock:

@@ -30,6 +30,7 @@ from sentinel_cache.core.plans import (
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
     MISS,
+    REPLY_SKIP,
     ClientBase,
     Command,
     Groups,
@@ -43,7 +44,7 @@ from sentinel_cache.core.plans import (
     wrong_type,
 )
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.shard import MASTER_ERRORS, Shard
+from sentinel_cache.core.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import PoolExhaustedError
 
@@ -268,6 +269,34 @@ class AsyncCacheOperations(ClientBase):
                 raise
             return None
 
+    async def post(self, plan: Mapping[Shard, Sequence[Command]]) -> None:
+        """Send each shard's commands and read nothing: writes nobody waits for, each command
+        preceded by ``CLIENT REPLY SKIP`` so the server sends nothing back either (only to
+        masters that allow it: see :meth:`learn`). Best effort: a shard fenced for a failover is
+        left out, and one whose connection fails is logged, for the caller loses nothing."""
+        for shard, commands in plan.items():
+            if shard.fenced or shard.allows("CLIENT REPLY") is not True:
+                continue
+            quiet = [x for command in commands for x in (REPLY_SKIP, command)]
+            connections = (await self.io.master(shard)).connection_pool
+            try:
+                connection = await connections.get_connection()
+                try:
+                    await connection.send_packed_command(pack(connection, quiet))
+                except BaseException:
+                    await connection.disconnect()
+                    raise
+                finally:
+                    await connections.release(connection)
+            except MASTER_ERRORS as exc:
+                self.unposted.warn(
+                    logger,
+                    "shard %s: writes sent without waiting were not sent: %s: %s",
+                    shard.label,
+                    type(exc).__name__,
+                    exc,
+                )
+
     async def _on(
         self,
         key: Any,
@@ -440,7 +469,7 @@ class AsyncCacheOperations(ClientBase):
             return []
         groups = self.core.group_by_shard(mapping)
         if timeout is not None:
-            await self._learn_msetex([shard for shard in groups if shard.msetex is None])
+            await self.learn(groups, "MSETEX")
         plan = self.set_plan(groups, mapping, timeout)
         try:
             return self.not_set(groups, await self.scatter(plan, write=True, operation="set_many"))
@@ -448,18 +477,20 @@ class AsyncCacheOperations(ClientBase):
             self.forget(mapping)
             await self._drop_previous(mapping)
 
-    async def _learn_msetex(self, shards: Sequence[Shard]) -> None:
-        """Ask masters not asked yet whether they have ``MSETEX`` (one batch for all, once per
-        master: ``COMMAND INFO`` answers nil for a command the server does not know)."""
-        if not shards:
-            return
-        plan = {shard: [("COMMAND", "INFO", "MSETEX")] for shard in shards}
-        for shard, replies in (await self.scatter(plan, write=False, operation="set_many")).items():
-            # A reply is read only from the shard's master of the moment (a replaced one's
-            # is refused), so it is about the generation current now.
-            if replies is not None:
-                info = replies[0]
-                shard.learned_msetex(shard.generation, bool(info and info[0]))
+    async def learn(self, shards: Iterable[Shard], feature: str) -> None:
+        """Ask the masters not asked yet whether they allow ``feature`` (see
+        :data:`~sentinel_cache.core.shard.FEATURES`): once per master, so not batched."""
+        command, allowed = FEATURES[feature]
+        for shard in shards:
+            if shard.allows(feature) is not None:
+                continue
+            try:
+                (reply,) = await self.execute(shard, [command], write=False, replicas=False)
+            except ResponseError:  # refused (ACL) or renamed away
+                reply = None
+            # A reply is read only from the shard's master of the moment (a replaced one's is
+            # refused), so it is about the generation current now.
+            shard.learned(feature, shard.generation, allowed(reply))
 
     async def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
@@ -596,8 +627,9 @@ class AsyncCacheOperations(ClientBase):
     # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
     async def _adopt(self, key: Any) -> None:
         """Before an operation that needs the key where it lives now (add, incr, touch, ttl)."""
-        if self.core.previous_ring is not None:
-            await self._adopted(key)
+        previous = None if self.core.previous_ring is None else self.core.previous_shard_for(key)
+        if previous is not None:
+            await self.adopt_many({previous: [key]}, wait=True)
 
     async def _adopted(self, key: Any) -> Any:
         """Move ``key`` from its previous owner if it is there; the stored data now on its owner
@@ -633,30 +665,45 @@ class AsyncCacheOperations(ClientBase):
         if own is not None and own[0] is not None:
             return own[0]
         copies = self.copies({previous: [key]}, {previous: replies.get(previous)})
-        return (await self._restore(copies)).get(key)
+        return (await self._restore(copies, wait=False)).get(key)
 
-    async def adopt_many(self, groups: Mapping[Shard, Sequence[Any]]) -> dict[Any, Any]:
+    async def adopt_many(
+        self, groups: Mapping[Shard, Sequence[Any]], *, wait: bool = False
+    ) -> dict[Any, Any]:
         """Move keys from their previous owners (``groups``: previous shard -> keys) to their
-        owners, batched per shard: read value, TTL and DUMP, then restore where the owner has no
-        newer value. Key -> the stored data now on its owner. The previous owner keeps its copy
-        until the migration (or a write through the new placement) deletes it, so concurrent
-        readers of the same key never find it gone from both."""
+        owners, batched per shard: read value and TTL, then write them where the owner has no
+        newer value (:meth:`_restore`). Key -> the stored data now on its owner. The previous
+        owner keeps its copy until the migration (or a write through the new placement) deletes
+        it, so concurrent readers of the same key never find it gone from both."""
         if not groups:
             return {}
         plan = {shard: self.copy_plan(keys) for shard, keys in groups.items()}
-        return await self._restore(
-            self.copies(groups, await self.scatter(plan, write=False, operation="reshard"))
-        )
+        replies = await self.scatter(plan, write=False, operation="reshard")
+        return await self._restore(self.copies(groups, replies), wait=wait)
 
-    async def _restore(self, copies: Mapping[Any, tuple[bytes, int]]) -> dict[Any, Any]:
-        """Write the copies on their owners unless a newer value is there (then that value is
-        read and returned). Key -> the stored data on its owner now."""
+    async def _restore(
+        self, copies: Mapping[Any, tuple[bytes, int]], *, wait: bool
+    ) -> dict[Any, Any]:
+        """Write the copies on their owners unless a newer value is there (``SET NX``). Key ->
+        the stored data on its owner now.
+
+        Without ``wait`` (a read moving what it found) the writes are posted, where the owner
+        allows it: the read returns the value it found without a second round trip, and a copy
+        that fails to land stays on its previous owner, to be read and moved again. With it (an
+        operation about to act on the key where it lives now), each write is acknowledged and
+        a newer value found on the owner is read and returned."""
         if not copies:
             return {}
         owners, plan = self.adopt_plan(copies)
         moved: dict[Any, Any] = {}
+        if not wait:
+            await self.learn(owners, "CLIENT REPLY")
+            posted = {shard: plan.pop(shard) for shard in owners if shard.allows("CLIENT REPLY")}
+            await self.post(posted)
+            moved.update((key, copies[key][0]) for shard in posted for key in owners[shard])
         newer: list[Any] = []
-        for shard, replies in (await self.scatter(plan, write=True, operation="reshard")).items():
+        written = await self.scatter(plan, write=True, operation="reshard") if plan else {}
+        for shard, replies in written.items():
             if replies is not None:
                 for key, reply in zip(owners[shard], replies, strict=True):
                     if is_ok(reply):
