@@ -122,7 +122,7 @@ class ShardedSentinelPool:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._started = False
-        self._closed = False
+        self.closed = False  # read on every call: an attribute, not a property
         self._initial: dict[str, Resolution | BaseException] = {}
         self.sentinels = SentinelSet(self.config.sentinels, self.config.sentinel_options())
         self.discovery = Discovery(
@@ -139,7 +139,7 @@ class ShardedSentinelPool:
         self.housekeeper: Housekeeper | None = None
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("started" if self._started else "idle")
+        state = "closed" if self.closed else ("started" if self._started else "idle")
         shards = ", ".join(f"{s.name}@{s.address}" for s in self.shards)
         return f"<ShardedSentinelPool {state} [{shards}] sentinels={len(self.sentinels.addresses)}>"
 
@@ -150,7 +150,7 @@ class ShardedSentinelPool:
         if self._started:
             return
         with self._lock:
-            if self._closed:
+            if self.closed:
                 raise ShardUnavailableError("this ShardedSentinelPool is closed")
             if not self._started:
                 self._initial = self._discover_all()
@@ -351,9 +351,9 @@ class ShardedSentinelPool:
     def close(self) -> None:
         """Release every socket and thread; idempotent."""
         with self._lock:
-            if self._closed:
+            if self.closed:
                 return
-            self._closed = True
+            self.closed = True
             self._started = False  # the next use takes the slow path and sees "closed"
         registry.forget(self)
         self._stop_background(wait=True)
@@ -369,10 +369,6 @@ class ShardedSentinelPool:
     def on_close(self, closer: Callable[[], None]) -> None:
         """Call ``closer()`` when this core closes (the asyncio clients close their sockets)."""
         self._closers.append(closer)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @property
     def started(self) -> bool:
@@ -600,7 +596,7 @@ class ShardedSentinelPool:
         listeners = self.listener_states()
         return {
             "started": self.started,
-            "closed": self._closed,
+            "closed": self.closed,
             "shards": [
                 {
                     "index": shard.index,

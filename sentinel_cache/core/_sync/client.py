@@ -44,7 +44,7 @@ from sentinel_cache.core.plans import (
     short_key,
     wrong_type,
 )
-from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.serializers import Codec, InvalidValueError
 from sentinel_cache.core.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import PoolExhaustedError
@@ -326,14 +326,16 @@ class CacheOperations(ClientBase):
     # -- single key --------------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:
         core = self.core
+        near = core.near
         previous = None if core.previous_ring is None else core.previous_shard_for(key)
-        near = None if previous is not None else core.near
         ticket = None
-        if near is not None:
+        if previous is None and near is not None:
             local = near.get(key)
             if local is not None:  # a near-cache hit: no ring lookup, one decode
-                value = self.decode(local, key)
-                return default if value is MISS else value
+                try:
+                    return self.codec.loads(local)
+                except InvalidValueError:
+                    return self.value_of(local, key, default)  # logged, and the default
             shard = core.shard_for(key)
             ticket = near.ticket(shard, key)
         try:
