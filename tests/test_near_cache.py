@@ -33,16 +33,14 @@ def tracked(core: ShardedSentinelPool) -> bool:
 
 
 def store(client: CacheClient, core: ShardedSentinelPool, key: str, value: Any) -> None:
-    """Write ``key``, let the echo of that write arrive, then read it until a copy is kept."""
-    before = near_status(core, key)["invalidations"]
+    """Write ``key``, then read it until a copy is kept."""
     client.set(key, value, None)
-    echoed(core, key, before)
     cached(client, core, key)
 
 
 def cached(client: CacheClient, core: ShardedSentinelPool, key: str) -> None:
-    """Read ``key`` until its copy is kept (the echo of our own last write may evict the first
-    copy: BCAST tracking tells every client, the writer included)."""
+    """Read ``key`` until its copy is kept (a sync write is kept at once; one that went
+    through the pool, as asyncio writes do, is evicted by the server's echo of it first)."""
     wait_until(
         lambda: client.get(key) is not None and near_status(core, key)["entries"] >= 1,
         2,
@@ -51,8 +49,8 @@ def cached(client: CacheClient, core: ShardedSentinelPool, key: str) -> None:
 
 
 def echoed(core: ShardedSentinelPool, key: str, before: int) -> None:
-    """Wait for the server's invalidation of our own write of ``key`` (BCAST tells the writer
-    too): until it has arrived, it may evict a copy read after the write."""
+    """Wait for the server's invalidation of a write of ``key`` made outside the writer
+    connection: until it has arrived, it may evict a copy read after the write."""
     wait_until(lambda: near_status(core, key)["invalidations"] > before, 2, f"the echo of {key}")
 
 
@@ -108,6 +106,85 @@ def test_own_writes_are_read_back_at_once(core: ShardedSentinelPool) -> None:
     assert client.get("near:m1") is None and client.has_key("near:m2")
 
 
+def test_own_sync_writes_are_kept_without_an_echo(core: ShardedSentinelPool) -> None:
+    """A sync write goes on the shard's writer connection, whose tracking has NOLOOP: the
+    value is kept at once and the server sends no invalidation of it; another writer's write
+    still evicts it. An asyncio write goes through the pool, and its echo evicts the key."""
+    client = CacheClient(core, Codec())
+    near = core.near
+    assert near is not None
+    shard = core.shard_for("near:kept")
+    for n in range(5):
+        client.set("near:kept", {"n": n}, None)
+        assert near.get("near:kept") == Codec().dumps({"n": n})  # kept by the write itself
+    before = near_status(core, "near:kept")
+    time.sleep(0.2)  # time enough for an echo to arrive, were one sent
+    after = near_status(core, "near:kept")
+    assert after["invalidations"] == before["invalidations"]
+    assert client.get("near:kept") == {"n": 4} and near_status(core, "near:kept")["hits"] > after["hits"]
+    with outsider(core, "near:kept") as other:
+        other.set("near:kept", Codec().dumps("outside"))
+    wait_until(lambda: near.get("near:kept") is None, 1, "the outside write's invalidation")
+    assert client.get("near:kept") == "outside"
+
+    async def write_async() -> None:
+        aclient = AsyncCacheClient(core, Codec())
+        await aclient.set("near:kept", "async", None)
+        await aclient.aclose()
+
+    before = near_status(core, "near:kept")
+    asyncio.run(write_async())
+    echoed(core, "near:kept", before["invalidations"])  # written through the pool: echoed
+    assert client.get("near:kept") == "async"
+    assert shard.allows("CLIENT REPLY") is None  # (the writer path asks no feature)
+
+
+def test_a_read_that_raced_our_write_is_not_kept(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forced: a read takes its ticket while our write is in flight, so its reply may predate
+    the write, and the write makes no invalidation to tear that ticket: the write must tear it
+    (and keep nothing), and the read's old reply must not be kept."""
+    client = CacheClient(core, Codec())
+    near = core.near
+    assert near is not None
+    store(client, core, "near:raced", "old")
+    shard = core.shard_for("near:raced")
+    real_send = _sync.client.send
+    raced: dict[str, Any] = {}
+
+    def send_while_a_read_starts(target: Any, commands: Any) -> list[Any]:
+        if commands[0][:2] == ("SET", "near:raced") and not raced:
+            raced["ticket"] = near.ticket(shard, "near:raced")  # the read's, before the SET
+        return real_send(target, commands)
+
+    monkeypatch.setattr(_sync.client, "send", send_while_a_read_starts)
+    client.set("near:raced", "new", None)
+    assert raced["ticket"] is not None
+    assert near.get("near:raced") is None  # the write kept nothing: someone raced it
+    near.fill(shard, "near:raced", raced["ticket"], Codec().dumps("old"))  # the read's reply
+    assert near.get("near:raced") is None  # not kept
+    assert client.get("near:raced") == "new"
+
+
+def test_a_lost_writer_connection_ends_the_session(core: ShardedSentinelPool) -> None:
+    """The writer connection holds the session's tracking: when the server closes it (here
+    ``CLIENT KILL TYPE normal``, which spares the subscribed invalidation connection) the
+    copies go, and tracking resumes with a new writer."""
+    client = CacheClient(core, Codec())
+    store(client, core, "near:w", 1)
+    lost = near_status(core, "near:w")["flushes"].get("tracker connection lost", 0)
+    with outsider(core, "near:w") as other:
+        other.client_kill_filter(_type="normal", skipme=True)
+    wait_until(lambda: near_status(core, "near:w")["entries"] == 0, 2, "the lost writer")
+    assert near_status(core, "near:w")["flushes"].get("tracker connection lost", 0) > lost
+    wait_until(lambda: tracked(core), 5, "tracking again")
+    store(client, core, "near:w", 2)
+    with outsider(core, "near:w") as other:
+        other.set("near:w", Codec().dumps(3))
+    wait_until(lambda: client.get("near:w") == 3, 1, "invalidations through the new writer")
+
+
 def test_an_invalidation_during_the_read_never_leaves_the_old_value(
     core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,7 +192,8 @@ def test_an_invalidation_during_the_read_never_leaves_the_old_value(
     applied and its invalidation received; the reply must not be kept."""
     client = CacheClient(core, Codec())
     before = near_status(core, "near:race")["invalidations"]
-    client.set("near:race", "old", None)
+    with outsider(core, "near:race") as other:  # not kept here: the read below must miss
+        other.set("near:race", Codec().dumps("old"))
     echoed(core, "near:race", before)
     real_send = _sync.client.send
     state = {"raced": False}

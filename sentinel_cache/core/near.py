@@ -1,19 +1,20 @@
 """The near cache (``NEAR_CACHE = True``): a process-local copy of hot values, kept correct by
 the servers' invalidations and by failovers.
 
-Per shard, one tracker thread holds one connection to the shard's master on which it sends
-``CLIENT TRACKING ON REDIRECT <its own id> BCAST [PREFIX p ...]`` and then ``SUBSCRIBE
-__redis__:invalidate`` (RESP2; Redis 6.0+, Valkey 7.2+). The server then names on it every key
-written, deleted or expired by anyone (another process, a Java service, ``redis-cli``), and
-sends a null message when it flushes (``FLUSHDB``, ``FLUSHALL``, a full resync). BCAST mode needs
-no tracking state per data connection, so the pools are untouched and a lost tracker connection
-is noticed by the one thread that owns it. A ``PING`` every second bounds the time a silently
-cut connection goes unnoticed.
+Per shard, one tracker thread holds two connections to the shard's master (RESP2; Redis 6.0+,
+Valkey 7.2+): an invalidation connection subscribed to ``__redis__:invalidate``, and a writer
+connection that sends ``CLIENT TRACKING ON REDIRECT <the invalidation connection> BCAST NOLOOP
+[PREFIX p ...]``. The server then names on the first every key written, deleted or expired by
+anyone (another process, a Java service, ``redis-cli``) except by the writer connection itself,
+and sends a null message when it flushes (``FLUSHDB``, ``FLUSHALL``, a full resync). BCAST mode
+needs no tracking state per data connection, so the pools are untouched. The tracker watches
+both sockets, and pings each every second when quiet, so a lost or silently cut connection ends
+the session.
 
 What keeps a copy correct:
 
 1. **Sessions.** A shard's copies carry the *session* they were stored in; a session starts
-   when the tracker is subscribed and ends when its connection is lost or errs, when the shard's
+   when both connections are set up and ends when either is lost or errs, when the shard's
    master switches, and when the core stops. A copy of another session, or of another master
    generation than the shard's current one, is never served (so a switch hides the shard's copies
    at once, before the tracker has even noticed it).
@@ -21,10 +22,18 @@ What keeps a copy correct:
    sends; an invalidation of that key, a local write of it or the end of the session tears the
    ticket; the reply is stored only if its ticket is intact. An invalidation that arrives before
    the read's reply therefore never leaves the old value behind.
-3. **Own writes** evict the key after the server acknowledged them (or failed), and tear its
-   tickets: a thread reads its own writes.
-4. **Bounds**: a copy lives at most ``NEAR_CACHE_TTL`` seconds; the least recently used copies
-   go first beyond ``NEAR_CACHE_MAX_ENTRIES`` or ``NEAR_CACHE_MAX_BYTES`` (stored bytes).
+3. **Own writes.** A sync ``set`` of a kept key goes on the writer connection (leased to one
+   write at a time): the server sends no echo of it, so the value written is kept once
+   acknowledged, if its ticket (taken before sending) is intact. If another read or write took
+   the key's ticket meanwhile, a read's reply may predate the write and no invalidation will tear
+   it, so the write tears it and keeps nothing. When BCAST merges one key's changes made in one
+   server event-loop turn, it names the last writer: a write by someone else after ours is always
+   announced. Every other write (deletes, ``incr``, multi-key writes, asyncio writes, and a
+   ``set`` that found the writer busy for ``WRITER_WAIT``) goes through the pool, evicts the key
+   after the server acknowledged it (or failed), and is echoed like anyone's.
+4. **Bounds**: a copy lives at most ``NEAR_CACHE_TTL`` seconds (and no longer than the timeout it
+   was written with); the least recently used copies go first beyond ``NEAR_CACHE_MAX_ENTRIES``
+   or ``NEAR_CACHE_MAX_BYTES`` (stored bytes).
 
 Reads that ``READ_FROM_REPLICAS`` would send to a replica bypass the near cache (replicas are
 not tracked; a replica may apply a write after the master announced it).
@@ -33,6 +42,7 @@ not tracked; a replica may apply a write after the master announced it).
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 from collections import OrderedDict
@@ -44,6 +54,7 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from sentinel_cache.core._sync.connection import ShardConnection, ShardSSLConnection
 from sentinel_cache.core.config import connection_class_and_kwargs
 from sentinel_cache.core.throttle import Throttle
 
@@ -57,6 +68,7 @@ CHANNEL = b"__redis__:invalidate"
 PING_EVERY = 1.0  # seconds between two pings on a quiet tracker connection
 PONG_WITHIN = 1.0  # a ping unanswered this long ends the session
 RETRY_EVERY = 0.2  # seconds between two attempts to start tracking a shard
+WRITER_WAIT = 0.01  # the longest a write waits for the writer connection before the pool
 
 
 class _Entry(NamedTuple):
@@ -71,11 +83,22 @@ class _Entry(NamedTuple):
 class _ShardState:
     """One shard's tracking session and counters (guarded by the near cache's lock)."""
 
-    __slots__ = ("session", "live", "keys", "bytes", "hits", "misses", "invalidations", "flushes")
+    __slots__ = (
+        "session",
+        "live",
+        "writer",
+        "keys",
+        "bytes",
+        "hits",
+        "misses",
+        "invalidations",
+        "flushes",
+    )
 
     def __init__(self) -> None:
         self.session = 0
         self.live = False  # a tracker is subscribed for ``session``
+        self.writer: _Writer | None = None  # the session's writer connection
         self.keys: set[Any] = set()
         self.bytes = 0
         self.hits = 0
@@ -170,34 +193,54 @@ class NearCache:
 
     def fill(self, shard: Shard, key: Any, ticket: object | None, data: Any) -> None:
         """Store the reply of a ticketed read if nothing tore the ticket meanwhile."""
-        if ticket is None:
-            return
+        if ticket is not None:
+            with self._lock:
+                self._store_locked(shard, key, ticket, data, self.ttl, own=False)
+
+    def own(
+        self, shard: Shard, key: Any, ticket: object | None, data: Any, timeout: float | None
+    ) -> None:
+        """Our write of ``data`` at ``key`` on the shard's writer connection (whose writes the
+        server does not echo) was acknowledged: keep it if the ticket taken before it was sent
+        is intact. Otherwise someone read or wrote the key meanwhile, and a read whose reply
+        predates this write must not be kept either (no invalidation will come to tear its
+        ticket): the key and its tickets go."""
+        ttl = self.ttl if timeout is None else min(self.ttl, timeout)
         with self._lock:
-            held = self._tickets.get(key)
-            if held is None or held[0] is not ticket:
-                return  # torn: invalidated or written meanwhile (or a newer read's ticket)
-            del self._tickets[key]
-            state = self._shards[shard.index]
-            if (
-                not isinstance(data, bytes)
-                or not state.live
-                or held[2] != state.session
-                or held[3] != shard.generation
-            ):
-                return
-            if key in self._entries:
-                self._drop_locked(key)
-            size = len(data)
-            if size > self.max_bytes:
-                return
-            expires = time.monotonic() + self.ttl
-            self._entries[key] = _Entry(data, shard.index, held[2], held[3], expires, size)
-            state.keys.add(key)
-            state.bytes += size
-            self._bytes += size
-            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
-                oldest = next(iter(self._entries))
-                self._drop_locked(oldest)
+            if not self._store_locked(shard, key, ticket, data, ttl, own=True):
+                self._tickets.pop(key, None)
+                if key in self._entries:
+                    self._drop_locked(key)
+
+    def _store_locked(
+        self, shard: Shard, key: Any, ticket: object | None, data: Any, ttl: float, own: bool
+    ) -> bool:
+        held = self._tickets.get(key)
+        if ticket is None or held is None or held[0] is not ticket:
+            return False  # torn: invalidated or written meanwhile (or a newer read's ticket)
+        del self._tickets[key]
+        state = self._shards[shard.index]
+        if (
+            not isinstance(data, bytes)
+            or not state.live
+            or held[2] != state.session
+            or held[3] != shard.generation
+        ):
+            return False
+        if key in self._entries:
+            self._drop_locked(key)
+        size = len(data)
+        if size > self.max_bytes:
+            return True  # nothing kept, and nothing stale left
+        expires = time.monotonic() + ttl
+        self._entries[key] = _Entry(data, shard.index, held[2], held[3], expires, size)
+        state.keys.add(key)
+        state.bytes += size
+        self._bytes += size
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            oldest = next(iter(self._entries))
+            self._drop_locked(oldest)
+        return True
 
     # -- writes and invalidations ------------------------------------------------------------
     def evict(self, keys: Iterable[Any]) -> None:
@@ -228,14 +271,31 @@ class NearCache:
             self._flush_locked(index, cause)
 
     # -- sessions ----------------------------------------------------------------------------
-    def begin(self, index: int) -> int:
-        """The tracker of shard ``index`` is subscribed: a new session starts, empty."""
+    def begin(self, index: int, writer: _Writer) -> int:
+        """The tracker of shard ``index`` is subscribed and its writer tracked: a new session
+        starts, empty."""
         with self._lock:
             self._flush_locked(index, None)
             state = self._shards[index]
             state.session += 1
             state.live = True
+            state.writer = writer
+            writer.session = state.session
             return state.session
+
+    def lease(self, shard: Shard, key: Any) -> _Writer | None:
+        """The shard's writer connection for a write of ``key`` whose value may be kept, held
+        for the caller until :meth:`_Writer.done`; None if the key is not kept, tracking is off,
+        or other writes held the writer for ``WRITER_WAIT`` (the write then goes through the
+        pool, and the server's echo of it evicts the key as any outside write would)."""
+        state = self._shards[shard.index]
+        writer = state.writer
+        if writer is None or not self.wanted(key) or not writer.lock.acquire(timeout=WRITER_WAIT):
+            return None
+        if writer.session != state.session or writer.connection.lost:
+            writer.lock.release()
+            return None
+        return writer
 
     def end(self, index: int, session: int | None, cause: str) -> None:
         """Tracking of shard ``index`` stopped (``session`` None: whatever session is on)."""
@@ -246,6 +306,7 @@ class NearCache:
             self._flush_locked(index, cause)  # while still live: the end of a session counts
             state.session += 1
             state.live = False
+            state.writer = None
 
     def _flush_locked(self, index: int, cause: str | None) -> None:
         state = self._shards[index]
@@ -297,9 +358,68 @@ class NearCache:
             }
 
 
+class _WriterMixin:
+    """A writer connection never reconnects: a new socket would not be tracked (nothing would
+    tell us about other writers), so once lost it stays lost and its session ends."""
+
+    lost = False
+
+    def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        if self.lost:
+            raise RedisConnectionError("the near cache's writer connection is gone")
+        super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+
+    def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self.lost = True
+        super().disconnect(*args, **kwargs)  # type: ignore[misc]
+
+
+class _WriterConnection(_WriterMixin, ShardConnection):
+    pass
+
+
+class _WriterSSLConnection(_WriterMixin, ShardSSLConnection):
+    pass
+
+
+class _Writer:
+    """One shard's writer connection for one tracking session: it holds the session's
+    tracking (``CLIENT TRACKING ON REDIRECT <tracker> BCAST NOLOOP``), so the server tells us
+    of every write but the ones made on it, and a value written on it can be kept (see
+    :meth:`NearCache.own`). Leased to one caller at a time; to the operations it looks like a
+    redis-py client (``connection_pool.get_connection``/``release``)."""
+
+    def __init__(self, near: NearCache, index: int, connection: Any) -> None:
+        self.near = near
+        self.index = index
+        self.connection = connection
+        self.lock = threading.Lock()
+        self.session = 0
+        self.connection_pool = self
+
+    def __repr__(self) -> str:
+        return f"<NearCache writer shard={self.index} session={self.session} lost={self.connection.lost}>"
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        return self.connection
+
+    def release(self, connection: Any = None) -> None:
+        """The pool's side: the lease is given back with :meth:`done`."""
+
+    def done(self) -> None:
+        """The lease holder is done; a connection lost meanwhile ends the session at once (its
+        tracking went with it)."""
+        lost = self.connection.lost
+        self.lock.release()
+        if lost:
+            self.near.end(self.index, self.session, "tracker connection lost")
+
+
 class _Tracker(threading.Thread):
-    """Keeps one shard tracked: connect to its master, subscribe, apply invalidations; any
-    error, a switch or an unanswered ping ends the session (its copies go) and it starts over."""
+    """Keeps one shard tracked: connect to its master (an invalidation connection subscribed
+    to ``__redis__:invalidate``, and a writer connection whose tracking redirects there), apply
+    invalidations; any error, a switch or an unanswered ping ends the session (its copies go)
+    and it starts over."""
 
     def __init__(self, near: NearCache, shard: Shard, config: PoolConfig) -> None:
         super().__init__(name=f"sentinel_cache-near-{shard.name}", daemon=True)
@@ -310,6 +430,8 @@ class _Tracker(threading.Thread):
         kwargs.pop("port", None)
         kwargs["protocol"] = 2  # RESP2 pub/sub messages, whatever redis-py's default protocol
         self._connection_class, self._kwargs = cls, kwargs
+        ssl = issubclass(cls, redis.connection.SSLConnection)
+        self._writer_class = _WriterSSLConnection if ssl else _WriterConnection
         self._prefixes = [arg for prefix in near.prefixes for arg in ("PREFIX", prefix)]
         self._stopped = threading.Event()
         self._failures = Throttle(30.0)
@@ -321,6 +443,7 @@ class _Tracker(threading.Thread):
         self._stopped.set()
 
     def run(self) -> None:
+        index = self.shard.index
         while not self._stopped.is_set():
             address, generation = self.shard.current()
             if address is None:
@@ -329,20 +452,29 @@ class _Tracker(threading.Thread):
             connection = self._connection_class(
                 host=address.host, port=address.port, **self._kwargs
             )
+            writer = _Writer(self.near, index, self._writer_class(shard=self.shard, **self._kwargs))
             session = None
             cause = "tracker connection lost"
             try:
                 connection.connect()
                 connection.send_command("CLIENT", "ID")
                 own_id = connection.read_response()
-                connection.send_command(
-                    "CLIENT", "TRACKING", "ON", "REDIRECT", own_id, "BCAST", *self._prefixes
-                )
-                connection.read_response()
                 connection.send_command("SUBSCRIBE", CHANNEL)
                 connection.read_response()
-                session = self.near.begin(self.shard.index)
-                cause = self._follow(connection, generation)
+                writer.connection.connect()
+                writer.connection.send_command(
+                    "CLIENT",
+                    "TRACKING",
+                    "ON",
+                    "REDIRECT",
+                    own_id,
+                    "BCAST",
+                    "NOLOOP",
+                    *self._prefixes,
+                )
+                writer.connection.read_response()
+                session = self.near.begin(index, writer)
+                cause = self._follow(connection, writer, generation)
             except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError) as exc:
                 self._failures.warn(
                     logger,
@@ -354,26 +486,44 @@ class _Tracker(threading.Thread):
                     exc,
                 )
             finally:
-                self.near.end(self.shard.index, session, cause)
+                self.near.end(index, session, cause)
                 connection.disconnect()
+                with writer.lock:  # not under a write in flight
+                    writer.connection.disconnect()
             self._stopped.wait(RETRY_EVERY)
 
-    def _follow(self, connection: Any, generation: int) -> str:
-        """Apply invalidations until something ends the session; returns the cause."""
+    def _follow(self, connection: Any, writer: _Writer, generation: int) -> str:
+        """Apply invalidations until something ends the session; returns the cause. Both
+        connections are watched: the writer's too, as its tracking is the session's."""
         pinged_at: float | None = None
-        quiet_since = time.monotonic()
+        quiet_since = writer_pinged = time.monotonic()
+        writer_busy_until = 0.0
         index = self.shard.index
         while not self._stopped.is_set():
             if self.shard.generation != generation:
                 return "master switched"
-            if connection.can_read(timeout=0.1):
-                reply = connection.read_response()
+            if writer.connection.lost:
+                return "tracker connection lost"
+            now = time.monotonic()
+            watched = [connection._sock]  # redis-py's socket: waited on with the writer's
+            if now >= writer_busy_until:
+                watched.append(writer.connection._sock)
+            try:
+                ready, _, _ = select.select(watched, [], [], 0.1)
+            except (OSError, ValueError, TypeError):  # a socket closed under us
+                return "tracker connection lost"
+            stirred = len(ready) > (connection._sock in ready)  # the writer's socket
+            if stirred and not self._check_writer(writer):
+                writer_busy_until = now + 0.01  # a write in flight: its caller reads it
+            if connection.can_read(timeout=0):
+                while connection.can_read(timeout=0):
+                    reply = connection.read_response()
+                    kind = reply[0] if isinstance(reply, list) and reply else None
+                    if kind == b"message" and reply[1] == CHANNEL:
+                        self.near.invalidate(index, reply[2])
+                    elif kind == b"pong":
+                        pinged_at = None
                 quiet_since = time.monotonic()
-                kind = reply[0] if isinstance(reply, list) and reply else None
-                if kind == b"message" and reply[1] == CHANNEL:
-                    self.near.invalidate(index, reply[2])
-                elif kind == b"pong":
-                    pinged_at = None
                 continue
             now = time.monotonic()
             if pinged_at is not None and now - pinged_at > PONG_WITHIN:
@@ -381,4 +531,36 @@ class _Tracker(threading.Thread):
             if pinged_at is None and now - quiet_since > PING_EVERY:
                 connection.send_command("PING")
                 pinged_at = now
+            if now - writer_pinged > PING_EVERY and self._ping_writer(writer):
+                writer_pinged = now
         return "stopped"
+
+    @staticmethod
+    def _check_writer(writer: _Writer) -> bool:
+        """The writer's socket is readable: if no write holds it, that is the server closing it
+        (or something out of step): either way the writer is lost. False if a write held it."""
+        if not writer.lock.acquire(blocking=False):
+            return False
+        try:
+            if writer.connection.can_read(timeout=0):
+                writer.connection.disconnect()  # nothing is owed to us on an idle writer
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            writer.connection.disconnect()
+        finally:
+            writer.lock.release()
+        return True
+
+    @staticmethod
+    def _ping_writer(writer: _Writer) -> bool:
+        """Keep the writer from an idle ``timeout`` and check it answers; False if a write
+        held it (it is busy, then, and alive or about to be found lost)."""
+        if not writer.lock.acquire(blocking=False):
+            return False
+        try:
+            writer.connection.send_command("PING")
+            writer.connection.read_response()
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            writer.connection.disconnect()
+        finally:
+            writer.lock.release()
+        return True

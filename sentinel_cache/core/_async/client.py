@@ -87,9 +87,10 @@ class AsyncCacheOperations(ClientBase):
         write: bool,
         idempotent: bool = True,
         replicas: bool = True,
+        client: Any = None,
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
-        safety net of :meth:`run`."""
+        safety net of :meth:`run` (``client``: see there)."""
         core = self.core
         if core.tracer is None:
             metrics = core.metrics
@@ -100,6 +101,7 @@ class AsyncCacheOperations(ClientBase):
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
+                    client=client,
                 )
             started = perf_counter()  # metrics alone: no span, no context object
             try:
@@ -109,6 +111,7 @@ class AsyncCacheOperations(ClientBase):
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
+                    client=client,
                 )
             except BaseException:
                 metrics.call(shard.name, command_name(commands), "error", perf_counter() - started)
@@ -127,6 +130,7 @@ class AsyncCacheOperations(ClientBase):
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
+                client=client,
             )
         return list(call.replies)
 
@@ -138,9 +142,11 @@ class AsyncCacheOperations(ClientBase):
         write: bool,
         idempotent: bool = True,
         replicas: bool = True,
+        client: Any = None,
     ) -> T:
-        """``operation(client)`` on the shard's master (or, for a read, a replica in rotation)
-        with the pull-path safety net; the one definition of it.
+        """``operation(client)`` on the shard's master (or, for a read, a replica in rotation;
+        or first on ``client``, a connection to the master given by the caller) with the
+        pull-path safety net; the one definition of it.
 
         A connection error, timeout or READONLY reply makes the shard re-resolve its master
         (rate-limited, never waiting on the node that just failed); an idempotent operation is
@@ -151,10 +157,9 @@ class AsyncCacheOperations(ClientBase):
         """
         core = self.core
         await self.ready(shard, write)
-        reader = not write and replicas  # a read a replica in rotation may serve
-        replica, client = await self.io.reader(shard) if reader else (None, None)
-        if client is None:
-            client = await self.io.master(shard)
+        reader = client is None and not write and replicas  # a replica in rotation may serve
+        replica, chosen = await self.io.reader(shard) if reader else (None, client)
+        client = chosen if chosen is not None else await self.io.master(shard)
         address, generation = shard.current()
         try:
             return await operation(client)
@@ -306,20 +311,44 @@ class AsyncCacheOperations(ClientBase):
         write: bool,
         idempotent: bool = True,
         replicas: bool = True,
+        keep: tuple[bytes, float | None] | None = None,
     ) -> list[Any]:
         """``commands`` on the key's shard. With IGNORE_EXCEPTIONS an unavailable shard
-        answers ``absent``: the replies as if the key did not exist (the one fail-open rule)."""
+        answers ``absent``: the replies as if the key did not exist (the one fail-open rule).
+
+        ``keep``: the stored data and timeout of a write the near cache may keep. It goes on
+        the shard's writer connection when that is free (the server does not echo it to us),
+        and is kept if nothing read or wrote the key meanwhile
+        (:meth:`~sentinel_cache.core.near.NearCache.own`); any other write evicts the key."""
         shard = self.core.shard_for(key)
+        near = self.core.near
+        writer = ticket = None
+        if keep is not None and near is not None and self.core.previous_ring is None:
+            writer = self.io.writer(shard, key)
+            if writer is not None:
+                ticket = near.ticket(shard, key)
+        kept = False
         try:
-            return await self.execute(
-                shard, commands, write=write, idempotent=idempotent, replicas=replicas
+            replies = await self.execute(
+                shard,
+                commands,
+                write=write,
+                idempotent=idempotent,
+                replicas=replicas,
+                client=writer,
             )
+            kept = ticket is not None and is_ok(replies[0])
+            return replies
         except MASTER_ERRORS as exc:
             if not self.fail_open.skip(shard, exc, commands[0][0]):
                 raise
             return absent
         finally:
-            if write:
+            if writer is not None:
+                writer.done()
+            if kept:
+                near.own(shard, key, ticket, *keep)  # type: ignore[union-attr, misc]
+            elif write:
                 self.forget([key])
 
     # -- single key --------------------------------------------------------------------------
@@ -360,13 +389,17 @@ class AsyncCacheOperations(ClientBase):
                 return not await self.has_key(key)
             await self.delete(key)
             return True
-        command: Command = ("SET", key, self.encode(value), *expiry_args(timeout))
+        data = self.encode(value)
+        command: Command = ("SET", key, data, *expiry_args(timeout))
+        keep = None
         if nx:
             command += ("NX",)
             await self._adopt(key)  # a key not moved yet is there: NX must see it
+        elif type(data) is bytes:
+            keep = (data, timeout)
         try:
             replies = await self._on(
-                key, self.durable([command]), [None], write=True, idempotent=not nx
+                key, self.durable([command]), [None], write=True, idempotent=not nx, keep=keep
             )
         finally:
             if not nx:

@@ -47,6 +47,11 @@ class AsyncShardIO:
         found = self.clients.reader(await self.clients.state(), shard)
         return (None, None) if found is None else found
 
+    def writer(self, shard: Shard, key: Any) -> Any:
+        """The near cache's writer connection is a blocking socket: asyncio writes go through
+        the loop's pool, and the server's echo of them evicts the key (see ``ShardIO.writer``)."""
+        return None
+
     async def aclose(self) -> None:
         await self.clients.aclose()
 

@@ -32,6 +32,13 @@ class ShardIO:
         """A replica in the read rotation (its address and client), or (None, None)."""
         return shard.read_replica() or (None, None)
 
+    def writer(self, shard: Shard, key: Any) -> Any:
+        """The near cache's writer connection, leased for a write of ``key`` whose value may
+        be kept (the server does not echo writes made on it), or None: see
+        :meth:`~sentinel_cache.core.near.NearCache.lease`."""
+        near = self.core.near
+        return None if near is None else near.lease(shard, key)
+
     def close(self) -> None:
         """Nothing to do: the shards' pools belong to the core (closed with it)."""
 
