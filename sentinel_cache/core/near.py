@@ -195,7 +195,7 @@ class NearCache:
         """Store the reply of a ticketed read if nothing tore the ticket meanwhile."""
         if ticket is not None:
             with self._lock:
-                self._store_locked(shard, key, ticket, data, self.ttl, own=False)
+                self._store_locked(shard, key, ticket, data, self.ttl)
 
     def own(
         self, shard: Shard, key: Any, ticket: object | None, data: Any, timeout: float | None
@@ -207,14 +207,16 @@ class NearCache:
         ticket): the key and its tickets go."""
         ttl = self.ttl if timeout is None else min(self.ttl, timeout)
         with self._lock:
-            if not self._store_locked(shard, key, ticket, data, ttl, own=True):
+            if not self._store_locked(shard, key, ticket, data, ttl):
                 self._tickets.pop(key, None)
                 if key in self._entries:
                     self._drop_locked(key)
 
     def _store_locked(
-        self, shard: Shard, key: Any, ticket: object | None, data: Any, ttl: float, own: bool
+        self, shard: Shard, key: Any, ticket: object | None, data: Any, ttl: float
     ) -> bool:
+        """Keep ``data`` if ``ticket`` is intact and its session and master current; True
+        unless the ticket was torn or something changed (then nothing was kept)."""
         held = self._tickets.get(key)
         if ticket is None or held is None or held[0] is not ticket:
             return False  # torn: invalidated or written meanwhile (or a newer read's ticket)
@@ -398,7 +400,8 @@ class _Writer:
         self.connection_pool = self
 
     def __repr__(self) -> str:
-        return f"<NearCache writer shard={self.index} session={self.session} lost={self.connection.lost}>"
+        lost = self.connection.lost
+        return f"<NearCache writer shard={self.index} session={self.session} lost={lost}>"
 
     def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         return self.connection

@@ -524,6 +524,8 @@ class CacheOperations(ClientBase):
                 (reply,) = self.execute(shard, [command], write=False, replicas=False)
             except ResponseError:  # refused (ACL) or renamed away
                 reply = None
+            except MASTER_ERRORS:  # unknown still: the operation that follows meets the error
+                continue
             # A reply is read only from the shard's master of the moment (a replaced one's is
             # refused), so it is about the generation current now.
             shard.learned(feature, shard.generation, allowed(reply))
