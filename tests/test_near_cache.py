@@ -121,7 +121,10 @@ def test_own_sync_writes_are_kept_without_an_echo(core: ShardedSentinelPool) -> 
     time.sleep(0.2)  # time enough for an echo to arrive, were one sent
     after = near_status(core, "near:kept")
     assert after["invalidations"] == before["invalidations"]
-    assert client.get("near:kept") == {"n": 4} and near_status(core, "near:kept")["hits"] > after["hits"]
+    assert (
+        client.get("near:kept") == {"n": 4}
+        and near_status(core, "near:kept")["hits"] > after["hits"]
+    )
     with outsider(core, "near:kept") as other:
         other.set("near:kept", Codec().dumps("outside"))
     wait_until(lambda: near.get("near:kept") is None, 1, "the outside write's invalidation")
@@ -165,6 +168,66 @@ def test_a_read_that_raced_our_write_is_not_kept(
     near.fill(shard, "near:raced", raced["ticket"], Codec().dumps("old"))  # the read's reply
     assert near.get("near:raced") is None  # not kept
     assert client.get("near:raced") == "new"
+
+
+def test_no_copy_outlives_a_storm_of_own_and_outside_writes(core: ShardedSentinelPool) -> None:
+    """Threads of this process write and read a few keys while another process writes the
+    same keys: once everyone stopped and the last invalidations arrived, every copy kept
+    equals what the server holds (a write kept locally never hides a later outside one)."""
+    import random
+    import threading
+
+    client = CacheClient(core, Codec())
+    near = core.near
+    assert near is not None
+    keys = [f"near:storm:{n}" for n in range(8)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def ours(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            while not stop.is_set():
+                key = rng.choice(keys)
+                if rng.random() < 0.5:
+                    client.set(key, {"by": "us", "n": rng.random()}, None)
+                else:
+                    client.get(key)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def theirs() -> None:
+        rng = random.Random(99)
+        clients = {key: outsider(core, key) for key in keys}
+        try:
+            while not stop.is_set():
+                key = rng.choice(keys)
+                clients[key].set(key, Codec().dumps({"by": "them", "n": rng.random()}))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            for other in clients.values():
+                other.close()
+
+    threads = [threading.Thread(target=ours, args=(n,)) for n in range(4)]
+    threads.append(threading.Thread(target=theirs))
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    assert errors == []
+    time.sleep(0.2)  # the last invalidations arrive
+    kept = 0
+    for key in keys:
+        local = near.get(key)
+        with outsider(core, key) as other:
+            stored = other.get(key)
+        if local is not None:
+            kept += 1
+            assert local == stored, f"{key}: kept {local!r}, the server has {stored!r}"
+    assert kept > 0, "no copy left to check: the storm proved nothing"
 
 
 def test_a_lost_writer_connection_ends_the_session(core: ShardedSentinelPool) -> None:
