@@ -397,6 +397,7 @@ class _Writer:
         self.connection = connection
         self.lock = threading.Lock()
         self.session = 0
+        self.cause = "tracker connection lost"  # what ends the session if the connection goes
         self.connection_pool = self
 
     def __repr__(self) -> str:
@@ -415,7 +416,7 @@ class _Writer:
         lost = self.connection.lost
         self.lock.release()
         if lost:
-            self.near.end(self.index, self.session, "tracker connection lost")
+            self.near.end(self.index, self.session, self.cause)
 
 
 class _Tracker(threading.Thread):
@@ -506,7 +507,7 @@ class _Tracker(threading.Thread):
             if self.shard.generation != generation:
                 return "master switched"
             if writer.connection.lost:
-                return "tracker connection lost"
+                return writer.cause
             now = time.monotonic()
             watched = [connection._sock]  # redis-py's socket: waited on with the writer's
             if now >= writer_busy_until:
@@ -561,7 +562,11 @@ class _Tracker(threading.Thread):
             return False
         try:
             writer.connection.send_command("PING")
-            writer.connection.read_response()
+            if writer.connection.can_read(timeout=PONG_WITHIN):
+                writer.connection.read_response()
+            else:  # as for the invalidation connection: a second unanswered ends the session
+                writer.cause = "tracker ping unanswered"
+                writer.connection.disconnect()
         except (RedisConnectionError, RedisTimeoutError, OSError):
             writer.connection.disconnect()
         finally:
