@@ -156,7 +156,8 @@ class NearCache:
         current when this read began, as it would be had the read taken the lock first. The
         entry knows its shard, so the key is not placed on the ring.
         """
-        entry = self._entries.get(key)
+        entries = self._entries
+        entry = entries.get(key)
         if entry is not None:
             data, index, session, generation, expires, _ = entry
             state = self._shards[index]
@@ -168,13 +169,13 @@ class NearCache:
                 and expires > monotonic()
             ):
                 try:  # noqa: SIM105 - contextlib.suppress costs a context manager per hit
-                    self._entries.move_to_end(key)
+                    entries.move_to_end(key)
                 except KeyError:  # dropped since: served all the same (see above)
                     pass
                 state.hits += 1  # a statistic: an increment lost to a race is no harm
                 return data
         with self._lock:
-            if entry is not None and self._entries.get(key) is entry:
+            if entry is not None and entries.get(key) is entry:
                 self._drop_locked(key)  # stale
             index = self._shard_index(key) if entry is None else entry.shard
             self._shards[index].misses += 1

@@ -282,7 +282,10 @@ class ShardedSentinelCache(BaseCache):
     def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
         # Written out, not declared below: a near-cache hit is a few microseconds, and the
         # declared form's generic wrapper would add a fifth to it.
-        return self.client.get(self.make_and_validate_key(key, version), default)
+        client = self._client  # the ``client`` property, inline
+        if client is None or client.core.closed:
+            client = self.client
+        return client.get(self.make_and_validate_key(key, version), default)
 
     async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
         return await self.aclient.get(self.make_and_validate_key(key, version), default)
