@@ -38,9 +38,28 @@ MakeCluster = Callable[..., LocalSentinelCluster]
 SOCKET_TIMEOUT = 1.0
 
 
-def run(make_cluster: MakeCluster, scenario: str, socket_timeout: float = SOCKET_TIMEOUT) -> Report:
+def run(make_cluster: MakeCluster, scenario: str, *, untouched: bool = True) -> Report:
+    """One round of ``scenario`` on its own topology. With ``untouched``, the other shard must
+    not be held by the fault (:func:`assert_other_shard_unaffected`). A stall of CI's two shared
+    cores holds one of its calls now and then (311 ms once, in a run that made 2,061 calls where
+    a quiet one makes 5,000), while a call held by the fault would be held in every round: so a
+    round whose only fault is that, having lost nothing, is followed by one more round on a new
+    topology, which must pass."""
+    report = _round(make_cluster, scenario)
+    if untouched:
+        try:
+            assert_other_shard_unaffected(report)
+        except AssertionError as first:
+            assert report.lost == 0, f"{report.lost} acknowledged writes lost"
+            print(f"\none more round, after: {first}")
+            report = _round(make_cluster, scenario)
+            assert_other_shard_unaffected(report)
+    return report
+
+
+def _round(make_cluster: MakeCluster, scenario: str) -> Report:
     cluster = make_cluster(**TOPOLOGY)
-    report = run_scenario(scenario, cluster, socket_timeout=socket_timeout)
+    report = run_scenario(scenario, cluster, socket_timeout=SOCKET_TIMEOUT)
     print(f"\n{report.summary()}")
     return report
 
@@ -67,7 +86,6 @@ def assert_other_shard_unaffected(report: Report, limit: float = UNTOUCHED_MAX) 
 def test_master_partitioned_healed_before_the_switch(make_cluster: MakeCluster) -> None:
     report = run(make_cluster, HEAL_BEFORE)
     assert_no_loss_and_bounded(report)
-    assert_other_shard_unaffected(report)
     assert report.shards[0].longest_in_window >= 0.4  # the fault bit: calls hung on it
     assert report.recovery is not None and report.recovery <= SOCKET_TIMEOUT + SLACK
 
@@ -76,7 +94,6 @@ def test_master_partitioned_healed_at_the_switch(make_cluster: MakeCluster) -> N
     report = run(make_cluster, HEAL_AT)
     assert report.switched
     assert_no_loss_and_bounded(report)
-    assert_other_shard_unaffected(report)
     assert report.recovery is not None and report.recovery <= SOCKET_TIMEOUT + SLACK
 
 
@@ -84,7 +101,6 @@ def test_master_partitioned_healed_after_the_switch(make_cluster: MakeCluster) -
     report = run(make_cluster, HEAL_AFTER)
     assert report.switched
     assert_no_loss_and_bounded(report)
-    assert_other_shard_unaffected(report)
     assert report.recovery is not None and report.recovery <= SOCKET_TIMEOUT + SLACK
 
 
@@ -92,7 +108,6 @@ def test_client_cut_from_its_master_only(make_cluster: MakeCluster) -> None:
     report = run(make_cluster, CLIENT_MASTER)
     assert not report.switched  # the sentinels still see the master: no failover
     assert_no_loss_and_bounded(report)
-    assert_other_shard_unaffected(report)
     start, heal = report.fault
     failed = [c for c in report.history if c.shard == 0 and not c.acked]
     assert failed, "the cut did not bite: no call to the cut master failed"
@@ -106,7 +121,7 @@ def test_client_cut_from_its_master_only(make_cluster: MakeCluster) -> None:
 
 
 def test_client_cut_from_every_sentinel(make_cluster: MakeCluster) -> None:
-    report = run(make_cluster, CLIENT_SENTINELS)
+    report = run(make_cluster, CLIENT_SENTINELS, untouched=False)
     assert not report.switched
     assert report.lost == 0
     assert report.errors == 0, dict(report.error_types)
@@ -114,7 +129,7 @@ def test_client_cut_from_every_sentinel(make_cluster: MakeCluster) -> None:
 
 
 def test_minority_of_sentinels_partitioned(make_cluster: MakeCluster) -> None:
-    report = run(make_cluster, MINORITY)
+    report = run(make_cluster, MINORITY, untouched=False)
     assert not report.switched
     assert report.lost == 0
     assert report.errors == 0, dict(report.error_types)
@@ -126,7 +141,6 @@ def test_latency_and_loss_on_one_master(make_cluster: MakeCluster) -> None:
     assert not report.switched
     assert report.lost == 0
     assert report.errors == 0, dict(report.error_types)
-    assert_other_shard_unaffected(report)
     start, heal = report.fault
     slowed = [c.duration for c in report.history if c.shard == 0 and start <= c.start <= heal]
     assert statistics.median(slowed) >= 0.1  # the fault bit: a round trip costs the delay
