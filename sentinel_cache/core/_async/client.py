@@ -663,18 +663,18 @@ class AsyncCacheOperations(ClientBase):
 
     # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
     async def _adopt(self, key: Any) -> None:
-        """Before an operation that needs the key where it lives now (add, incr, touch, ttl)."""
-        previous = None if self.core.previous_ring is None else self.core.previous_shard_for(key)
-        if previous is not None:
-            await self.adopt_many({previous: [key]}, wait=True)
+        """Before an operation that needs the key where it lives now (add, incr, touch, ttl):
+        the copy is written, and acknowledged, before that operation is sent."""
+        if self.core.previous_ring is not None:
+            await self._adopted(key, wait=True)
 
-    async def _adopted(self, key: Any) -> Any:
+    async def _adopted(self, key: Any, *, wait: bool = False) -> Any:
         """Move ``key`` from its previous owner if it is there; the stored data now on its owner
-        (None: nothing to move)."""
+        (None: nothing to move). ``wait``: see :meth:`_restore`."""
         previous = self.core.previous_shard_for(key)
         if previous is None:
             return None
-        return (await self.adopt_many({previous: [key]})).get(key)
+        return (await self.adopt_many({previous: [key]}, wait=wait)).get(key)
 
     async def _with_adopted(self, found: dict[Any, Any], groups: Groups) -> dict[Any, Any]:
         """``get_many``'s misses read from their previous owners (and moved), batched."""
