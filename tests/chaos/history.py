@@ -23,6 +23,7 @@ from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 OK = "ok"
+REFUSED = "refused"
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class Writers:
             value = f"v:{key}:{time.monotonic_ns()}"
             start = time.monotonic()
             try:
-                outcome = OK if self.cache.set(key, value, None) else "refused"
+                outcome = OK if self.cache.set(key, value, None) else REFUSED
                 message = ""
             except Exception as exc:  # every failure is part of the history
                 outcome, message = type(exc).__name__, str(exc)[:200]
@@ -126,6 +127,7 @@ class ShardFigures:
 
     calls: int = 0
     acked: int = 0
+    refused: int = 0  # set returned False: not an error, not acknowledged, never expected here
     lost: int = 0
     errors: int = 0
     error_types: Counter[str] = field(default_factory=Counter)
@@ -141,6 +143,7 @@ class Report:
     socket_timeout: float
     calls: int = 0
     acked: int = 0
+    refused: int = 0
     lost: int = 0
     lost_sample: list[str] = field(default_factory=list)
     unacked_present: int = 0  # failed or indeterminate writes that did land: allowed
@@ -150,15 +153,28 @@ class Report:
     recovery: float | None = None  # heal -> first successful write on the affected shard
     over_bound: list[Call] = field(default_factory=list)
     shards: dict[int, ShardFigures] = field(default_factory=dict)
+    affected: int | None = None  # the shard the fault hit (None: no shard, e.g. a sentinel)
+    #: The longest calls of the shards the fault does not touch (while the fault was on, when
+    #: it hit a shard; all of them otherwise), longest first: a call held by the fault shows here.
+    untouched_slowest: list[Call] = field(default_factory=list)
+    #: What shows that the fault took effect: name -> (seen, figure), filled by the scenario.
+    effects: dict[str, tuple[bool, str]] = field(default_factory=dict)
     switched: bool = False
     notes: list[str] = field(default_factory=list)
     fault: tuple[float, float] = (0.0, 0.0)  # (start, heal), monotonic
     history: list[Call] = field(default_factory=list, repr=False)
 
+    @property
+    def unconfirmed(self) -> list[str]:
+        """The effects the scenario looked for and did not see (none looked for: a gap too)."""
+        if not self.effects:
+            return ["no effect of the fault was looked for"]
+        return [f"{name}: {figure}" for name, (seen, figure) in self.effects.items() if not seen]
+
     def summary(self) -> str:
         recovery = "-" if self.recovery is None else f"{self.recovery * 1000:.0f} ms"
         per_shard = "; ".join(
-            f"shard {i}: {f.calls} calls, {f.errors} errors {dict(f.error_types)}, "
+            f"shard {i}: {f.calls} calls, {f.acked} acked, {f.errors} errors {dict(f.error_types)}, "
             f"longest {f.longest * 1000:.0f} ms (in fault {f.longest_in_window * 1000:.0f} ms)"
             for i, f in sorted(self.shards.items())
         )
@@ -170,10 +186,15 @@ class Report:
             if worst
             else ""
         )
+        effects = ", ".join(
+            f"{name} {figure}" + ("" if seen else " (NOT SEEN)")
+            for name, (seen, figure) in self.effects.items()
+        )
         return (
             f"{self.scenario} (SOCKET_TIMEOUT {self.socket_timeout:g}s): acked {self.acked}, "
-            f"lost {self.lost}, errors {self.errors}, longest call {self.longest:.3f}s, "
-            f"recovery {recovery}, switched={self.switched}{over}; {per_shard}"
+            f"refused {self.refused}, lost {self.lost}, errors {self.errors}, "
+            f"longest call {self.longest:.3f}s, recovery {recovery}, "
+            f"switched={self.switched}{over}; {per_shard}; fault seen: {effects or '-'}"
             + (f"; {'; '.join(self.notes)}" if self.notes else "")
         )
 
@@ -195,8 +216,16 @@ def judge(
     above it land in ``over_bound``); ``affected`` is the shard the fault hit, whose recovery is
     measured from the heal.
     """
-    report = Report(scenario, socket_timeout, calls=len(calls), fault=fault, history=list(calls))
+    report = Report(
+        scenario,
+        socket_timeout,
+        calls=len(calls),
+        fault=fault,
+        affected=affected,
+        history=list(calls),
+    )
     fault_start, heal = fault
+    untouched: list[Call] = []
     by_shard: dict[int, list[Call]] = {}
     for call in calls:
         by_shard.setdefault(call.shard, []).append(call)
@@ -208,8 +237,11 @@ def judge(
         for call in shard_calls:
             figures.calls += 1
             figures.longest = max(figures.longest, call.duration)
-            if fault_start <= call.start <= heal:
+            in_window = fault_start <= call.start <= heal
+            if in_window:
                 figures.longest_in_window = max(figures.longest_in_window, call.duration)
+            if shard != affected and (in_window or affected is None):
+                untouched.append(call)
             raw = stored.get(call.key)
             present = raw is not None and codec.loads(raw) == call.value
             if call.acked:
@@ -219,7 +251,9 @@ def judge(
                     if len(report.lost_sample) < 5:
                         report.lost_sample.append(call.key)
             else:
-                if call.outcome != "refused":
+                if call.outcome == REFUSED:
+                    figures.refused += 1
+                else:
                     figures.errors += 1
                     figures.error_types[call.outcome] += 1
                 if present:
@@ -227,10 +261,12 @@ def judge(
             if bound is not None and call.duration > bound(call):
                 report.over_bound.append(call)
         report.acked += figures.acked
+        report.refused += figures.refused
         report.lost += figures.lost
         report.errors += figures.errors
         report.error_types.update(figures.error_types)
         report.longest = max(report.longest, figures.longest)
+    report.untouched_slowest = sorted(untouched, key=lambda c: c.duration, reverse=True)[:5]
     if affected is not None:
         after = [c.end for c in by_shard.get(affected, []) if c.acked and c.start >= heal]
         report.recovery = min(after) - heal if after else None

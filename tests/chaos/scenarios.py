@@ -29,12 +29,24 @@ from .history import Call, Report, Writers, judge
 #: What every scenario runs on.
 TOPOLOGY: dict[str, Any] = {"shards": 2, "replicas": 1, "sentinels": 3, "faults": True}
 FAILOVER_HOLD = 2.0
-#: Slack on "no call longer than SOCKET_TIMEOUT" (the issue's target).
+#: Issue 11's targets, speed goals asserted only by the 60 heal-at-switch rounds of `make chaos`
+#: and reported by ``benchmarks/chaos.py``: a call on a hung master takes no more than
+#: SOCKET_TIMEOUT + SLACK, and the other shard's calls during the fault take no more than 50 ms.
 SLACK = 0.1
-#: The other shard's calls during the fault (the issue's target).
 OTHER_SHARD_MAX = 0.05
-#: A call that never waits on anything that is faulted (sentinels are 0.5 s away when cut).
-UNTOUCHED_MAX = 0.2
+#: The correctness bound on a call that waits on nothing faulted (``make test``, ``make
+#: chaos-ci``). A call held by a fault waits at least 0.5 s: the sentinels' socket timeout (the
+#: shortest wait in play: SOCKET_TIMEOUT is 0.5 s or more), or until the heal of a master cut
+#: for 0.5 s. Under 0.4 s, it was not held; a stall of CI's shared cores (311 ms seen) is no bug.
+UNTOUCHED_MAX = 0.4
+#: A round writes at least this many acknowledged writes on each shard, or it proves nothing.
+#: A round makes 1,400 (healed before the switch, the shortest) to 19,000 per shard on a quiet
+#: machine (docs/reliability.md's table); CI's loaded cores once made 40% of that, and this
+#: machine shared with 7 other test runs made 1,003 on the faulted shard of the shortest round.
+#: 100 is 14 times under the quiet figure and stops only a round whose writers barely ran.
+MIN_ACKED_PER_SHARD = 100
+#: How long a fault may take to show its effect before the round counts it as not seen.
+EFFECT_DEADLINE = 10.0
 #: The events that raise the client's write fence, and the switch that lowers it.
 FENCE_EVENTS = ("+selected-slave", "+failover-state-send-slaveof-noone", "+promoted-slave")
 SWITCH = "+switch-master"
@@ -169,10 +181,41 @@ class Round:
     fault_start: float = 0.0
     heal: float = 0.0
     notes: list[str] = field(default_factory=list)
+    effects: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    held: int = 0  # the most bytes the proxy held at once while the fault was on
 
     @property
     def name(self) -> str:
         return self.cluster.master_names[0]
+
+    def sample(self) -> None:
+        """Note the bytes the proxy holds now (what a partition or a delay keeps back)."""
+        self.held = max(self.held, int(self.cluster.fault_stats()["queued_bytes"]))
+
+    def hold(self, least: float, effect: str = "", seen: Callable[[], bool] | None = None) -> None:
+        """Keep the fault on for ``least`` seconds from its start and, if ``seen`` is given,
+        until it is true (at most EFFECT_DEADLINE), sampling the bytes the proxy holds."""
+        began_seen = None
+        while True:
+            self.sample()
+            now = time.monotonic()
+            if seen is not None and began_seen is None and seen():
+                began_seen = now - self.fault_start
+            if now >= self.fault_start + least and (
+                seen is None or began_seen is not None or now >= self.fault_start + EFFECT_DEADLINE
+            ):
+                break
+            time.sleep(0.05)
+        if seen is not None:
+            figure = "not seen" if began_seen is None else f"after {began_seen:.2f}s"
+            self.effects[effect] = (began_seen is not None, figure)
+
+    def heal_now(self, lift: Callable[[], None]) -> None:
+        """Record the bytes the proxy held (a fault that held none did not bite), then ``lift``."""
+        self.sample()
+        self.effects["bytes held by the proxy"] = (self.held > 0, f"{self.held:,}")
+        self.heal = time.monotonic()
+        lift()
 
 
 # --------------------------------------------------------------------------- the faults
@@ -185,13 +228,13 @@ def _master_partitioned(heal_when: str) -> Callable[[Round], None]:
         r.cluster.partition(r.name)
         if heal_when == "before":
             # Half of down-after: the client has hung that long, the sentinels never agreed.
-            time.sleep(r.cluster.down_after_ms / 2000)
+            r.hold(r.cluster.down_after_ms / 2000)
         else:
             switched = r.watcher.wait_switch(r.name, timeout=30)
             wait = 0.1 if heal_when == "at" else 3.0
+            r.sample()
             time.sleep(max(0.0, switched + wait - time.monotonic()))
-        r.heal = time.monotonic()
-        r.cluster.heal(r.name)
+        r.heal_now(lambda: r.cluster.heal(r.name))
         r.notes.append(f"old master {old[0]}:{old[1]}")
 
     return run
@@ -200,9 +243,8 @@ def _master_partitioned(heal_when: str) -> Callable[[Round], None]:
 def _client_cut_from_master(r: Round) -> None:
     r.fault_start = time.monotonic()
     r.cluster.partition(r.name, peers=["client"])
-    time.sleep(2.5)
-    r.heal = time.monotonic()
-    r.cluster.heal(r.name)
+    r.hold(2.5)
+    r.heal_now(lambda: r.cluster.heal(r.name))
 
 
 def _client_cut_from_sentinels(r: Round) -> None:
@@ -210,27 +252,51 @@ def _client_cut_from_sentinels(r: Round) -> None:
     r.fault_start = time.monotonic()
     for index in range(r.cluster.sentinels):
         r.cluster.partition(f"sentinel:{index}", peers=["client"])
-    time.sleep(4.0)  # past the listeners' 3 s silence limit: they reconnect into the cut
-    r.heal = time.monotonic()
-    r.cluster.heal()
+
+    def listeners_down() -> bool:
+        return not any(s["listener_connected"] for s in r.pool.status()["sentinels"])
+
+    # Past the listeners' 3 s silence limit: they reconnect into the cut.
+    r.hold(4.0, "every listener disconnected", listeners_down)
+    r.heal_now(r.cluster.heal)
 
 
 def _minority_sentinel(r: Round) -> None:
     r.affected = None
     r.fault_start = time.monotonic()
     r.cluster.partition("sentinel:2")
-    time.sleep(3.0)  # past down-after: the lone sentinel thinks every node is down
-    r.heal = time.monotonic()
-    r.cluster.heal()
+    # Past down-after: the lone sentinel thinks every node is down, the others think it is.
+    r.hold(3.0, "sentinel 2 down for sentinels 0 and 1", lambda: _sentinel_down(r.cluster, 2))
+    r.heal_now(r.cluster.heal)
 
 
 def _latency_and_loss(r: Round) -> None:
     r.fault_start = time.monotonic()
     r.cluster.delay(r.name, 100)
     r.cluster.loss(r.name, 0.05)
-    time.sleep(3.0)
-    r.heal = time.monotonic()
-    r.cluster.clear_faults()
+    r.hold(3.0)
+    r.heal_now(r.cluster.clear_faults)  # the proxy holds the delayed replies for 100 ms
+
+
+def _sentinel_down(cluster: LocalSentinelCluster, lone: int) -> bool:
+    """Every other sentinel flags sentinel ``lone`` subjectively down, for every master."""
+    port = cluster.sentinel_addresses[lone][1]
+    for index in range(cluster.sentinels):
+        if index == lone:
+            continue
+        client = cluster.sentinel_client(index, socket_timeout=1)
+        try:
+            for name in cluster.master_names:
+                peers = client.sentinel_sentinels(name)
+                if not isinstance(peers, list) or not any(
+                    int(p["port"]) == port and p["is_sdown"] for p in peers
+                ):
+                    return False
+        except (redis.RedisError, OSError):
+            return False
+        finally:
+            client.close()
+    return True
 
 
 SCENARIOS: dict[str, Callable[[Round], None]] = {
@@ -245,8 +311,11 @@ SCENARIOS: dict[str, Callable[[Round], None]] = {
 HEAL_BEFORE, HEAL_AT, HEAL_AFTER, CLIENT_MASTER, CLIENT_SENTINELS, MINORITY, LATENCY = SCENARIOS
 
 
-def run_scenario(scenario: str, cluster: LocalSentinelCluster, *, socket_timeout: float) -> Report:
-    """One round of ``scenario`` on ``cluster`` (which must be settled), judged."""
+def run_scenario(
+    scenario: str, cluster: LocalSentinelCluster, *, socket_timeout: float, slack: float = SLACK
+) -> Report:
+    """One round of ``scenario`` on ``cluster`` (which must be settled), judged; a call may take
+    ``socket_timeout`` + ``slack`` (+ FAILOVER_HOLD when the fence may have held it)."""
     cluster.clear_faults()
     pool = ShardedSentinelPool(
         cluster.master_names,
@@ -279,8 +348,9 @@ def run_scenario(scenario: str, cluster: LocalSentinelCluster, *, socket_timeout
             socket_timeout=socket_timeout,
             fault=(r.fault_start, r.heal),
             affected=r.affected,
-            bound=_bound(socket_timeout, fence),
+            bound=_bound(socket_timeout + slack, fence),
         )
+        report.effects = r.effects
         report.switched = fence is not None
         if fence is not None:
             report.notes.append(
@@ -298,14 +368,14 @@ def run_scenario(scenario: str, cluster: LocalSentinelCluster, *, socket_timeout
         cluster.clear_faults()
 
 
-def _bound(socket_timeout: float, fence: tuple[float, float] | None) -> Callable[[Call], float]:
-    """The longest a call may take: one socket timeout (a hung master costs one, never two),
-    plus FAILOVER_HOLD if the write fence was up while the call could have been held by it: at
-    its start, or at its retry after that one timeout. POOL_TIMEOUT never applies here (fewer
-    writers than connections)."""
+def _bound(timed_out: float, fence: tuple[float, float] | None) -> Callable[[Call], float]:
+    """The longest a call may take: ``timed_out``, one socket timeout and its slack (a hung
+    master costs one, never two), plus FAILOVER_HOLD if the write fence was up while the call
+    could have been held by it: at its start, or at its retry after that one timeout.
+    POOL_TIMEOUT never applies here (fewer writers than connections)."""
 
     def bound(call: Call) -> float:
-        allowed = socket_timeout + SLACK
+        allowed = timed_out
         if fence is not None and call.start <= fence[1] and fence[0] <= call.start + allowed:
             allowed += FAILOVER_HOLD
         return allowed
