@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck pytest chaos demo run bench docs clean release-check
+.PHONY: venv test lint typecheck pytest chaos chaos-ci demo run bench docs clean release-check
 
 venv: $(STAMP)
 
@@ -33,6 +33,13 @@ pytest: venv
 # Every network-fault scenario, the long heal-at-switch rounds included (not part of `make test`).
 chaos: venv
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos $(PYTEST_ARGS)
+
+# What CI runs after `make test`: 3 heal-at-switch rounds at each SOCKET_TIMEOUT (0.5, 1, 5 s),
+# every round's verdict and figures printed (-s), judged on correctness bounds; issue 11's speed
+# targets are printed, asserted only by `make chaos`.
+chaos-ci: venv
+	SENTINEL_CACHE_CHAOS_ROUNDS=3 SENTINEL_CACHE_CHAOS_TARGETS=0 $(PY) -m pytest -q -s -p no:cacheprovider \
+		-m slow --durations=0 tests/chaos/test_scenarios.py::test_heal_at_switch_rounds $(PYTEST_ARGS)
 
 docs: venv
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir .cache/site
