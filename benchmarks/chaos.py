@@ -32,7 +32,12 @@ def row(scenario: str, socket_timeout: float, reports: Sequence[Report]) -> str:
     lost = sum(r.lost for r in reports)
     acked = sum(r.acked for r in reports)
     over = sum(len(r.over_bound) for r in reports)
-    flag = f" ({over} calls over bound)" if over else ""
+    refused = sum(r.refused for r in reports)
+    unseen = sum(bool(r.unconfirmed) for r in reports)
+    flags = [f"{over} calls over bound"] if over else []
+    flags += [f"{refused} writes refused"] if refused else []
+    flags += [f"fault not seen in {unseen} rounds"] if unseen else []
+    flag = f" ({', '.join(flags)})" if flags else ""
     return (
         f"| {scenario} | {socket_timeout:g} s | {len(reports)} | {errors} | "
         f"{longest:.3f} s{flag} | {recovery} | {lost} of {acked} |"
