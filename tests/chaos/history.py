@@ -154,8 +154,8 @@ class Report:
     over_bound: list[Call] = field(default_factory=list)
     shards: dict[int, ShardFigures] = field(default_factory=dict)
     affected: int | None = None  # the shard the fault hit (None: no shard, e.g. a sentinel)
-    #: The longest calls of the shards the fault does not touch (while the fault was on, when
-    #: it hit a shard; all of them otherwise), longest first: a call held by the fault shows here.
+    #: The longest calls of the shards the fault does not touch (in flight while the fault was
+    #: on, when it hit a shard; all of them otherwise), longest first: a call held by it shows here.
     untouched_slowest: list[Call] = field(default_factory=list)
     #: What shows that the fault took effect: name -> (seen, figure), filled by the scenario.
     effects: dict[str, tuple[bool, str]] = field(default_factory=dict)
@@ -240,7 +240,9 @@ def judge(
             in_window = fault_start <= call.start <= heal
             if in_window:
                 figures.longest_in_window = max(figures.longest_in_window, call.duration)
-            if shard != affected and (in_window or affected is None):
+            if shard != affected and (
+                affected is None or (call.start <= heal and call.end >= fault_start)
+            ):
                 untouched.append(call)
             raw = stored.get(call.key)
             present = raw is not None and codec.loads(raw) == call.value
