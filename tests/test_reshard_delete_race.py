@@ -71,12 +71,22 @@ DELETES: dict[str, Callable[[Any, str], Any]] = {
     "delete": lambda client, key: client.delete(key),
     "delete_many": lambda client, key: client.delete_many([key]),
 }
+# Every other operation that removes a key, for the forced races.
+FORCED: dict[str, Callable[[Any, str], Any]] = {
+    **DELETES,
+    "remove_many": lambda client, key: client.remove_many([key], unlink=True)[key],
+    "set-timeout-0": lambda client, key: client.set(key, "gone", 0),
+    "touch-timeout-0": lambda client, key: client.touch(key, -1),
+    "delete_pattern": lambda client, key: client.delete_pattern(key),
+    "clear-pattern": lambda client, key: client.clear("tomb:*"),
+    "clear": lambda client, key: client.clear(None),
+}
 
 
 # -- forced: the delete lands between the read's steps ------------------------------------------
 
 
-@pytest.mark.parametrize("how", list(DELETES))
+@pytest.mark.parametrize("how", list(FORCED))
 def test_a_delete_between_a_read_and_its_copy_is_final(
     three: LocalSentinelCluster, how: str
 ) -> None:
@@ -91,7 +101,7 @@ def test_a_delete_between_a_read_and_its_copy_is_final(
         ran: dict[str, int] = {}
 
         def delete_then_post(plan: Any) -> None:
-            ran["deleted"] = int(bool(DELETES[how](deleter, key)))
+            ran["deleted"] = int(bool(FORCED[how](deleter, key)))
             ran["before"] = copies_run(three, owner)
             real_post(plan)
 
@@ -105,7 +115,7 @@ def test_a_delete_between_a_read_and_its_copy_is_final(
         core.close()
 
 
-@pytest.mark.parametrize("how", list(DELETES))
+@pytest.mark.parametrize("how", list(FORCED))
 def test_a_delete_between_the_reads_of_both_owners_is_final(
     three: LocalSentinelCluster, how: str
 ) -> None:
@@ -124,7 +134,7 @@ def test_a_delete_between_the_reads_of_both_owners_is_final(
                 return real_scatter(plan, **kwargs)
             rest = {shard: commands for shard, commands in plan.items() if shard is not owner}
             replies = real_scatter(rest, **kwargs)
-            ran["deleted"] = int(bool(DELETES[how](deleter, key)))
+            ran["deleted"] = int(bool(FORCED[how](deleter, key)))
             ran["before"] = copies_run(three, owner.name)
             replies.update(real_scatter({owner: plan[owner]}, **kwargs))
             return replies
