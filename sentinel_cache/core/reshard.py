@@ -12,7 +12,8 @@ owner is served from the previous owner, and moved). This module empties the pre
 * :func:`migrate` scans every shard of the previous placement (masters leaving the ring
   included, still followed through the sentinels) and moves each key whose owner is now another
   shard: ``PTTL`` + ``DUMP`` on the source, the ``RESTORE_MISSING`` script on the owner (never
-  over a value written meanwhile through the new ring), then ``DEL`` on the source. Batched
+  over a value written meanwhile through the new ring, nor over a delete since: see
+  :data:`~sentinel_cache.core.plans.DELETE_MARKED`), then ``DEL`` on the source. Batched
   (one round trip per step and batch, the owners' restores sent together), rate-limited,
   resumable (a second run moves nothing; a killed one is simply run again), and it follows a
   failover of any shard in the middle.
