@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -69,21 +70,87 @@ for i, key in ipairs(KEYS) do
 end
 return #KEYS
 """
-# Resharding: restore each dumped key on its new owner unless a value is already there (written
-# through the new placement since: it is newer). KEYS: the keys; ARGV: ttl_ms, dump per key (a
-# ttl of 0 restores without expiry). Returns 1 (restored) or 0 (left as it was) per key.
-RESTORE_MISSING = """
-local done = {}
+# Resharding: a delete is final. While PREVIOUS_MASTERS is set a copy of a key can be on its
+# previous owner, and reads and the migration copy it to the owner. A delete therefore removes the
+# previous owner's copy first, then deletes the key on its owner and leaves a *tombstone* there for
+# TOMBSTONE_MS (DELETE_MARKED). Every copy onto an owner is refused where the key or its tombstone
+# is (or the owner was cleared within TOMBSTONE_MS), and after its deadline: TOMBSTONE_MS, less a
+# margin, after a moment no later than its read of the previous owner, on the owner's clock
+# (:func:`copy_deadline`). A copy of a deleted value read the previous owner before the delete
+# removed it there, so before the tombstone was written: it lands before the delete on the owner
+# (which deletes it), or while the tombstone lives (refused), never later (its deadline is past).
+# The reserved keys (tombstones, the clear mark) live on the owner, whatever the ring says.
+RESERVED_PREFIX = "sentinel_cache:reshard:"
+TOMBSTONE_PREFIX = RESERVED_PREFIX + "deleted:"  # + the key
+CLEARED = RESERVED_PREFIX + "cleared"  # a shard's whole database flushed (clear() without prefix)
+TOMBSTONE_MS = 10_000
+CLOCK_MARGIN_MS = 1_000  # clocks of a shard's nodes (a copy may cross a failover) and rounding
+# Scripts that read TIME and then write need effects replication, the default from Redis 7.0.
+_EFFECTS = "if redis.replicate_commands then redis.replicate_commands() end\n"
+# KEYS: the keys; ARGV[1]: the tombstone's ms, ARGV[2]: DEL or UNLINK. Returns the keys deleted.
+DELETE_MARKED = f"""
+local deleted = 0
+for _, key in ipairs(KEYS) do
+    redis.call('SET', '{TOMBSTONE_PREFIX}' .. key, '1', 'PX', ARGV[1])
+    deleted = deleted + redis.call(ARGV[2], key)
+end
+return deleted
+"""
+# The one guard of every copy onto an owner; ARGV[1] is the copy's deadline (ms, owner's clock).
+# blocked(key): 0 a value is there (newer: it stays), 2 deleted, 3 too late; false: copy it.
+_GUARD = (
+    _EFFECTS
+    + f"""
+local clock = redis.call('TIME')
+local late = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) >= tonumber(ARGV[1])
+local cleared = redis.call('EXISTS', '{CLEARED}') == 1
+local function blocked(key)
+    if redis.call('EXISTS', key) == 1 then return 0 end
+    if cleared or redis.call('EXISTS', '{TOMBSTONE_PREFIX}' .. key) == 1 then return 2 end
+    if late then return 3 end
+    return false
+end
+local done = {{}}
+"""
+)
+# A read's copies: KEYS the keys; ARGV: deadline, then data and ttl_ms (0: no expiry) per key.
+# Returns 1 (copied) or 0 (refused) per key.
+COPY_MISSING = (
+    _GUARD
+    + """
 for i, key in ipairs(KEYS) do
-    if redis.call('EXISTS', key) == 0 then
-        redis.call('RESTORE', key, ARGV[2 * i - 1], ARGV[2 * i])
-        done[i] = 1
-    else
+    if blocked(key) then
         done[i] = 0
+    else
+        local ttl = ARGV[2 * i + 1]
+        if ttl == '0' then
+            redis.call('SET', key, ARGV[2 * i])
+        else
+            redis.call('SET', key, ARGV[2 * i], 'PX', ttl)
+        end
+        done[i] = 1
     end
 end
 return done
 """
+)
+# The migration's copies (any type): KEYS the keys; ARGV: deadline, then ttl_ms (0: no expiry)
+# and DUMP per key. Returns 1 (restored) or the guard's 0, 2 or 3 per key.
+RESTORE_MISSING = (
+    _GUARD
+    + """
+for i, key in ipairs(KEYS) do
+    local why = blocked(key)
+    if why then
+        done[i] = why
+    else
+        redis.call('RESTORE', key, ARGV[2 * i], ARGV[2 * i + 1])
+        done[i] = 1
+    end
+end
+return done
+"""
+)
 # Sent as EVALSHA: the body goes over the wire (and through the server's SHA1) only when a
 # server answers NOSCRIPT (first use, restart, failover to a fresh replica, SCRIPT FLUSH).
 INCR_IF_EXISTS_SHA = hashlib.sha1(INCR_IF_EXISTS.encode()).hexdigest()
@@ -98,6 +165,21 @@ def expiry_args(timeout: float | None) -> tuple[Any, ...]:
     if timeout is None:
         return ()
     return ("PX", max(1, int(timeout * 1000)))
+
+
+def copy_deadline(clock: Sequence[Any], elapsed: float) -> int:
+    """A copy's deadline on its owner's clock, from the owner's ``TIME`` reply read in the same
+    round trip as the previous owner's copy (``elapsed`` seconds, measured around it): that
+    ``TIME`` ran at most ``elapsed`` after the copy was read, so the deadline is no later than
+    :data:`TOMBSTONE_MS` after that read."""
+    now_ms = int(clock[0]) * 1000 + int(clock[1]) // 1000
+    return now_ms - math.ceil(elapsed * 1000) - CLOCK_MARGIN_MS + TOMBSTONE_MS
+
+
+def is_reserved(key: Any) -> bool:
+    """A key of ours (a tombstone, the clear mark), not the cache's: never moved."""
+    prefix = RESERVED_PREFIX.encode() if isinstance(key, bytes) else RESERVED_PREFIX
+    return isinstance(key, (bytes, str)) and key.startswith(prefix)  # type: ignore[arg-type]
 
 
 def wrong_type(exc: BaseException) -> bool:
@@ -200,31 +282,49 @@ class ClientBase:
         """Key -> (stored data, TTL in ms or 0 for none) of the keys found on their previous
         owners (an absent or expiring key has nothing to move)."""
         found: dict[Any, tuple[bytes, int]] = {}
-        for shard, shard_replies in replies.items():
+        for shard, keys in groups.items():
+            shard_replies = replies.get(shard)
             if shard_replies is None:
                 continue
-            for i, key in enumerate(groups[shard]):
+            for i, key in enumerate(keys):
                 data, ttl = shard_replies[2 * i : 2 * i + 2]
                 if data is None or ttl == -2 or ttl == 0:
                     continue
                 found[key] = (data, max(int(ttl), 0))
         return found
 
-    def adopt_plan(self, copies: Mapping[Any, tuple[bytes, int]]) -> tuple[Groups, Plan]:
-        """Per owner, each copy written with ``SET NX`` and its TTL: a value written through the
-        new placement meanwhile is newer, and stays. A cache value is a string, so the copy
-        needs no ``DUMP``/``RESTORE`` (the migration uses them, for every type)."""
-        owners = self.core.group_by_shard(copies)
+    def adopt_plan(
+        self, copies: Mapping[Any, tuple[bytes, int]], deadlines: Mapping[Shard, int]
+    ) -> tuple[Groups, Plan]:
+        """Per owner one :data:`COPY_MISSING` of its copies, with the owner's deadline: a value
+        written through the new placement meanwhile is newer, and stays; a deleted key stays
+        deleted. An owner without a deadline (its ``TIME`` unread: skipped) gets nothing. A
+        cache value is a string, so the copy needs no ``DUMP``/``RESTORE`` (the migration uses
+        them, for every type)."""
+        owners = {
+            shard: keys
+            for shard, keys in self.core.group_by_shard(copies).items()
+            if shard in deadlines
+        }
         plan: Plan = {}
         for shard, keys in owners.items():
-            commands: list[Command] = []
-            for key in keys:
-                data, ttl = copies[key]
-                commands.append(
-                    ("SET", key, data, "NX", "PX", ttl) if ttl else ("SET", key, data, "NX")
-                )
-            plan[shard] = commands
+            args = [x for key in keys for x in copies[key]]
+            plan[shard] = [("EVAL", COPY_MISSING, len(keys), *keys, deadlines[shard], *args)]
         return owners, plan
+
+    def del_commands(self, keys: Sequence[Any], command: str = "DEL") -> list[Command]:
+        """The delete of one owner's ``keys`` (their replies add up to the keys deleted): the
+        keys whose previous owner is another shard get :data:`DELETE_MARKED`, which leaves
+        their tombstones (their previous owner's copy must be gone first)."""
+        if self.core.previous_ring is None:
+            return [(command, *keys)]
+        previous_shard_for = self.core.previous_shard_for
+        moving = [key for key in keys if previous_shard_for(key) is not None]
+        staying = [key for key in keys if previous_shard_for(key) is None]
+        commands: list[Command] = [(command, *staying)] if staying else []
+        if moving:
+            commands.append(("EVAL", DELETE_MARKED, len(moving), *moving, TOMBSTONE_MS, command))
+        return commands
 
     def previous_del_plan(self, keys: Iterable[Any]) -> Plan:
         """``DEL`` of each key on its previous owner, where that is another shard."""
@@ -361,7 +461,7 @@ class ClientBase:
 
     def del_plan(self, keys: Iterable[Any]) -> Plan:
         groups = self.core.group_by_shard(dict.fromkeys(keys))
-        return {shard: [("DEL", *group)] for shard, group in groups.items()}
+        return {shard: self.del_commands(group) for shard, group in groups.items()}
 
 
 def command_name(commands: Sequence[Command]) -> str:

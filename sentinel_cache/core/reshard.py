@@ -12,7 +12,8 @@ owner is served from the previous owner, and moved). This module empties the pre
 * :func:`migrate` scans every shard of the previous placement (masters leaving the ring
   included, still followed through the sentinels) and moves each key whose owner is now another
   shard: ``PTTL`` + ``DUMP`` on the source, the ``RESTORE_MISSING`` script on the owner (never
-  over a value written meanwhile through the new ring), then ``DEL`` on the source. Batched
+  over a value written meanwhile through the new ring, nor over a delete since: see
+  :data:`~sentinel_cache.core.plans.DELETE_MARKED`), then ``DEL`` on the source. Batched
   (one round trip per step and batch, the owners' restores sent together), rate-limited,
   resumable (a second run moves nothing; a killed one is simply run again), and it follows a
   failover of any shard in the middle.
@@ -38,7 +39,7 @@ from typing import Any
 from redis.exceptions import AuthenticationError, ResponseError
 
 from sentinel_cache.core.client import CacheClient
-from sentinel_cache.core.plans import RESTORE_MISSING, Command
+from sentinel_cache.core.plans import RESTORE_MISSING, Command, copy_deadline, is_reserved
 from sentinel_cache.core.ring import _NODES_PER_WEIGHT, murmur64a
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.shard import MASTER_ERRORS, Shard
@@ -506,7 +507,7 @@ def plan(
                 scanned += len(found)
                 for key in found:
                     owner = owner_of(key)
-                    if owner is not shard:
+                    if owner is not shard and not is_reserved(key):
                         targets[owner.name] = targets.get(owner.name, 0) + 1
                 if cursor == 0 or scanned == sample:
                     complete = cursor == 0 and not dropped
@@ -823,6 +824,7 @@ class _Tally:
 
 _Restores = dict[Shard, list[tuple[Any, int, bytes]]]  # per owner: (key, ttl ms, DUMP)
 _Gone = dict[Shard, list[Any]]  # per owner: keys gone from the source before their DUMP
+_Deadlines = dict[Shard, int]  # per owner: its restores' deadline, on its clock
 
 
 class _Abandon(Exception):
@@ -864,8 +866,10 @@ class _Migration:
         self.tallies: list[_Tally] = []
         self.started = clock()
         # The owners' side runs in a helper thread, so the source reads the next chunk while
-        # the owners restore this one: (tally, restores, gone) per chunk, None to stop.
-        self.work: queue.Queue[tuple[_Tally, _Restores, _Gone] | None] = queue.Queue(maxsize=2)
+        # the owners restore this one: (tally, restores, gone, deadlines) per chunk, None to stop.
+        self.work: queue.Queue[tuple[_Tally, _Restores, _Gone, _Deadlines] | None] = queue.Queue(
+            maxsize=2
+        )
         self.failure: BaseException | None = None
 
     # -- the whole run --------------------------------------------------------------------
@@ -948,7 +952,7 @@ class _Migration:
             tally.scanned += len(keys)
             for key in keys:
                 owner = owner_of(key)
-                if owner is not shard:
+                if owner is not shard and not is_reserved(key):  # a tombstone stays put
                     movers.append((key, owner))
             while len(movers) >= self.chunk or (movers and cursor == 0):
                 chunk, movers = movers[: self.chunk], movers[self.chunk :]
@@ -979,11 +983,28 @@ class _Migration:
         """One chunk moved, both halves in this thread."""
         self._restore(tally, *self._dump(tally, chunk))
 
-    def _dump(self, tally: _Tally, chunk: Sequence[tuple[Any, Shard]]) -> tuple[_Restores, _Gone]:
-        """The source's half of a chunk: each key's TTL and ``DUMP`` read in one script; per
-        owner, what to restore there and the keys that were gone."""
+    def _dump(
+        self, tally: _Tally, chunk: Sequence[tuple[Any, Shard]]
+    ) -> tuple[_Restores, _Gone, _Deadlines]:
+        """The source's half of a chunk: each key's TTL and ``DUMP`` read in one script, with
+        every owner's clock in the same round trip (the restores' deadlines, see
+        :func:`~sentinel_cache.core.plans.copy_deadline`); per owner, what to restore there and
+        the keys that were gone."""
         keys = [key for key, _ in chunk]
-        replies = self.calls.one(tally.shard, ("EVAL", DUMP_WITH_TTL, len(keys), *keys))
+        plan: dict[Shard, list[Command]] = {
+            tally.shard: [("EVAL", DUMP_WITH_TTL, len(keys), *keys)]
+        }
+        for _, owner in chunk:
+            plan.setdefault(owner, [("TIME",)])
+        began = time.monotonic()
+        answers = self.calls.scatter(plan)
+        elapsed = time.monotonic() - began
+        replies = answers[tally.shard][0]
+        deadlines = {
+            owner: copy_deadline(answers[owner][0], elapsed)
+            for owner in plan
+            if owner is not tally.shard
+        }
         restores: _Restores = {}
         gone: _Gone = {}
         for i, (key, owner) in enumerate(chunk):
@@ -993,29 +1014,43 @@ class _Migration:
                 gone.setdefault(owner, []).append(key)
             else:
                 restores.setdefault(owner, []).append((key, max(int(ttl), 0), dump))
-        return restores, gone
+        return restores, gone, deadlines
 
-    def _restore(self, tally: _Tally, restores: _Restores, gone: _Gone) -> None:
+    def _restore(
+        self, tally: _Tally, restores: _Restores, gone: _Gone, deadlines: _Deadlines
+    ) -> None:
         """The owners' half: per owner one ``RESTORE_MISSING`` (and an ``EXISTS`` per key that
         was gone: moved by a reader, or expired), the owners' batches sent together; the
-        source's copies of the keys now on their owners deleted a moment later."""
+        source's copies of the keys now on their owners (or deleted there) deleted a moment
+        later. A key whose restore came after its deadline stays on the source, for the next
+        run (the shard is reported incomplete)."""
         plan: dict[Shard, list[Command]] = {}
         for owner, items in restores.items():
             args = [x for _, ttl, dump in items for x in (ttl, dump)]
-            plan[owner] = [("EVAL", RESTORE_MISSING, len(items), *(k for k, _, _ in items), *args)]
+            keys = [k for k, _, _ in items]
+            plan[owner] = [("EVAL", RESTORE_MISSING, len(items), *keys, deadlines[owner], *args)]
         for owner, lost in gone.items():
             plan.setdefault(owner, []).extend(("EXISTS", key) for key in lost)
         answers = self.calls.scatter(plan)
         delete: list[Any] = []
+        late = 0
         for owner, owner_replies in answers.items():
             items = restores.get(owner, [])
             if items:
                 done, owner_replies = owner_replies[0], owner_replies[1:]
-                for (key, _, _), restored in zip(items, done, strict=True):
-                    self._count(tally, owner, 0 if restored else 1)
+                for (key, _, _), outcome in zip(items, done, strict=True):
+                    if outcome == 3:
+                        late += 1
+                        continue
+                    # 1 restored, 0 a newer value there, 2 deleted there since (a tombstone).
+                    self._count(tally, owner, {1: 0, 0: 1, 2: 2}[outcome])
                     delete.append(key)
             for _key, exists in zip(gone.get(owner, []), owner_replies, strict=True):
                 self._count(tally, owner, 1 if exists else 2)
+        if late and tally.error is None:
+            tally.error = (
+                f"{late} keys not moved (their restore came after its deadline): run again"
+            )
         if delete:
             self.pending.append((self.clock() + self.delete_delay, tally, delete))
 

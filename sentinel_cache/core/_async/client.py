@@ -27,16 +27,21 @@ from sentinel_cache.core._async.io import AsyncShardIO, run_blocking, wait_fence
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.observe import Observed, note, observed
 from sentinel_cache.core.plans import (
+    CLEARED,
+    DELETE_MARKED,
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
     MISS,
     REPLY_SKIP,
+    TOMBSTONE_MS,
     ClientBase,
     Command,
     Groups,
     command_name,
+    copy_deadline,
     expiry_args,
     is_ok,
+    is_reserved,
     logger,
     outcome,
     pack,
@@ -423,11 +428,13 @@ class AsyncCacheOperations(ClientBase):
         return bool(reply)
 
     async def delete(self, key: Any) -> bool:
-        try:
+        if self.core.previous_ring is None:
             (reply,) = await self._on(key, [("DEL", key)], [0], write=True)
-        finally:
-            dropped = await self._drop_previous([key])
-        return bool(reply) or dropped > 0
+            return bool(reply)
+        dropped = await self._drop_previous([key])  # first: see plans.DELETE_MARKED
+        commands = self.del_commands([key])
+        replies = await self._on(key, commands, [0] * len(commands), write=True)
+        return sum(replies) > 0 or dropped > 0
 
     async def has_key(self, key: Any) -> bool:
         near = self.core.near
@@ -554,12 +561,12 @@ class AsyncCacheOperations(ClientBase):
         plan = self.del_plan(keys)
         if not plan:
             return 0
+        dropped = await self._drop_previous(keys)  # first: see plans.DELETE_MARKED
         try:
             replies = await self.scatter(plan, write=True, operation="delete_many")
         finally:
             self.forget(keys)
-            dropped = await self._drop_previous(keys)
-        return dropped + sum(int(r[0]) for r in replies.values() if r is not None)
+        return dropped + sum(int(x) for r in replies.values() if r is not None for x in r)
 
     async def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
         """Delete (or ``UNLINK``) the keys, then check none is still there, in one batch per
@@ -568,20 +575,22 @@ class AsyncCacheOperations(ClientBase):
         groups = self.core.group_by_shard(dict.fromkeys(keys))
         command = "UNLINK" if unlink else "DEL"
         plan = {
-            shard: [(command, *group), *(("EXISTS", key) for key in group)]
+            shard: [*self.del_commands(group, command), *(("EXISTS", key) for key in group)]
             for shard, group in groups.items()
         }
         gone: dict[Any, bool] = {}
         if not plan:
             return gone
+        every = [key for group in groups.values() for key in group]
+        await self._drop_previous(every)  # first: see plans.DELETE_MARKED
         try:
             removed = await self.scatter(plan, write=True, operation="delete_many")
         finally:
-            self.forget([key for group in groups.values() for key in group])
-            await self._drop_previous([key for group in groups.values() for key in group])
+            self.forget(every)
         for shard, replies in removed.items():
             if replies is not None:
-                gone.update(zip(groups[shard], (not r for r in replies[1:]), strict=True))
+                checks = replies[len(replies) - len(groups[shard]) :]
+                gone.update(zip(groups[shard], (not r for r in checks), strict=True))
         return gone
 
     # -- whole cache (per shard, so an adapter can skip a shard that is down) ----------------
@@ -623,10 +632,22 @@ class AsyncCacheOperations(ClientBase):
         return deleted
 
     async def _unlink(self, shard: Shard, keys: list[bytes]) -> int:
+        """``UNLINK`` of keys found on ``shard``; while resharding, those owned by another shard
+        (``shard`` held them under the previous placement) are then deleted on their owners with
+        tombstones, so no copy of them comes back (see plans.DELETE_MARKED)."""
         try:
             (reply,) = await self.execute(shard, [("UNLINK", *keys)], write=True)
         finally:
             self.forget(keys)
+        if self.core.previous_ring is not None:
+            elsewhere = [k for k in keys if not is_reserved(k) and self.core.shard_for(k) != shard]
+            if elsewhere:
+                groups = self.core.group_by_shard(elsewhere)
+                plan = {
+                    owner: [("EVAL", DELETE_MARKED, len(group), *group, TOMBSTONE_MS, "UNLINK")]
+                    for owner, group in groups.items()
+                }
+                await self.scatter(plan, write=True, operation="delete_pattern")
         return int(reply)
 
     async def delete_pattern(self, pattern: str, *, count: int = SCAN_COUNT) -> int:
@@ -659,6 +680,10 @@ class AsyncCacheOperations(ClientBase):
                 if not self.fail_open.skip(shard, exc, "clear"):
                     raise
                 complete = False
+        if not pattern and self.core.previous_ring is not None:
+            # After every shard was flushed: no copy read before the flush lands (plans._GUARD).
+            marks = {s: [("SET", CLEARED, 1, "PX", TOMBSTONE_MS)] for s in self.core.every_shard}
+            await self.scatter(marks, write=True, operation="clear")
         return complete
 
     # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
@@ -693,16 +718,21 @@ class AsyncCacheOperations(ClientBase):
         return found
 
     async def _get_moving(self, key: Any, previous: Shard) -> Any:
-        """A key whose owner changed: its owner's value and its previous owner's copy read in
-        one round trip; the copy is restored on the owner if the owner had none."""
+        """A key whose owner changed: its owner's value (and clock) and its previous owner's
+        copy read in one round trip; the copy is restored on the owner if the owner had none."""
         owner = self.core.shard_for(key)
-        plan = {owner: [("GET", key)], previous: self.copy_plan([key])}
+        plan = {owner: [("GET", key), ("TIME",)], previous: self.copy_plan([key])}
+        began = perf_counter()
         replies = await self.scatter(plan, write=False, operation="get")
+        elapsed = perf_counter() - began
         own = replies.get(owner)
         if own is not None and own[0] is not None:
             return own[0]
         copies = self.copies({previous: [key]}, {previous: replies.get(previous)})
-        return (await self._restore(copies, wait=False)).get(key)
+        if own is None:  # the owner skipped (IGNORE_EXCEPTIONS): nothing to copy onto
+            return copies[key][0] if key in copies else None
+        deadlines = {owner: copy_deadline(own[1], elapsed)}
+        return (await self._restore(copies, deadlines, wait=False)).get(key)
 
     async def adopt_many(
         self, groups: Mapping[Shard, Sequence[Any]], *, wait: bool = False
@@ -715,14 +745,29 @@ class AsyncCacheOperations(ClientBase):
         if not groups:
             return {}
         plan = {shard: self.copy_plan(keys) for shard, keys in groups.items()}
+        owners = self.core.group_by_shard(key for keys in groups.values() for key in keys)
+        for owner in owners:  # each owner's clock, for its copies' deadline
+            plan.setdefault(owner, []).append(("TIME",))
+        began = perf_counter()
         replies = await self.scatter(plan, write=False, operation="reshard")
-        return await self._restore(self.copies(groups, replies), wait=wait)
+        elapsed = perf_counter() - began
+        deadlines = {
+            owner: copy_deadline(reply[-1], elapsed)
+            for owner in owners
+            if (reply := replies.get(owner)) is not None
+        }
+        return await self._restore(self.copies(groups, replies), deadlines, wait=wait)
 
     async def _restore(
-        self, copies: Mapping[Any, tuple[bytes, int]], *, wait: bool
+        self,
+        copies: Mapping[Any, tuple[bytes, int]],
+        deadlines: Mapping[Shard, int],
+        *,
+        wait: bool,
     ) -> dict[Any, Any]:
-        """Write the copies on their owners unless a newer value is there (``SET NX``). Key ->
-        the stored data on its owner now.
+        """Write the copies on their owners unless a newer value, a tombstone or the deadline
+        stops them (:data:`~sentinel_cache.core.plans.COPY_MISSING`). Key -> the stored data on
+        its owner now.
 
         Without ``wait`` (a read moving what it found) the writes are posted, where the owner
         allows it: the read returns the value it found without a second round trip, and a copy
@@ -731,7 +776,7 @@ class AsyncCacheOperations(ClientBase):
         a newer value found on the owner is read and returned."""
         if not copies:
             return {}
-        owners, plan = self.adopt_plan(copies)
+        owners, plan = self.adopt_plan(copies, deadlines)
         moved: dict[Any, Any] = {}
         if not wait:
             await self.learn(owners, "CLIENT REPLY")
@@ -742,12 +787,12 @@ class AsyncCacheOperations(ClientBase):
         written = await self.scatter(plan, write=True, operation="reshard") if plan else {}
         for shard, replies in written.items():
             if replies is not None:
-                for key, reply in zip(owners[shard], replies, strict=True):
-                    if is_ok(reply):
+                for key, reply in zip(owners[shard], replies[0], strict=True):
+                    if reply == 1:
                         moved[key] = copies[key][0]
                     else:
                         newer.append(key)
-        if newer:  # written through the new placement meanwhile: that value wins
+        if newer:  # written (or deleted) through the new placement meanwhile: that wins
             current, reread = self.mget_plan(newer)
             moved.update(
                 self.raw_found(
@@ -757,7 +802,9 @@ class AsyncCacheOperations(ClientBase):
         return moved
 
     async def _drop_previous(self, keys: Iterable[Any]) -> int:
-        """Delete ``keys`` from their previous owners, so an old copy never comes back."""
+        """Delete ``keys`` from their previous owners: after a write on the owner (whose value
+        then wins over any copy), before a delete on the owner (whose tombstone must come after:
+        see :data:`~sentinel_cache.core.plans.DELETE_MARKED`)."""
         if self.core.previous_ring is None:
             return 0
         plan = self.previous_del_plan(keys)

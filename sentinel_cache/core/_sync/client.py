@@ -28,16 +28,21 @@ from sentinel_cache.core._sync.io import ShardIO, run_blocking, wait_fence
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.observe import Observed, note, observed
 from sentinel_cache.core.plans import (
+    CLEARED,
+    DELETE_MARKED,
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
     MISS,
     REPLY_SKIP,
+    TOMBSTONE_MS,
     ClientBase,
     Command,
     Groups,
     command_name,
+    copy_deadline,
     expiry_args,
     is_ok,
+    is_reserved,
     logger,
     outcome,
     pack,
@@ -424,11 +429,13 @@ class CacheOperations(ClientBase):
         return bool(reply)
 
     def delete(self, key: Any) -> bool:
-        try:
+        if self.core.previous_ring is None:
             (reply,) = self._on(key, [("DEL", key)], [0], write=True)
-        finally:
-            dropped = self._drop_previous([key])
-        return bool(reply) or dropped > 0
+            return bool(reply)
+        dropped = self._drop_previous([key])  # first: see plans.DELETE_MARKED
+        commands = self.del_commands([key])
+        replies = self._on(key, commands, [0] * len(commands), write=True)
+        return sum(replies) > 0 or dropped > 0
 
     def has_key(self, key: Any) -> bool:
         near = self.core.near
@@ -555,12 +562,12 @@ class CacheOperations(ClientBase):
         plan = self.del_plan(keys)
         if not plan:
             return 0
+        dropped = self._drop_previous(keys)  # first: see plans.DELETE_MARKED
         try:
             replies = self.scatter(plan, write=True, operation="delete_many")
         finally:
             self.forget(keys)
-            dropped = self._drop_previous(keys)
-        return dropped + sum(int(r[0]) for r in replies.values() if r is not None)
+        return dropped + sum(int(x) for r in replies.values() if r is not None for x in r)
 
     def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
         """Delete (or ``UNLINK``) the keys, then check none is still there, in one batch per
@@ -569,20 +576,22 @@ class CacheOperations(ClientBase):
         groups = self.core.group_by_shard(dict.fromkeys(keys))
         command = "UNLINK" if unlink else "DEL"
         plan = {
-            shard: [(command, *group), *(("EXISTS", key) for key in group)]
+            shard: [*self.del_commands(group, command), *(("EXISTS", key) for key in group)]
             for shard, group in groups.items()
         }
         gone: dict[Any, bool] = {}
         if not plan:
             return gone
+        every = [key for group in groups.values() for key in group]
+        self._drop_previous(every)  # first: see plans.DELETE_MARKED
         try:
             removed = self.scatter(plan, write=True, operation="delete_many")
         finally:
-            self.forget([key for group in groups.values() for key in group])
-            self._drop_previous([key for group in groups.values() for key in group])
+            self.forget(every)
         for shard, replies in removed.items():
             if replies is not None:
-                gone.update(zip(groups[shard], (not r for r in replies[1:]), strict=True))
+                checks = replies[len(replies) - len(groups[shard]) :]
+                gone.update(zip(groups[shard], (not r for r in checks), strict=True))
         return gone
 
     # -- whole cache (per shard, so an adapter can skip a shard that is down) ----------------
@@ -624,10 +633,22 @@ class CacheOperations(ClientBase):
         return deleted
 
     def _unlink(self, shard: Shard, keys: list[bytes]) -> int:
+        """``UNLINK`` of keys found on ``shard``; while resharding, those owned by another shard
+        (``shard`` held them under the previous placement) are then deleted on their owners with
+        tombstones, so no copy of them comes back (see plans.DELETE_MARKED)."""
         try:
             (reply,) = self.execute(shard, [("UNLINK", *keys)], write=True)
         finally:
             self.forget(keys)
+        if self.core.previous_ring is not None:
+            elsewhere = [k for k in keys if not is_reserved(k) and self.core.shard_for(k) != shard]
+            if elsewhere:
+                groups = self.core.group_by_shard(elsewhere)
+                plan = {
+                    owner: [("EVAL", DELETE_MARKED, len(group), *group, TOMBSTONE_MS, "UNLINK")]
+                    for owner, group in groups.items()
+                }
+                self.scatter(plan, write=True, operation="delete_pattern")
         return int(reply)
 
     def delete_pattern(self, pattern: str, *, count: int = SCAN_COUNT) -> int:
@@ -660,6 +681,10 @@ class CacheOperations(ClientBase):
                 if not self.fail_open.skip(shard, exc, "clear"):
                     raise
                 complete = False
+        if not pattern and self.core.previous_ring is not None:
+            # After every shard was flushed: no copy read before the flush lands (plans._GUARD).
+            marks = {s: [("SET", CLEARED, 1, "PX", TOMBSTONE_MS)] for s in self.core.every_shard}
+            self.scatter(marks, write=True, operation="clear")
         return complete
 
     # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
@@ -694,16 +719,21 @@ class CacheOperations(ClientBase):
         return found
 
     def _get_moving(self, key: Any, previous: Shard) -> Any:
-        """A key whose owner changed: its owner's value and its previous owner's copy read in
-        one round trip; the copy is restored on the owner if the owner had none."""
+        """A key whose owner changed: its owner's value (and clock) and its previous owner's
+        copy read in one round trip; the copy is restored on the owner if the owner had none."""
         owner = self.core.shard_for(key)
-        plan = {owner: [("GET", key)], previous: self.copy_plan([key])}
+        plan = {owner: [("GET", key), ("TIME",)], previous: self.copy_plan([key])}
+        began = perf_counter()
         replies = self.scatter(plan, write=False, operation="get")
+        elapsed = perf_counter() - began
         own = replies.get(owner)
         if own is not None and own[0] is not None:
             return own[0]
         copies = self.copies({previous: [key]}, {previous: replies.get(previous)})
-        return (self._restore(copies, wait=False)).get(key)
+        if own is None:  # the owner skipped (IGNORE_EXCEPTIONS): nothing to copy onto
+            return copies[key][0] if key in copies else None
+        deadlines = {owner: copy_deadline(own[1], elapsed)}
+        return (self._restore(copies, deadlines, wait=False)).get(key)
 
     def adopt_many(
         self, groups: Mapping[Shard, Sequence[Any]], *, wait: bool = False
@@ -716,14 +746,29 @@ class CacheOperations(ClientBase):
         if not groups:
             return {}
         plan = {shard: self.copy_plan(keys) for shard, keys in groups.items()}
+        owners = self.core.group_by_shard(key for keys in groups.values() for key in keys)
+        for owner in owners:  # each owner's clock, for its copies' deadline
+            plan.setdefault(owner, []).append(("TIME",))
+        began = perf_counter()
         replies = self.scatter(plan, write=False, operation="reshard")
-        return self._restore(self.copies(groups, replies), wait=wait)
+        elapsed = perf_counter() - began
+        deadlines = {
+            owner: copy_deadline(reply[-1], elapsed)
+            for owner in owners
+            if (reply := replies.get(owner)) is not None
+        }
+        return self._restore(self.copies(groups, replies), deadlines, wait=wait)
 
     def _restore(
-        self, copies: Mapping[Any, tuple[bytes, int]], *, wait: bool
+        self,
+        copies: Mapping[Any, tuple[bytes, int]],
+        deadlines: Mapping[Shard, int],
+        *,
+        wait: bool,
     ) -> dict[Any, Any]:
-        """Write the copies on their owners unless a newer value is there (``SET NX``). Key ->
-        the stored data on its owner now.
+        """Write the copies on their owners unless a newer value, a tombstone or the deadline
+        stops them (:data:`~sentinel_cache.core.plans.COPY_MISSING`). Key -> the stored data on
+        its owner now.
 
         Without ``wait`` (a read moving what it found) the writes are posted, where the owner
         allows it: the read returns the value it found without a second round trip, and a copy
@@ -732,7 +777,7 @@ class CacheOperations(ClientBase):
         a newer value found on the owner is read and returned."""
         if not copies:
             return {}
-        owners, plan = self.adopt_plan(copies)
+        owners, plan = self.adopt_plan(copies, deadlines)
         moved: dict[Any, Any] = {}
         if not wait:
             self.learn(owners, "CLIENT REPLY")
@@ -743,12 +788,12 @@ class CacheOperations(ClientBase):
         written = self.scatter(plan, write=True, operation="reshard") if plan else {}
         for shard, replies in written.items():
             if replies is not None:
-                for key, reply in zip(owners[shard], replies, strict=True):
-                    if is_ok(reply):
+                for key, reply in zip(owners[shard], replies[0], strict=True):
+                    if reply == 1:
                         moved[key] = copies[key][0]
                     else:
                         newer.append(key)
-        if newer:  # written through the new placement meanwhile: that value wins
+        if newer:  # written (or deleted) through the new placement meanwhile: that wins
             current, reread = self.mget_plan(newer)
             moved.update(
                 self.raw_found(
@@ -758,7 +803,9 @@ class CacheOperations(ClientBase):
         return moved
 
     def _drop_previous(self, keys: Iterable[Any]) -> int:
-        """Delete ``keys`` from their previous owners, so an old copy never comes back."""
+        """Delete ``keys`` from their previous owners: after a write on the owner (whose value
+        then wins over any copy), before a delete on the owner (whose tombstone must come after:
+        see :data:`~sentinel_cache.core.plans.DELETE_MARKED`)."""
         if self.core.previous_ring is None:
             return 0
         plan = self.previous_del_plan(keys)
