@@ -13,6 +13,7 @@ re-resolves and sends it again on the new one).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 from prometheus_client import REGISTRY
 from waiting import wait_until
 
+from sentinel_cache.core.aio import AsyncCacheClient
 from sentinel_cache.core.client import CacheClient, escape_pattern
 from sentinel_cache.core.config import Address, PoolConfig
 from sentinel_cache.core.plans import Command, FailOpen
@@ -63,37 +65,40 @@ def topology(make_cluster: ClusterFactory, how: str) -> Iterator[tuple[Any, Cach
         core.close()
 
 
+def fail_over(cluster: LocalSentinelCluster, shard: Shard, how: str) -> Any:
+    """Fail the shard over (``how``) and wait until the core follows (or, for
+    ``kill_unfollowed``, until the sentinels agree on the new master, the core not told); the
+    new master."""
+    old = cluster.master_address(shard.name)
+    if how == "failover":
+        cluster.failover(shard.name)
+    else:
+        cluster.kill_master(shard.name)
+    new = cluster.wait_for_master_change(shard.name, old, timeout=30)
+    if how == "kill_unfollowed":
+        assert shard.address == old  # the next SCAN finds out
+    else:
+        wait_until(lambda: shard.address == new, 30, "the core to follow the switch")
+    return new
+
+
+def mid_scan(shard: Shard, commands: Sequence[Command], replies: list[Any]) -> bool:
+    """Shard 0's reply to a ``SCAN`` with a cursor to continue from."""
+    return shard.index == 0 and commands[0][0] == "SCAN" and int(replies[0][0]) != 0
+
+
 def fail_over_mid_scan(
     monkeypatch: pytest.MonkeyPatch, cluster: LocalSentinelCluster, client: CacheClient, how: str
 ) -> list[Any]:
     """Wrap ``client.execute``: after shard 0's first ``SCAN`` reply with a cursor to continue
-    from, fail the shard over (``how``) and wait until the core follows (or, for
-    ``kill_unfollowed``, until the sentinels agree on the new master, the core not told).
-    Returns a list that holds the new master once that happened."""
-    shard0 = client.core.shards[0]
-    name = shard0.name
+    from, :func:`fail_over`. Returns a list that holds the new master once that happened."""
     real = client.execute
     switched: list[Any] = []
 
     def execute(shard: Shard, commands: Sequence[Command], **kwargs: Any) -> list[Any]:
         replies = real(shard, commands, **kwargs)
-        if (
-            not switched
-            and shard is shard0
-            and commands[0][0] == "SCAN"
-            and int(replies[0][0]) != 0
-        ):
-            old = cluster.master_address(name)
-            if how == "failover":
-                cluster.failover(name)
-            else:
-                cluster.kill_master(name)
-            new = cluster.wait_for_master_change(name, old, timeout=30)
-            if how == "kill_unfollowed":
-                assert shard0.address == old  # the next SCAN finds out
-            else:
-                wait_until(lambda: shard0.address == new, 30, "the core to follow the switch")
-            switched.append(new)
+        if not switched and mid_scan(shard, commands, replies):
+            switched.append(fail_over(cluster, shard, how))
         return replies
 
     monkeypatch.setattr(client, "execute", execute)
@@ -128,6 +133,37 @@ def test_iter_keys_misses_no_key_across_a_failover(
     )
     assert missed == 0
     assert set(found) == expected  # nothing outside the pattern
+
+
+def test_async_iter_keys_misses_no_key_across_a_failover(
+    topology: tuple[LocalSentinelCluster, CacheClient], how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, client = topology
+    aclient = AsyncCacheClient(client.core, Codec())
+    real = aclient.execute
+    switched: list[Any] = []
+
+    async def execute(shard: Shard, commands: Sequence[Command], **kwargs: Any) -> list[Any]:
+        replies = await real(shard, commands, **kwargs)
+        if not switched and mid_scan(shard, commands, replies):
+            switched.append(await asyncio.to_thread(fail_over, cluster, shard, how))
+        return replies
+
+    monkeypatch.setattr(aclient, "execute", execute)
+
+    async def scan() -> list[bytes]:
+        try:
+            return [key async for key in aclient.iter_keys("scan:*", count=BATCH)]
+        finally:
+            await aclient.aclose()
+
+    found = asyncio.run(scan())
+    assert switched, "shard 0 switched during its scan"
+    missed = KEYS - len(set(found))
+    print(
+        f"\nasync iter_keys across a {how}: {missed} missed, {len(found) - len(set(found))} repeated"
+    )
+    assert set(found) == {f"scan:{i}".encode() for i in range(KEYS)}
 
 
 def test_delete_pattern_leaves_no_key_across_a_failover(
