@@ -52,7 +52,7 @@ class ShardScan:
         self.count = count
         self.operation = operation  # named in the log line of a restart
         self.cursor = 0
-        self.generation = shard.generation  # the master's the pass began on
+        self.generation = shard.generation  # that of the master the pass began on
         self.begun = False  # a reply of this pass was taken
         self.done = False
         self.restarts = 0
