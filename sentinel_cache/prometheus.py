@@ -78,6 +78,13 @@ class PrometheusMetrics(Metrics):
             ["shard"],
             registry=registry,
         )
+        self.skips = Counter(
+            "sentinel_cache_skipped_shards",
+            "Times IGNORE_EXCEPTIONS skipped an unavailable shard, by operation (a command "
+            "name, get_many, iter_keys, delete_pattern, clear, ...).",
+            ["shard", "operation"],
+            registry=registry,
+        )
         registry.register(_Gauges())
         self._children: dict[tuple[str, ...], Any] = {}
         self._calls: dict[tuple[str, str, str], Any] = {}
@@ -116,6 +123,9 @@ class PrometheusMetrics(Metrics):
 
     def retry(self, shard: str) -> None:
         self._child(self.retries, shard).inc()
+
+    def skipped(self, shard: str, operation: str) -> None:
+        self._child(self.skips, shard, operation).inc()
 
 
 class _Gauges(Collector):

@@ -2,10 +2,11 @@
 
 The core calls a :class:`Metrics` at a few points: each command batch sent to a shard (its
 outcome and latency), the hits and misses of reads, master switches (and how they were learned),
-write-fence holds, safety-net re-resolves and retries. ``METRICS = True`` installs the
-Prometheus backend (:mod:`sentinel_cache.prometheus`); without it the core holds ``None`` and
-pays one attribute test per call. Gauges (connections, listeners) are not pushed: a backend
-reads them from :func:`sentinel_cache.core.registry.live_cores` when it is scraped.
+write-fence holds, safety-net re-resolves and retries, shards skipped by ``IGNORE_EXCEPTIONS``.
+``METRICS = True`` installs the Prometheus backend (:mod:`sentinel_cache.prometheus`); without
+it the core holds ``None`` and pays one attribute test per call. Gauges (connections, listeners)
+are not pushed: a backend reads them from :func:`sentinel_cache.core.registry.live_cores` when
+it is scraped.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ class Metrics:
 
     def retry(self, shard: str) -> None:
         """The safety net sent a batch again, on the shard's new master."""
+
+    def skipped(self, shard: str, operation: str) -> None:
+        """``IGNORE_EXCEPTIONS`` skipped the unavailable shard in ``operation`` (a command
+        name, ``get_many``, ``iter_keys``, ``delete_pattern``, ``clear``, ...)."""
 
 
 _SOURCE_KINDS = (

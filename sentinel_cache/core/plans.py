@@ -210,10 +210,28 @@ class FailOpen:
     def __repr__(self) -> str:
         return f"FailOpen(ignore={self.ignore}, interval={self.interval:g})"
 
-    def skip(self, shard: Shard, exc: BaseException, operation: str) -> bool:
-        """True (and logged) if ``exc`` on ``shard`` is to be ignored, False to raise it."""
+    def skip(
+        self, shard: Shard, exc: BaseException, operation: str, *, incomplete: bool = False
+    ) -> bool:
+        """True (logged, and counted in the metrics) if ``exc`` on ``shard`` is to be ignored,
+        False to raise it. ``incomplete``: an operation over every shard's keys (``iter_keys``,
+        ``delete_pattern``, ``clear``) whose result now leaves this shard out, logged every
+        time since nothing else says so."""
         if not self.ignore:
             return False
+        if shard.metrics is not None:
+            shard.metrics.skipped(shard.name, operation)
+        if incomplete:
+            self.logger.warning(
+                "cache shard %s unavailable (%s): %s skipped it (IGNORE_EXCEPTIONS), its keys "
+                "are left out of the result: %s: %s",
+                shard.label,
+                f"master {shard.address}" if shard.address else "no master known",
+                operation,
+                type(exc).__name__,
+                exc,
+            )
+            return True
         with _throttles_lock:
             throttle = _throttles.get(shard)
             if throttle is None:

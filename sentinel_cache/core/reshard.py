@@ -41,6 +41,7 @@ from redis.exceptions import AuthenticationError, ResponseError
 from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.plans import RESTORE_MISSING, Command, copy_deadline, is_reserved
 from sentinel_cache.core.ring import _NODES_PER_WEIGHT, murmur64a
+from sentinel_cache.core.scan import ShardScan
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.shard import MASTER_ERRORS, Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
@@ -73,7 +74,6 @@ DEFAULT_RETRY_FOR = 30.0
 # A moved key's old copy is deleted this long after its restore: a reader that found the owner
 # empty just before the restore still finds the old copy when it asks the previous owner.
 DEFAULT_DELETE_DELAY = 0.2
-MAX_RESTARTS = 10  # rescans of one shard after its master changed, before it is given up
 EXCESS = 0.01  # a change moving more than the least possible + this fraction is warned about
 _SPACE = float(1 << 64)
 _LOWEST = -(1 << 63)
@@ -496,11 +496,13 @@ def plan(
         complete = False
         try:
             keys = int(calls.one(shard, ("DBSIZE",)))
-            cursor = 0
+            scan = ShardScan(shard, match, batch, operation="reshard plan")
             while True:
-                reply = calls.one(shard, ("SCAN", cursor, "MATCH", match, "COUNT", batch))
-                cursor = int(reply[0])
-                found = reply[1]
+                command = scan.command()
+                if scan.cursor == 0:  # a pass begins (again, on a new master): count afresh
+                    scanned = 0
+                    targets.clear()
+                found = scan.take(calls.one(shard, command))
                 room = len(found) if sample is None else sample - scanned
                 dropped = len(found) > room
                 found = found[:room]
@@ -509,8 +511,8 @@ def plan(
                     owner = owner_of(key)
                     if owner is not shard and not is_reserved(key):
                         targets[owner.name] = targets.get(owner.name, 0) + 1
-                if cursor == 0 or scanned == sample:
-                    complete = cursor == 0 and not dropped
+                if scan.done or scanned == sample:
+                    complete = scan.done and not dropped
                     break
         except MASTER_ERRORS as exc:
             error = f"{type(exc).__name__}: {exc}"
@@ -930,31 +932,22 @@ class _Migration:
 
     # -- one source shard -----------------------------------------------------------------
     def _shard(self, tally: _Tally) -> None:
-        """Every key of the shard that belongs elsewhere now, moved. A ``SCAN`` cursor belongs
-        to one server's hash table (seeded at random per process): after the shard's master
-        changed, the scan begins again (a rescan is cheap: what moved is gone)."""
+        """Every key of the shard that belongs elsewhere now, moved. After the shard's master
+        changed the scan begins again (:class:`~sentinel_cache.core.scan.ShardScan`; a rescan is
+        cheap: what moved is gone)."""
         shard = tally.shard
         owner_of = self.owner_of
         movers: list[tuple[Any, Shard]] = []  # keys to move, gathered until a chunk is full
-        cursor = 0
-        generation: int | None = None
-        while True:
-            if cursor and shard.current()[1] != generation:
-                cursor = self._restart(tally)
-            first = cursor == 0
-            reply = self.calls.one(
-                shard, ("SCAN", cursor, "MATCH", self.match, "COUNT", self.batch)
-            )
-            if first:
-                generation = shard.current()[1]
-            cursor = int(reply[0])
-            keys = reply[1]
+        scan = ShardScan(shard, self.match, self.batch, operation="reshard")
+        while not scan.done:
+            keys = scan.take(self.calls.one(shard, scan.command()))
+            tally.restarts = scan.restarts
             tally.scanned += len(keys)
             for key in keys:
                 owner = owner_of(key)
                 if owner is not shard and not is_reserved(key):  # a tombstone stays put
                     movers.append((key, owner))
-            while len(movers) >= self.chunk or (movers and cursor == 0):
+            while len(movers) >= self.chunk or (movers and scan.cursor == 0):
                 chunk, movers = movers[: self.chunk], movers[self.chunk :]
                 if self.bucket is not None:
                     self.bucket.take(len(chunk))
@@ -962,22 +955,8 @@ class _Migration:
                     raise self.failure
                 self.work.put((tally, *self._dump(tally, chunk)))
             self._flush()
-            if cursor == 0:
-                if shard.current()[1] == generation:
-                    return
-                cursor = self._restart(tally)
-            self._report(tally)
-
-    def _restart(self, tally: _Tally) -> int:
-        tally.restarts += 1
-        if tally.restarts > MAX_RESTARTS:
-            raise _Abandon(f"its master changed {tally.restarts} times during the scan")
-        logger.warning(
-            "reshard: shard %s has a new master (%s): scanning it again from the start",
-            tally.shard.label,
-            tally.shard.address,
-        )
-        return 0
+            if not scan.done:
+                self._report(tally)
 
     def _move(self, tally: _Tally, chunk: Sequence[tuple[Any, Shard]]) -> None:
         """One chunk moved, both halves in this thread."""

@@ -437,7 +437,9 @@ class ShardedSentinelCache(BaseCache):
         self, search: str, itersize: int | None = None, version: Any = None
     ) -> Iterator[str]:
         """Keys matching ``search`` (made into a full pattern) on every shard, via SCAN.
-        Yields the keys as given to ``set`` (the stored key if KEY_FUNCTION is custom)."""
+        Yields the keys as given to ``set`` (the stored key if KEY_FUNCTION is custom); a key
+        may come more than once (SCAN's rule, and a shard's scan begins again on a new master
+        so that none is missed: see docs/failover.md)."""
         pattern = self.make_pattern(search, version=version)
         for stored in self.client.iter_keys(pattern, count=itersize or SCAN_COUNT):
             yield self._reverse_key(stored)

@@ -425,11 +425,14 @@ def test_ignore_exceptions_turns_outages_into_misses(caplog: pytest.LogCaptureFi
             assert backend.unlink("a") == []
             assert backend.clear() is False
         ignored = [r for r in caplog.records if r.name == "sentinel_cache.flask"]
-        assert len(ignored) == 1  # rate-limited: one report per shard per interval
+        assert len(ignored) == 2, [r.getMessage() for r in ignored]
+        # rate-limited: one report per shard per interval...
         assert (
             "cache shard 0 (nowhere) unavailable (no master known): GET ignored"
             in ignored[0].getMessage()
         )
+        # ...but a shard left out of clear() is reported every time
+        assert "clear skipped it (IGNORE_EXCEPTIONS)" in ignored[1].getMessage()
 
         backend.client.fail_open.ignore = False
         with pytest.raises(redis.ConnectionError):
@@ -466,8 +469,9 @@ def test_ignore_exceptions_degrades_per_shard(
             assert backend.clear() is False  # shard 1 was skipped
         logged = [r.getMessage() for r in caplog.records if r.name == "sentinel_cache.flask"]
         assert (
-            len(logged) == 1
+            len(logged) == 2
             and "shard 1 (nope) unavailable (no master known): set_many ignored" in logged[0]
+            and "shard 1 (nope) unavailable (no master known): clear skipped it" in logged[1]
         ), logged
     finally:
         backend.core.close()

@@ -49,6 +49,7 @@ from sentinel_cache.core.plans import (
     short_key,
     wrong_type,
 )
+from sentinel_cache.core.scan import ShardScan
 from sentinel_cache.core.serializers import Codec, InvalidValueError
 from sentinel_cache.core.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
@@ -596,34 +597,47 @@ class CacheOperations(ClientBase):
 
     # -- whole cache (per shard, so an adapter can skip a shard that is down) ----------------
     def iter_keys_on(
-        self, shard: Shard, pattern: str, *, count: int = SCAN_COUNT, write: bool = False
+        self,
+        shard: Shard,
+        pattern: str,
+        *,
+        count: int = SCAN_COUNT,
+        write: bool = False,
+        operation: str = "iter_keys",
     ) -> Iterator[bytes]:
-        """Every key of one shard matching ``pattern`` (``SCAN``, never ``KEYS``); each batch
-        goes through the safety net."""
-        cursor: Any = 0
-        while True:
-            command: Command = ("SCAN", cursor, "MATCH", pattern, "COUNT", count)
-            ((cursor, keys),) = self.execute(shard, [command], write=write)
-            for key in keys:
+        """Every key of one shard matching ``pattern`` (``SCAN`` on its master, never ``KEYS``),
+        begun again on a new master (:mod:`sentinel_cache.core.scan`: none missed, some maybe
+        repeated); each batch goes through the safety net."""
+        self.ready(shard, write)
+        scan = ShardScan(shard, pattern, count, operation=operation)
+        while not scan.done:
+            command = scan.command()
+            (reply,) = self.execute(shard, [command], write=write, replicas=False)
+            for key in scan.take(reply):
                 yield key
-            if int(cursor) == 0:
-                return
 
     def iter_keys(self, pattern: str, *, count: int = SCAN_COUNT) -> Iterator[bytes]:
-        """Every key matching ``pattern`` on every shard (a skipped shard yields nothing more)."""
+        """Every key matching ``pattern`` on every shard, some maybe more than once (a skipped
+        shard yields nothing more)."""
         for shard in self.core.every_shard:
             try:
                 for key in self.iter_keys_on(shard, pattern, count=count):
                     yield key
             except MASTER_ERRORS as exc:
-                if not self.fail_open.skip(shard, exc, "SCAN"):
+                if not self.fail_open.skip(shard, exc, "iter_keys", incomplete=True):
                     raise
 
-    def delete_pattern_on(self, shard: Shard, pattern: str, count: int = SCAN_COUNT) -> int:
-        """``SCAN MATCH`` + ``UNLINK`` of one shard's matching keys (on its master)."""
+    def delete_pattern_on(
+        self, shard: Shard, pattern: str, count: int = SCAN_COUNT, operation: str = "delete_pattern"
+    ) -> int:
+        """``SCAN MATCH`` + ``UNLINK`` of one shard's matching keys (on its master). After a
+        master change the scan begins again: a key whose delete had not reached the new master
+        is deleted, and counted, again."""
         deleted = 0
         batch: list[bytes] = []
-        for key in self.iter_keys_on(shard, pattern, count=count, write=True):
+        for key in self.iter_keys_on(
+            shard, pattern, count=count, write=True, operation=operation
+        ):
             batch.append(key)
             if len(batch) >= count:
                 deleted += self._unlink(shard, batch)
@@ -658,7 +672,7 @@ class CacheOperations(ClientBase):
             try:
                 deleted += self.delete_pattern_on(shard, pattern, count)
             except MASTER_ERRORS as exc:
-                if not self.fail_open.skip(shard, exc, "SCAN/UNLINK"):
+                if not self.fail_open.skip(shard, exc, "delete_pattern", incomplete=True):
                     raise
         return deleted
 
@@ -671,14 +685,14 @@ class CacheOperations(ClientBase):
         for shard in self.core.every_shard:
             try:
                 if pattern:
-                    self.delete_pattern_on(shard, pattern)
+                    self.delete_pattern_on(shard, pattern, operation="clear")
                 else:
                     try:
                         self.execute(shard, [("FLUSHDB", "ASYNC")], write=True)
                     finally:
                         self.forget_shard(shard, "clear")
             except MASTER_ERRORS as exc:
-                if not self.fail_open.skip(shard, exc, "clear"):
+                if not self.fail_open.skip(shard, exc, "clear", incomplete=True):
                     raise
                 complete = False
         if not pattern and self.core.previous_ring is not None:
