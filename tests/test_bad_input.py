@@ -32,6 +32,7 @@ import redis
 from sentinel_cache import (
     ArgumentTypeError,
     ArgumentValueError,
+    ConfigurationError,
     IncrementError,
     InvalidArgumentError,
     SentinelCacheError,
@@ -400,3 +401,19 @@ def test_a_key_that_cannot_be_sent_gets_the_key_error(flavour: Flavour, masters:
 
         assert issubclass(flavour.key_error, InvalidCacheKey)
     _still_works(flavour)
+
+
+def test_a_flask_default_timeout_beyond_the_servers_range_is_a_configuration_error(
+    cluster: LocalSentinelCluster,
+) -> None:
+    support = _support("flask_support")
+    with pytest.raises(ConfigurationError) as caught:
+        support.build_app(support.settings_for(cluster, CACHE_DEFAULT_TIMEOUT=MAX_TIMEOUT + 1))
+    assert caught.value.option == "CACHE_DEFAULT_TIMEOUT"
+    assert str(MAX_TIMEOUT + 1) in str(caught.value)
+    _, _, backend = support.build_app(
+        support.settings_for(cluster, CACHE_DEFAULT_TIMEOUT=MAX_TIMEOUT)
+    )
+    support.opened.pop(id(backend.core), None)
+    backend.core.close()
+    assert backend.default_timeout == MAX_TIMEOUT
