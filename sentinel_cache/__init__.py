@@ -6,11 +6,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from sentinel_cache.exceptions import (
+    ArgumentTypeError,
+    ArgumentValueError,
     AuthenticationFailedError,
     ConfigurationError,
     DataNodeAuthenticationError,
     DiscoveryError,
     FailoverInProgressError,
+    IncrementError,
+    InvalidArgumentError,
     MasterNotFoundError,
     NoSentinelReachableError,
     PoolExhaustedError,
@@ -43,6 +47,8 @@ if TYPE_CHECKING:
     from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 
 __all__ = [
+    "ArgumentTypeError",
+    "ArgumentValueError",
     "AuthenticationFailedError",
     "HashRing",
     "ShardedSentinelPool",
@@ -50,6 +56,8 @@ __all__ = [
     "DataNodeAuthenticationError",
     "DiscoveryError",
     "FailoverInProgressError",
+    "IncrementError",
+    "InvalidArgumentError",
     "MasterNotFoundError",
     "NoSentinelReachableError",
     "PoolExhaustedError",

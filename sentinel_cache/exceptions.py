@@ -10,6 +10,7 @@ from typing import Any
 
 from redis.exceptions import AuthenticationError as RedisAuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError as RedisResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
@@ -129,12 +130,63 @@ class SerializationError(SentinelCacheError, ValueError):
     """A value cannot be serialized with the configured serializer."""
 
 
+def _shown(value: object, limit: int = 200) -> str:
+    """A value for a message: a 1 MB key must not make a 1 MB message."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+class InvalidArgumentError(SentinelCacheError):
+    """An argument of a cache call (a key, a timeout, a delta) was refused before anything was
+    sent, so nothing changed. The message is ``"<argument>: <reason> (got <value>)"``;
+    ``argument``, ``value`` and ``reason`` are attributes. Raised as one of the two below."""
+
+    def __init__(self, argument: str, value: object, reason: str) -> None:
+        super().__init__(f"{argument}: {reason} (got {_shown(value)})")
+        self.argument = argument
+        self.value = value
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.argument, self.value, self.reason))
+
+
+class ArgumentValueError(InvalidArgumentError, ValueError):
+    """The argument has the right type but a value the cache refuses (a NaN or infinite
+    timeout, one beyond the server's range, a key that is not valid Unicode)."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """The argument is of a type the cache refuses (a string or bool timeout, a float delta,
+    a key that is neither str nor bytes)."""
+
+
+class IncrementError(SentinelCacheError, RedisResponseError, TypeError):
+    """``incr``/``decr`` refused by the server because of what the key holds: a value that is
+    not a 64-bit integer, a result that would overflow one, or another type than a string
+    (``WRONGTYPE``); nothing changed. A ``redis.ResponseError`` (as Django's ``RedisCache``
+    raises) and a ``TypeError`` (as Django's other backends do); ``key`` and ``reason`` are
+    attributes."""
+
+    def __init__(self, key: object, reason: str) -> None:
+        super().__init__(f"incr/decr of key {_shown(key)}: {reason}")
+        self.key = key
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.reason))
+
+
 __all__ = [
+    "ArgumentTypeError",
+    "ArgumentValueError",
     "AuthenticationFailedError",
     "ConfigurationError",
     "DataNodeAuthenticationError",
     "DiscoveryError",
     "FailoverInProgressError",
+    "IncrementError",
+    "InvalidArgumentError",
     "MasterNotFoundError",
     "NoSentinelReachableError",
     "PoolExhaustedError",

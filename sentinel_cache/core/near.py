@@ -55,6 +55,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core._sync.connection import ShardConnection, ShardSSLConnection
+from sentinel_cache.core.arguments import check_key
 from sentinel_cache.core.config import connection_class_and_kwargs
 from sentinel_cache.core.throttle import Throttle
 
@@ -157,7 +158,11 @@ class NearCache:
         entry knows its shard, so the key is not placed on the ring.
         """
         entries = self._entries
-        entry = entries.get(key)
+        try:
+            entry = entries.get(key)
+        except TypeError:  # unhashable (a list): the key error, as without the near cache
+            check_key(key)
+            raise
         if entry is not None:
             data, index, session, generation, expires, _ = entry
             state = self._shards[index]

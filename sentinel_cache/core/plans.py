@@ -17,11 +17,13 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from sentinel_cache.core.arguments import distinct
 from sentinel_cache.core.near import NearCache
 from sentinel_cache.core.serializers import Codec, InvalidValueError
 from sentinel_cache.core.shard import Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.core.throttle import Throttle
+from sentinel_cache.exceptions import IncrementError
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -185,6 +187,20 @@ def is_reserved(key: Any) -> bool:
 def wrong_type(exc: BaseException) -> bool:
     """A ``WRONGTYPE`` error: the key holds a list, hash, ... that this cache did not write."""
     return str(exc).startswith("WRONGTYPE")
+
+
+def incr_refused(key: Any, exc: BaseException) -> BaseException:
+    """The server's refusal of an ``incr`` as the :class:`~sentinel_cache.IncrementError` naming
+    the key and the reason (not our script's name and line); another error as it is. The delta
+    was checked before sending, so "not an integer or out of range" is about the value."""
+    text = str(exc)
+    if wrong_type(exc):
+        return IncrementError(key, "it holds another type than a string (WRONGTYPE)")
+    if "not an integer" in text:
+        return IncrementError(key, "its value is not an integer in the signed 64-bit range")
+    if "overflow" in text:
+        return IncrementError(key, "the result would overflow a signed 64-bit integer")
+    return exc
 
 
 # One log throttle per shard, shared by every cache object on the core (Django builds one per
@@ -370,7 +386,7 @@ class ClientBase:
         """The values of ``keys`` the near cache may serve, and the keys to ask the shards."""
         local: dict[Any, Any] = {}
         missing: list[Any] = []
-        for key in dict.fromkeys(keys):
+        for key in distinct(keys):
             data = near.get(key)
             value = MISS if data is None else self.decode(data, key)
             if value is MISS:
@@ -410,7 +426,7 @@ class ClientBase:
 
     # -- multi-key plans and their replies ---------------------------------------------------
     def mget_plan(self, keys: Iterable[Any]) -> tuple[Groups, Plan]:
-        groups = self.core.group_by_shard(dict.fromkeys(keys))
+        groups = self.core.group_by_shard(distinct(keys))
         return groups, {shard: [("MGET", *group)] for shard, group in groups.items()}
 
     def found(self, groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> dict[Any, Any]:
@@ -478,7 +494,7 @@ class ClientBase:
         return self.found(groups, {s: None if r is None else [r[1::2]] for s, r in replies.items()})
 
     def del_plan(self, keys: Iterable[Any]) -> Plan:
-        groups = self.core.group_by_shard(dict.fromkeys(keys))
+        groups = self.core.group_by_shard(distinct(keys))
         return {shard: self.del_commands(group) for shard, group in groups.items()}
 
 

@@ -14,6 +14,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
+from sentinel_cache.core.arguments import key_type_error
 from sentinel_cache.exceptions import ConfigurationError
 
 __all__ = ["HashRing", "murmur64a"]
@@ -184,4 +185,4 @@ def _coerce_key(key: object) -> str | bytes:
         return key
     if isinstance(key, (bytearray, memoryview)):
         return bytes(key)
-    raise TypeError(f"key must be str or bytes, got {type(key).__name__}")
+    raise key_type_error(key)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from sentinel_cache.core import registry
+from sentinel_cache.core.arguments import check_key
 from sentinel_cache.core.config import Address, PoolConfig
 from sentinel_cache.core.discovery import (
     Discovery,
@@ -386,6 +387,10 @@ class ShardedSentinelPool:
         return self.ring.shard_index(key)
 
     def shard_for(self, key: str | bytes) -> Shard:
+        """The shard of a key about to be sent; the key error for one that cannot be (the ring
+        places any str, as Java does; a str that is not valid Unicode has no bytes to send)."""
+        if type(key) is str and not key.isascii():
+            check_key(key)
         return self.shards[self.ring.shard_index(key)]
 
     def previous_shard_for(self, key: str | bytes) -> Shard | None:
@@ -394,6 +399,8 @@ class ShardedSentinelPool:
         ring = self.previous_ring
         if ring is None:
             return None
+        if type(key) is str and not key.isascii():
+            check_key(key)
         previous = self._previous[ring.shard_index(key)]
         return None if previous is self.shards[self.ring.shard_index(key)] else previous
 
@@ -405,7 +412,12 @@ class ShardedSentinelPool:
     def group_by_shard(self, keys: Iterable[K]) -> dict[Shard, list[K]]:
         """Keys grouped per shard, key order kept, so each shard gets one batched command."""
         shards = self.shards
-        return {shards[i]: group for i, group in self.ring.group_by_shard(keys).items()}
+        groups = self.ring.group_by_shard(keys)
+        for group in groups.values():  # as in shard_for: keys about to be sent
+            for key in group:
+                if type(key) is str and not key.isascii():
+                    check_key(key)
+        return {shards[i]: group for i, group in groups.items()}
 
     def client_for(self, key: str | bytes, *, write: bool = True) -> redis.Redis:
         """A redis-py client for the key's shard: its master (or a replica for reads, if set)."""

@@ -16,6 +16,6 @@ except ImportError as exc:  # the optional dependency is missing: say which extr
         name=exc.name,
     ) from exc
 
-from sentinel_cache.django.cache import ShardedSentinelCache
+from sentinel_cache.django.cache import InvalidKeyError, ShardedSentinelCache
 
-__all__ = ["ShardedSentinelCache"]
+__all__ = ["InvalidKeyError", "ShardedSentinelCache"]

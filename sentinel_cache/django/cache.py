@@ -44,21 +44,27 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 import redis
-from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache, default_key_func
+from django.core.cache.backends.base import (
+    DEFAULT_TIMEOUT,
+    BaseCache,
+    InvalidCacheKey,
+    default_key_func,
+)
 from django.core.exceptions import ImproperlyConfigured
 
 from sentinel_cache.core.aio import AsyncCacheClient
+from sentinel_cache.core.arguments import MAX_TIMEOUT, check_key, valid_delta, valid_timeout
 from sentinel_cache.core.client import SCAN_COUNT, CacheClient, escape_pattern
 from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.core.plans import FailOpen
 from sentinel_cache.core.registry import shared_pool
 from sentinel_cache.core.serializers import Codec, PicklingError, build_codec
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
-from sentinel_cache.exceptions import ConfigurationError
+from sentinel_cache.exceptions import ArgumentValueError, ConfigurationError
 
 logger = logging.getLogger("sentinel_cache.django")
 
-__all__ = ["CachePicklingError", "ShardedSentinelCache"]
+__all__ = ["CachePicklingError", "InvalidKeyError", "ShardedSentinelCache"]
 
 # BaseCache's own options: Redis evicts by its maxmemory-policy, so they are accepted and unused.
 _DJANGO_OPTIONS = frozenset({"MAX_ENTRIES", "CULL_FREQUENCY"})
@@ -134,6 +140,11 @@ def _operation(
 
 
 CachePicklingError = PicklingError  # the name this module exported first
+
+
+class InvalidKeyError(InvalidCacheKey, ArgumentValueError):
+    """A key that cannot be stored (not valid Unicode): Django's ``InvalidCacheKey``, as its
+    memcached backends raise for their keys, and the core's key error."""
 
 
 class ShardedSentinelCache(BaseCache):
@@ -238,10 +249,14 @@ class ShardedSentinelCache(BaseCache):
     def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> float | None:
         """Seconds for the client: None never expires, zero or less expires at once.
 
-        Unlike ``RedisCache`` a fractional timeout is kept (Redis gets milliseconds).
+        Unlike ``RedisCache`` a fractional timeout is kept (Redis gets milliseconds). Anything
+        but an int in range goes through the core's rule first (a NaN must not become 0,
+        "expire at once").
         """
         if timeout is DEFAULT_TIMEOUT:
             timeout = self.default_timeout
+        if type(timeout) is not int or timeout > MAX_TIMEOUT:
+            timeout = valid_timeout(timeout)
         return None if timeout is None else max(0, timeout)
 
     def validate_key(self, key: Any) -> None:
@@ -249,6 +264,10 @@ class ShardedSentinelCache(BaseCache):
         if type(key) is str and _quiet(key):
             return
         super().validate_key(key)
+        try:
+            check_key(key)
+        except ArgumentValueError as exc:
+            raise InvalidKeyError(exc.argument, exc.value, exc.reason) from None
 
     def make_and_validate_key(self, key: Any, version: Any = None) -> str:
         """Django's, in one step for the usual key (a near-cache hit is a few microseconds)."""
@@ -311,6 +330,23 @@ class ShardedSentinelCache(BaseCache):
     def _incr(self, key: Any, delta: int = 1, version: Any = None) -> tuple[Any, ...]:
         """Atomic on the server and TTL-preserving; ValueError if the key is missing."""
         return (self.make_and_validate_key(key, version=version), delta)
+
+    def _decr(self, key: Any, delta: int = 1, version: Any = None) -> tuple[Any, ...]:
+        """``incr`` by ``-delta``, the delta checked first (``-True`` would pass as ``-1``)."""
+        return (self.make_and_validate_key(key, version=version), -valid_delta(delta))
+
+    def get_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> Any:
+        """Django's, with the timeout checked first: refused even when the key is there."""
+        self.get_backend_timeout(timeout)
+        return super().get_or_set(key, default, timeout, version)
+
+    async def aget_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> Any:
+        self.get_backend_timeout(timeout)
+        return await super().aget_or_set(key, default, timeout, version)
 
     def _get_many(self, keys: Iterable[Any], version: Any = None) -> _Call:
         key_map = self._key_map(keys, version)
@@ -386,6 +422,7 @@ class ShardedSentinelCache(BaseCache):
     delete, adelete = _operation(_delete, finish=bool)
     has_key, ahas_key = _operation(_has_key, finish=bool)
     incr, aincr = _operation(_incr, finish=int)
+    decr, adecr = _operation(_decr, "incr", int)
     get_many, aget_many = _operation(_get_many)
     set_many, aset_many = _operation(_set_many)
     get_or_set_many, aget_or_set_many = _operation(_get_or_set_many)

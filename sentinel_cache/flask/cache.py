@@ -33,12 +33,15 @@ Configure it like any Flask-Caching backend; ``Cache(app)`` builds it through :m
 Semantics (cachelib's ``RedisCache`` contract):
 
 * Timeouts are seconds (or a ``timedelta``): ``None`` is ``CACHE_DEFAULT_TIMEOUT``, ``0`` never
-  expires, a negative timeout stores nothing (the entry is already expired).
+  expires, a negative timeout stores nothing (the entry is already expired). NaN, infinity,
+  more than ``MAX_TIMEOUT`` seconds, a bool or a string raise an ``ArgumentValueError`` or
+  ``ArgumentTypeError`` naming the timeout before anything is sent (the core's rule).
 * Keys are stored as ``CACHE_KEY_PREFIX + key``; the ring hashes that final key, so Java
   (Jedis) services with the same masters place it on the same shard. Multi-key calls send one
   batch per shard, all shards at once.
 * ``inc``/``dec`` are one atomic ``INCRBY``; a missing key starts at 0 (as in cachelib), the
-  TTL of an existing key is kept, and a non-integer value raises ``redis.ResponseError``.
+  TTL of an existing key is kept, and a value that is not a 64-bit integer raises
+  :class:`~sentinel_cache.IncrementError` (a ``redis.ResponseError``) naming the key.
 * ``unlink`` is ``delete_many`` with ``UNLINK`` (memory freed in the background) and returns the
   list of removed keys, as Flask-Caching's ``Cache.unlink`` promises (its ``RedisCache`` returns
   a count instead).
@@ -81,6 +84,7 @@ from cachelib import BaseCache as CachelibBaseCache
 from flask import Flask
 from flask_caching.backends.base import BaseCache
 
+from sentinel_cache.core.arguments import MAX_TIMEOUT, valid_delta, valid_timeout
 from sentinel_cache.core.client import CacheClient, escape_pattern
 from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.core.plans import FailOpen
@@ -135,11 +139,12 @@ class ShardedSentinelCache(BaseCache):
                 value=default_timeout,
                 reason=f"expected whole seconds or a timedelta (got {default_timeout!r})",
             ) from None
-        if seconds < 0:
+        if not 0 <= seconds <= MAX_TIMEOUT:
             raise ConfigurationError(
                 option="CACHE_DEFAULT_TIMEOUT",
                 value=default_timeout,
-                reason=f"must be >= 0 (0: never expire) (got {default_timeout!r})",
+                reason=f"must be >= 0 (0: never expire) and at most {MAX_TIMEOUT} "
+                f"(got {default_timeout!r})",
             )
         if key_prefix is not None and not isinstance(key_prefix, str) and not callable(key_prefix):
             raise ConfigurationError(
@@ -262,8 +267,14 @@ class ShardedSentinelCache(BaseCache):
         return f"{self._get_prefix()}{key}"
 
     def _normalize_timeout(self, timeout: int | dt.timedelta | None) -> int:
-        """None: the default timeout; otherwise whole seconds (timedelta accepted)."""
-        return self.default_timeout if timeout is None else _whole_seconds(timeout)
+        """None: the default timeout; otherwise whole seconds (timedelta accepted). A number
+        other than an int goes through the core's rule first (NaN, infinity, a bool, a string:
+        an error naming the timeout); the core checks an int's range."""
+        if timeout is None:
+            return self.default_timeout
+        if type(timeout) is int or isinstance(timeout, dt.timedelta):
+            return _whole_seconds(timeout)
+        return _whole_seconds(valid_timeout(timeout))
 
     def _seconds(self, timeout: int | dt.timedelta | None) -> float | None:
         """Flask's convention (None: default, 0: forever) in CacheClient's (None: forever,
@@ -299,7 +310,7 @@ class ShardedSentinelCache(BaseCache):
 
     def dec(self, key: str, delta: int = 1) -> int | None:
         """Atomic ``INCRBY -delta``; a missing key counts from 0."""
-        return self.inc(key, -delta)
+        return self.inc(key, -valid_delta(delta))
 
     # -- many keys (one batch per shard; with IGNORE_EXCEPTIONS a down shard only costs its
     # own keys) ----------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ replaced master), the write fence, the scatter of multi-key batches, and each op
 commands and replies (with the plans of :mod:`sentinel_cache.core.plans`).
 
 ``timeout`` is seconds, None means never expire, zero or less means the value expires at once
-(as in Django).
+(as in Django). Every entry point that takes a timeout, a delta or keys applies the rules of
+:mod:`sentinel_cache.core.arguments` before it sends anything (an int timeout costs a type check
+and a comparison; keys are checked where they are placed on the ring).
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from typing import Any, TypeVar
 from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
 
 from sentinel_cache.core._async.io import AsyncShardIO, run_blocking, wait_fence
+from sentinel_cache.core.arguments import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_TIMEOUT,
+    distinct,
+    valid_delta,
+    valid_timeout,
+)
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.observe import Observed, note, observed
 from sentinel_cache.core.plans import (
@@ -40,6 +50,7 @@ from sentinel_cache.core.plans import (
     command_name,
     copy_deadline,
     expiry_args,
+    incr_refused,
     is_ok,
     is_reserved,
     logger,
@@ -390,6 +401,8 @@ class AsyncCacheOperations(ClientBase):
         return self.value_of(data, key, default)
 
     async def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
+        if type(timeout) is not int or timeout > MAX_TIMEOUT:
+            timeout = valid_timeout(timeout)
         if timeout is not None and timeout <= 0:
             if nx:  # "added" and expired at once: it succeeds only where the key was absent
                 return not await self.has_key(key)
@@ -418,6 +431,8 @@ class AsyncCacheOperations(ClientBase):
 
     async def touch(self, key: Any, timeout: float | None) -> bool:
         """True if the key exists (PERSIST alone answers 0 for a key that had no expiry)."""
+        if type(timeout) is not int or timeout > MAX_TIMEOUT:
+            timeout = valid_timeout(timeout)
         await self._adopt(key)
         if timeout is None:
             exists, _ = await self._on(key, [("EXISTS", key), ("PERSIST", key)], [0, 0], write=True)
@@ -449,19 +464,25 @@ class AsyncCacheOperations(ClientBase):
     async def incr(self, key: Any, delta: int = 1, *, create: bool = False) -> int | None:
         """Atomic and TTL-preserving; ValueError if the key is missing (Django semantics), or,
         with ``create``, a missing key counts from 0 without expiry (cachelib semantics), and
-        None when IGNORE_EXCEPTIONS skipped the shard."""
+        None when IGNORE_EXCEPTIONS skipped the shard. A value the server cannot increment
+        raises :class:`~sentinel_cache.IncrementError` naming the key."""
+        if type(delta) is not int or not INT64_MIN <= delta <= INT64_MAX:
+            delta = valid_delta(delta)
         await self._adopt(key)
-        if create:
-            (value,) = await self._on(
-                key, [("INCRBY", key, delta)], [None], write=True, idempotent=False
-            )
-            return None if value is None else int(value)
-        command: Command = ("EVALSHA", INCR_IF_EXISTS_SHA, 1, key, delta)
         try:
-            (value,) = await self._on(key, [command], [_SKIPPED], write=True, idempotent=False)
-        except NoScriptError:  # nothing ran: safe to send the body, which caches it
-            command = ("EVAL", INCR_IF_EXISTS, 1, key, delta)
-            (value,) = await self._on(key, [command], [_SKIPPED], write=True, idempotent=False)
+            if create:
+                (value,) = await self._on(
+                    key, [("INCRBY", key, delta)], [None], write=True, idempotent=False
+                )
+                return None if value is None else int(value)
+            command: Command = ("EVALSHA", INCR_IF_EXISTS_SHA, 1, key, delta)
+            try:
+                (value,) = await self._on(key, [command], [_SKIPPED], write=True, idempotent=False)
+            except NoScriptError:  # nothing ran: safe to send the body, which caches it
+                command = ("EVAL", INCR_IF_EXISTS, 1, key, delta)
+                (value,) = await self._on(key, [command], [_SKIPPED], write=True, idempotent=False)
+        except ResponseError as exc:
+            raise incr_refused(key, exc) from None
         if value is _SKIPPED:
             raise ValueError(f"Key {key!r} not found (its shard is unavailable)")
         if value is None:
@@ -505,6 +526,8 @@ class AsyncCacheOperations(ClientBase):
 
     async def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
         """Returns the keys that failed (Django's contract)."""
+        if type(timeout) is not int or timeout > MAX_TIMEOUT:
+            timeout = valid_timeout(timeout)
         if not mapping:
             return []
         if timeout is not None and timeout <= 0:
@@ -543,6 +566,8 @@ class AsyncCacheOperations(ClientBase):
         """The value of every key of ``defaults``; a missing key gets its default, added with
         ``SET NX`` so a concurrent writer's value wins (and is returned). Two round trips, each
         one batch per shard."""
+        if type(timeout) is not int or timeout > MAX_TIMEOUT:
+            timeout = valid_timeout(timeout)
         found = await self.get_many(defaults)
         missing = {key: value for key, value in defaults.items() if key not in found}
         if not missing:
@@ -573,7 +598,7 @@ class AsyncCacheOperations(ClientBase):
         """Delete (or ``UNLINK``) the keys, then check none is still there, in one batch per
         shard (cachelib's contract): key -> gone. Keys of a shard skipped by IGNORE_EXCEPTIONS
         are left out."""
-        groups = self.core.group_by_shard(dict.fromkeys(keys))
+        groups = self.core.group_by_shard(distinct(keys))
         command = "UNLINK" if unlink else "DEL"
         plan = {
             shard: [*self.del_commands(group, command), *(("EXISTS", key) for key in group)]

@@ -1,0 +1,92 @@
+"""The one rule for each argument of a cache call: keys, timeouts, ``incr`` deltas.
+
+The core client applies them at its entry points and both adapters apply them where they make
+keys and timeouts, so a bad argument is refused the same way everywhere, with an
+:class:`~sentinel_cache.exceptions.InvalidArgumentError` naming it and its value, before
+anything is sent (a NaN timeout must not become "expire at once" and delete the value).
+
+The callers keep the usual argument on a fast path of a type check or two (see each function)
+and call these only for the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from sentinel_cache.exceptions import ArgumentTypeError, ArgumentValueError
+
+#: The longest timeout, in seconds. The server keeps an expiry as milliseconds since 1970 in a
+#: signed 64-bit integer and refuses ``SET PX``/``PEXPIRE`` beyond ``2**63 - 1`` minus its clock
+#: (about 9.22e15 s); this fixed bound (about 285 million years) is under that for any server
+#: clock before the year 200,000.
+MAX_TIMEOUT = 9 * 10**15
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def valid_timeout(timeout: Any) -> int | float | None:
+    """``timeout`` (seconds) if the cache takes it, else the argument error.
+
+    None (never expires, in the core's terms) passes, and so does a real number that is finite
+    and at most :data:`MAX_TIMEOUT`; zero or less passes too (the value expires at once). A bool
+    is refused: ``True`` as a timeout is a mistake, not one second. Callers skip this for an
+    int ``<= MAX_TIMEOUT``.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        reason = "must be a number of seconds" + (", not a bool" * isinstance(timeout, bool))
+        raise ArgumentTypeError("timeout", timeout, reason)
+    number = int(timeout) if isinstance(timeout, numbers.Integral) else float(timeout)
+    if not math.isfinite(number):
+        raise ArgumentValueError("timeout", timeout, "must be a finite number of seconds")
+    if number > MAX_TIMEOUT:
+        raise ArgumentValueError(
+            "timeout", timeout, f"must be at most {MAX_TIMEOUT} seconds (the server's range)"
+        )
+    return number
+
+
+def valid_delta(delta: Any) -> int:
+    """``delta`` of ``incr``/``decr`` if it is an int of the server's signed 64-bit range (not a
+    bool, not a float or a numeric string), else the argument error. Callers skip this for
+    such an int."""
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Integral):
+        raise ArgumentTypeError("delta", delta, "must be an int")
+    number = int(delta)
+    if not INT64_MIN <= number <= INT64_MAX:
+        raise ArgumentValueError("delta", delta, "must fit in a signed 64-bit integer")
+    return number
+
+
+def check_key(key: Any) -> None:
+    """The key error for a key that cannot be sent: neither str nor bytes(-like), or a str that
+    is not valid Unicode (a lone surrogate has no UTF-8 bytes; pass bytes for arbitrary bytes).
+    Callers skip this for bytes and ASCII str."""
+    if isinstance(key, str):
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            reason = f"is not valid Unicode (a lone surrogate at position {exc.start})"
+            raise ArgumentValueError("key", key, reason) from None
+    elif not isinstance(key, (bytes, bytearray, memoryview)):
+        raise key_type_error(key)
+
+
+def key_type_error(key: Any) -> ArgumentTypeError:
+    """The key error for a key of another type than str or bytes (the ring's too)."""
+    return ArgumentTypeError("key", key, f"must be str or bytes, not {type(key).__name__}")
+
+
+def distinct(keys: Iterable[Any]) -> dict[Any, None]:
+    """``keys`` without repeats, in order (``dict.fromkeys``); an unhashable key (a list) gets
+    the key error instead of ``unhashable type``."""
+    try:
+        return dict.fromkeys(keys)
+    except TypeError:
+        if isinstance(keys, Collection):
+            for key in keys:
+                check_key(key)
+        raise
