@@ -34,6 +34,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from threads import Workers
 
 from sentinel_cache import ConfigurationError, DiscoveryError
 from sentinel_cache.core.client import CacheClient
@@ -114,8 +115,8 @@ class FakeSentinel:
         self.address = Address("127.0.0.1", self._sock.getsockname()[1])
         self._closed = threading.Event()
         self._conns: list[socket.socket] = []
-        self._threads = [threading.Thread(target=self._accept, name="fake-sentinel", daemon=True)]
-        self._threads[0].start()
+        self._workers = Workers(timeout=2)  # close() raises what a thread of it raised
+        self._workers.spawn(self._accept, name="fake-sentinel")
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -126,9 +127,7 @@ class FakeSentinel:
             except OSError:
                 return
             self._conns.append(conn)
-            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self._threads.append(thread)
-            thread.start()
+            self._workers.spawn(self._serve, conn, name="fake-sentinel-conn")
 
     def _serve(self, conn: socket.socket) -> None:
         reader = conn.makefile("rb")
@@ -169,8 +168,7 @@ class FakeSentinel:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
             conn.close()
-        for thread in self._threads:
-            thread.join(timeout=2)
+        self._workers.join()
 
 
 @pytest.fixture

@@ -67,11 +67,16 @@ class Workers:
         first worker's exception, or AssertionError naming the workers still running."""
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        with self._lock:
-            threads = list(self.threads)
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        alive = [thread.name for thread in threads if thread.is_alive()]
+        joined = 0
+        while True:  # a worker may start another (a server's accept loop): join those too
+            with self._lock:
+                pending = self.threads[joined:]
+            if not pending:
+                break
+            for thread in pending:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            joined += len(pending)
+        alive = [thread.name for thread in self.threads if thread.is_alive()]
         with self._lock:
             failures = list(self.failures)
         if failures:

@@ -16,6 +16,7 @@ import pytest
 from flask import Flask, request
 from flask_caching import Cache
 from flask_support import settings_for
+from threads import Workers
 
 from sentinel_cache.flask import ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
@@ -95,10 +96,11 @@ def test_cached_and_memoized_views_through_planned_failover(
     cluster = make_cluster(shards=2, replicas=1, sentinels=3)
     app, backend, calls = make_app(cluster)
     traffic = [Traffic(app, worker) for worker in range(2)]
+    workers = Workers(timeout=10)
     try:
         with caplog.at_level(logging.ERROR, logger="flask_caching"):
             for thread in traffic:
-                thread.start()
+                workers.start(thread)
             time.sleep(0.3)
             before = {name: cluster.master_address(name) for name in cluster.master_names}
             for name in cluster.master_names:  # both shards, at once
@@ -118,8 +120,7 @@ def test_cached_and_memoized_views_through_planned_failover(
     finally:
         for thread in traffic:
             thread.halt.set()
-        for thread in traffic:
-            thread.join(10)
+        workers.join()
 
     try:
         failures = [f for t in traffic for f in t.failures]
