@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,11 +62,18 @@ ALLOWED_SKIPS = (
 _skipped: list[tuple[str, str]] = []  # (nodeid, reason) of every skip in this session
 
 
-def _server_kind() -> str:
+def _server() -> tuple[str, str]:
+    """``(kind, "path: its --version")`` of the server this run uses, or ``("none", why)``."""
     try:
-        return find_server_binary()[1]
-    except RuntimeError:
-        return "none"
+        path, kind = find_server_binary()
+    except RuntimeError as exc:
+        return "none", str(exc)
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+    return kind, f"{path}: {version.stdout.strip()}"
+
+
+def _server_kind() -> str:
+    return _server()[0]
 
 
 def _allowed(nodeid: str, reason: str, kind: str) -> AllowedSkip | None:
@@ -106,9 +114,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     write = terminalreporter.write_line
-    kind = _server_kind()
-    terminalreporter.section("skips")
-    write(f"server: {kind}; skips allowed (any other skip fails the run):")
+    kind, described = _server()
+    terminalreporter.section("server and skips")
+    write(f"server: {kind} ({described})")
+    write("skips allowed (any other skip fails the run):")
     for allowed in ALLOWED_SKIPS:
         write(f"  {allowed.nodeids} on {'/'.join(allowed.kinds)}: {allowed.why}")
     refused = _refused_skips()
