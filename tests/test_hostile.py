@@ -35,6 +35,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from threads import Workers
+from waiting import wait_until
 
 from sentinel_cache import ConfigurationError, DiscoveryError
 from sentinel_cache.core.client import CacheClient
@@ -169,6 +170,11 @@ class FakeSentinel:
                 conn.shutdown(socket.SHUT_RDWR)
             conn.close()
         self._workers.join()
+
+
+def subscribes(fake: FakeSentinel) -> int:
+    """The SUBSCRIBE commands the fake has received so far."""
+    return sum(1 for args in list(fake.commands) if args[:1] and args[0].upper() == b"SUBSCRIBE")
 
 
 @pytest.fixture
@@ -357,7 +363,9 @@ def test_listener_on_a_garbage_sentinel_keeps_retrying_quietly(
             ):
                 assert time.monotonic() < deadline, pool.listeners.status()
                 time.sleep(0.02)
-            time.sleep(0.3)  # a few reconnect rounds
+            # Two more reconnect rounds (each a SUBSCRIBE the fake answered with garbage).
+            tried = subscribes(fake) + 2
+            wait_until(lambda: subscribes(fake) >= tried, 10, "two more reconnect rounds")
             assert fake_listener.alive and fake_listener.connects == 0
             assert pool.listeners.status()[str(fake.address)] is False
             pool.client_for("still-works").set("still-works", 1)
