@@ -34,6 +34,7 @@ from redis.sentinel import Sentinel
 
 from benchmarks.contenders import NODE_KWARGS, SENTINEL_KWARGS
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
+from tests.threads import Workers
 
 WRITE_INTERVAL = 0.002
 VALUE = b"x" * 64
@@ -148,11 +149,10 @@ class Writer:
     keys: list[str]
     log: list[Write] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _workers: Workers = field(default_factory=lambda: Workers(timeout=30))
 
     def start(self) -> Writer:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._workers.spawn(self._run, name="bench-writer")
         return self
 
     def _run(self) -> None:
@@ -171,9 +171,9 @@ class Writer:
                 time.sleep(pause)
 
     def stop(self) -> None:
+        """Stops the writer; raises what it raised, or that it is still running."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._workers.join()
 
     @property
     def acked(self) -> list[str]:
@@ -212,11 +212,9 @@ class SwitchWatcher:
             self.pubsubs.append(pubsub)
         self.events: list[tuple[float, str]] = []
         self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._run, args=(p,), daemon=True) for p in self.pubsubs
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._workers = Workers(timeout=5)
+        for pubsub in self.pubsubs:
+            self._workers.spawn(self._run, pubsub, name="bench-switch-watcher")
 
     def _run(self, pubsub: Any) -> None:
         while not self._stop.is_set():
@@ -238,8 +236,7 @@ class SwitchWatcher:
 
     def close(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        self._workers.join()
         for pubsub in self.pubsubs:
             pubsub.close()
         for client in self.clients:

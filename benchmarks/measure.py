@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.contenders import Contender
+from tests.threads import Workers
 
 KEYSPACE = 1000
 VALUE = {
@@ -226,15 +227,14 @@ def _mixed_once(
         counts[index] = done
         errors[index] = failed
 
-    pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
-    for thread in pool:
-        thread.start()
+    workers = Workers(timeout=30)  # a worker that raised, or hangs, fails the run
+    for i in range(threads):
+        workers.spawn(worker, i, name=f"bench-mixed-{i}")
     start.wait()
     began = time.perf_counter()
     time.sleep(duration)
     stop.set()
-    for thread in pool:
-        thread.join()
+    workers.join()
     elapsed = time.perf_counter() - began
     return sum(counts) / elapsed, sum(errors)
 

@@ -27,6 +27,7 @@ import redis
 
 from benchmarks.ratios import VALUE, compare
 from sentinel_cache.testing import LocalSentinelCluster
+from tests.threads import Workers
 
 
 def _quantile(samples: list[float], q: float) -> float:
@@ -51,13 +52,11 @@ def _mix(cache: Any, keys: list[str], threads: int, seconds: float) -> float:
             count += 1
         done[n] = count
 
-    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
-    for worker in workers:
-        worker.start()
-    time.sleep(seconds)
-    stop.set()
-    for worker in workers:
-        worker.join()
+    with Workers(timeout=30) as workers:  # a worker that raised fails the run
+        for n in range(threads):
+            workers.spawn(work, n, name=f"bench-mix-{n}")
+        time.sleep(seconds)
+        stop.set()
     return sum(done) / seconds
 
 

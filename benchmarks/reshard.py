@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Any
 
@@ -30,6 +29,7 @@ from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
+from tests.threads import Workers
 
 BEFORE = ["shard0", "shard1"]
 AFTER = ["shard0", "shard1", "shard2"]
@@ -175,7 +175,8 @@ def _reader_during_migration(cluster: LocalSentinelCluster, count: int) -> dict[
     keys = [f"rd:{n}" for n in range(count)]
     _place(cluster, keys, Codec().dumps(os.urandom(1000)))
     migrating, reading = _core(cluster), _core(cluster)
-    stop = threading.Event()
+    workers = Workers(timeout=30)
+    stop = workers.stop
     seen = {"reads": 0, "misses": 0, "passes": 0}
 
     def read() -> None:
@@ -191,16 +192,14 @@ def _reader_during_migration(cluster: LocalSentinelCluster, count: int) -> dict[
             else:
                 seen["passes"] += 1
 
-    reader = threading.Thread(target=read)
     try:
-        reader.start()
-        time.sleep(0.05)
-        began = time.perf_counter()
-        report = reshard.migrate(migrating)
-        seconds = time.perf_counter() - began
+        with workers:  # a reader that raised fails the run: its misses would be undercounted
+            workers.spawn(read, name="bench-reader")
+            time.sleep(0.05)
+            began = time.perf_counter()
+            report = reshard.migrate(migrating)
+            seconds = time.perf_counter() - began
     finally:
-        stop.set()
-        reader.join()
         migrating.close()
         reading.close()
     return {

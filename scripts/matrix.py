@@ -272,12 +272,9 @@ def ensure_venv(cell: Cell, log: Path) -> tuple[Path | None, dict[str, object], 
 
 
 def server_for(cell: Cell, python: Path, override: str | None) -> tuple[str, str, str]:
-    """``(SENTINEL_CACHE_SERVER value, "redis 7.0.15", note)``. A Redis cell on a machine
-    without redis-server falls back to the embedded Valkey, as ``.ci/run`` does, and says so."""
+    """``(SENTINEL_CACHE_SERVER value, "redis 7.0.15", error)``; ``error`` says why the cell's
+    server cannot be had. A Redis cell never runs on Valkey: without redis-server it fails."""
     wanted = override or cell.server
-    note = ""
-    if wanted == "redis" and shutil.which("redis-server") is None:
-        wanted, note = "embedded", "no redis-server: fell back to the embedded Valkey"
     probe = (
         "from sentinel_cache.testing.cluster import find_server_binary; import subprocess;"
         "path, kind = find_server_binary();"
@@ -289,7 +286,12 @@ def server_for(cell: Cell, python: Path, override: str | None) -> tuple[str, str
         [str(python), "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT, check=False
     )
     label = done.stdout.strip() or f"{wanted}: {done.stderr.strip().splitlines()[-1:]}"
-    return wanted, label, note
+    error = ""
+    if done.returncode != 0 or not done.stdout.strip():
+        error = f"server {wanted!r} not available: {label}"
+    elif wanted == "redis" and label.split()[0] != "redis":
+        error = f"a Redis cell found {label} instead"
+    return wanted, label, error
 
 
 # --------------------------------------------------------------------------- running
@@ -325,8 +327,12 @@ def run_cell(cell: Cell, server: str | None, extra: list[str], timeout: float) -
     if python is None:
         result.note = setup
         return result
-    value, label, note = server_for(cell, python, server)
-    result.server, result.note = label, note
+    value, label, error = server_for(cell, python, server)
+    result.server = label
+    if error:
+        result.status, result.note = "no server", error
+        _log(log, f"\n{error}\n")
+        return result
     env = {**os.environ, "SENTINEL_CACHE_SERVER": value}
     env.pop("VIRTUAL_ENV", None)
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"

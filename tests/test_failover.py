@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from threads import Workers
 from waiting import wait_until
 
 from sentinel_cache.core.config import Address
@@ -63,8 +64,8 @@ class Writer(threading.Thread):
             self.halt.wait(self.interval)
 
     def stop(self) -> None:
+        """Ask it to stop; the test's :class:`Workers` joins it and raises what it raised."""
         self.halt.set()
-        self.join(10)
 
 
 def role(cluster: LocalSentinelCluster, address: Address) -> str:
@@ -95,8 +96,9 @@ def test_planned_failover_loses_no_acknowledged_write(make_cluster: ClusterFacto
     wait_until(lambda: listeners_connected(pool), 5, "listeners")
     other_connections = {id(c) for c in pool.shards[1].pool._connections}
     writer_a, writer_b = Writer(pool, 0, "a"), Writer(pool, 1, "b")
-    writer_a.start()
-    writer_b.start()
+    workers = Workers(timeout=10)
+    workers.start(writer_a)
+    workers.start(writer_b)
     time.sleep(0.3)
     old = cluster.master_address(name_a)
     cluster.failover(name_a)
@@ -106,6 +108,7 @@ def test_planned_failover_loses_no_acknowledged_write(make_cluster: ClusterFacto
     time.sleep(0.2)
     writer_a.stop()
     writer_b.stop()
+    workers.join()
     client = cluster.node_client(new)
     try:
         values = client.mget(writer_a.acked) if writer_a.acked else []
@@ -146,11 +149,11 @@ def test_sigkill_first_good_write_follows_switch_master(make_cluster: ClusterFac
             if message and message["type"] == "message":
                 announced.append(time.monotonic())
 
-    watch_thread = threading.Thread(target=watch, daemon=True)
-    watch_thread.start()
+    workers = Workers(timeout=10)
+    workers.spawn(watch, name="watch")
     writer, other = Writer(pool, 0, "k"), Writer(pool, 1, "o")
-    writer.start()
-    other.start()
+    workers.start(writer)
+    workers.start(other)
     time.sleep(0.2)
     old = cluster.kill_master(name)
     cluster.wait_for_master_change(name, old, timeout=30)
@@ -158,7 +161,7 @@ def test_sigkill_first_good_write_follows_switch_master(make_cluster: ClusterFac
     time.sleep(0.5)
     writer.stop()
     other.stop()
-    watch_thread.join(2)
+    workers.join()
     watcher.close()
     first_good = next(t for t in writer.ok_times if t > announced[0])
     lag = first_good - announced[0]
@@ -263,10 +266,9 @@ def test_fence_holds_then_fails_clearly(cluster: LocalSentinelCluster) -> None:
         pool.execute(shard, lambda c: c.set("fenced", 1))
     assert 0.25 < time.monotonic() - started < 1.5
     assert pool.execute(shard, lambda c: c.get("anything"), write=False) is None  # reads pass
-    releaser = threading.Timer(0.1, shard.lower_fence)
-    releaser.start()
-    assert pool.execute(shard, lambda c: c.set("fenced", 1))
-    releaser.join()
+    with Workers(timeout=5) as workers:
+        workers.after(0.1, shard.lower_fence)
+        assert pool.execute(shard, lambda c: c.set("fenced", 1))
     pool.close()
 
 
@@ -329,18 +331,16 @@ def test_32_threads_through_a_failover(make_cluster: ClusterFactory) -> None:
             except Exception as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
 
-    threads = [threading.Thread(target=hammer, args=(i,), daemon=True) for i in range(32)]
-    for thread in threads:
-        thread.start()
+    workers = Workers(timeout=10)
+    for i in range(32):
+        workers.spawn(hammer, i, name=f"hammer-{i}")
     name = cluster.master_names[0]
     old = cluster.master_address(name)
     cluster.failover(name)
     cluster.wait_for_master_change(name, old, timeout=30)
     time.sleep(1.0)
     halt.set()
-    for thread in threads:
-        thread.join(10)
-    assert not any(t.is_alive() for t in threads), "a thread is stuck"
+    workers.join()  # a thread stuck fails here
     print(f"\n32 threads: {done[0]} operations, {len(errors)} errors during a planned failover")
     assert errors == []
     assert all(shard["connections"] <= 40 for shard in pool.status()["shards"])

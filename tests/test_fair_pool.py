@@ -19,6 +19,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
+from threads import Workers
 
 from sentinel_cache.core.fair_pool import (
     EXHAUSTED,
@@ -85,17 +86,14 @@ def test_waiters_are_served_in_arrival_order(make_pool: Callable[..., Any]) -> N
         order.append(index)
         pool.release(connection)
 
-    threads = []
+    workers = Workers(timeout=20)
     for index in range(5):
-        thread = threading.Thread(target=borrower, args=(index,))
-        thread.start()
-        threads.append(thread)
+        workers.spawn(borrower, index, name=f"borrower-{index}")
         wait_until(lambda n=index + 1: pool.waiting() == n)  # type: ignore[misc]
     pool.release(held)
     again = pool.get_connection()  # the releaser asks again at once: it queues behind all five
     order.append("releaser")
-    for thread in threads:
-        thread.join()
+    workers.join()
     assert order == [0, 1, 2, 3, 4, "releaser"]
     assert again is held  # one connection, handed along the line
     pool.release(again)
@@ -123,11 +121,9 @@ def test_sixteen_threads_two_connections_no_exhaustion(
             calls[index] += 1
 
     deadline[0] = time.monotonic() + 2.0
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with Workers(timeout=30) as workers:
+        for i in range(16):
+            workers.spawn(worker, i, name=f"worker-{i}")
     mean = statistics.mean(calls)
     report(
         capsys,
@@ -154,10 +150,9 @@ def test_exhaustion_only_after_a_full_timeout(make_pool: Callable[..., Any]) -> 
         time.sleep(0.1)
         pool.release(held)
 
-    thread = threading.Thread(target=give_back)
-    thread.start()
-    assert pool.get_connection() is held
-    thread.join()
+    with Workers(timeout=10) as workers:
+        workers.spawn(give_back, name="give-back")
+        assert pool.get_connection() is held
     pool.release(held)
     assert (pool.in_use(), pool.idle()) == (0, 1)
 
@@ -182,11 +177,9 @@ def test_connect_failure_frees_its_slot() -> None:
             messages.append(str(exc))
 
     started = time.monotonic()
-    threads = [threading.Thread(target=borrow) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with Workers(timeout=30) as workers:
+        for n in range(8):
+            workers.spawn(borrow, name=f"borrow-{n}")
     assert len(messages) == 8 and EXHAUSTED not in messages
     assert time.monotonic() - started < 4
     assert (pool.in_use(), pool.idle(), pool.waiting()) == (0, 0, 0)
@@ -249,9 +242,9 @@ def test_forked_child_gets_a_fresh_pool(make_pool: Callable[..., Any]) -> None:
             locked.set()
             done.wait()
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    locked.wait()
+    workers = Workers(timeout=10)
+    workers.spawn(hold, name="holder")
+    assert locked.wait(10), "the holder took the pool's lock"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
         pid = os.fork()
@@ -268,7 +261,7 @@ def test_forked_child_gets_a_fresh_pool(make_pool: Callable[..., Any]) -> None:
         finally:
             os._exit(code)
     done.set()
-    holder.join()
+    workers.join()
     deadline = time.monotonic() + 15
     while True:
         done_pid, status = os.waitpid(pid, os.WNOHANG)

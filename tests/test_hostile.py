@@ -34,6 +34,8 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from threads import Workers
+from waiting import wait_until
 
 from sentinel_cache import ConfigurationError, DiscoveryError
 from sentinel_cache.core.client import CacheClient
@@ -115,8 +117,8 @@ class FakeSentinel:
         self.address = Address("127.0.0.1", self._sock.getsockname()[1])
         self._closed = threading.Event()
         self._conns: list[socket.socket] = []
-        self._threads = [threading.Thread(target=self._accept, name="fake-sentinel", daemon=True)]
-        self._threads[0].start()
+        self._workers = Workers(timeout=2)  # close() raises what a thread of it raised
+        self._workers.spawn(self._accept, name="fake-sentinel")
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -127,9 +129,7 @@ class FakeSentinel:
             except OSError:
                 return
             self._conns.append(conn)
-            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self._threads.append(thread)
-            thread.start()
+            self._workers.spawn(self._serve, conn, name="fake-sentinel-conn")
 
     def _serve(self, conn: socket.socket) -> None:
         reader = conn.makefile("rb")
@@ -170,8 +170,12 @@ class FakeSentinel:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
             conn.close()
-        for thread in self._threads:
-            thread.join(timeout=2)
+        self._workers.join()
+
+
+def subscribes(fake: FakeSentinel) -> int:
+    """The SUBSCRIBE commands the fake has received so far."""
+    return sum(1 for args in list(fake.commands) if args[:1] and args[0].upper() == b"SUBSCRIBE")
 
 
 @pytest.fixture
@@ -360,7 +364,9 @@ def test_listener_on_a_garbage_sentinel_keeps_retrying_quietly(
             ):
                 assert time.monotonic() < deadline, pool.listeners.status()
                 time.sleep(0.02)
-            time.sleep(0.3)  # a few reconnect rounds
+            # Two more reconnect rounds (each a SUBSCRIBE the fake answered with garbage).
+            tried = subscribes(fake) + 2
+            wait_until(lambda: subscribes(fake) >= tried, 10, "two more reconnect rounds")
             assert fake_listener.alive and fake_listener.connects == 0
             assert pool.listeners.status()[str(fake.address)] is False
             pool.client_for("still-works").set("still-works", 1)

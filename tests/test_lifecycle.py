@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
+
+from threads import Workers
 
 from sentinel_cache.core.aio import AsyncCacheClient
 from sentinel_cache.core.serializers import Codec
@@ -16,8 +17,8 @@ def test_closing_the_core_closes_its_asyncio_connections(cluster: LocalSentinelC
     core = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
     client = AsyncCacheClient(core, Codec())
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
+    workers = Workers(timeout=5)
+    workers.spawn(loop.run_forever, name="loop")
     try:
 
         async def use() -> list[object]:
@@ -37,5 +38,5 @@ def test_closing_the_core_closes_its_asyncio_connections(cluster: LocalSentinelC
         assert client.clients.loop_count == 0
     finally:
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+        workers.join()
         loop.close()

@@ -8,19 +8,16 @@ import sys
 from collections.abc import Callable, Iterator
 
 import pytest
+from prometheus_client import REGISTRY
+from waiting import key_on, wait_until
 
-prometheus_client = pytest.importorskip("prometheus_client")
-
-from prometheus_client import REGISTRY  # noqa: E402
-from waiting import key_on, wait_until  # noqa: E402
-
-from sentinel_cache import ConfigurationError  # noqa: E402
-from sentinel_cache.core.client import CacheClient  # noqa: E402
-from sentinel_cache.core.config import PoolConfig  # noqa: E402
-from sentinel_cache.core.metrics import source_kind  # noqa: E402
-from sentinel_cache.core.serializers import Codec  # noqa: E402
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool  # noqa: E402
-from sentinel_cache.testing import LocalSentinelCluster  # noqa: E402
+from sentinel_cache import ConfigurationError
+from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.core.metrics import source_kind
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.testing import LocalSentinelCluster
 
 
 def sample(name: str, **labels: str) -> float:

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 import redis
-from waiting import wait_until
+from threads import Workers
+from waiting import key_on, wait_until
 
 from sentinel_cache import ConfigurationError
 from sentinel_cache.core import _sync
@@ -58,6 +59,20 @@ def echoed(core: ShardedSentinelPool, key: str, before: int) -> None:
     """Wait for the server's invalidation of a write of ``key`` made outside the writer
     connection: until it has arrived, it may evict a copy read after the write."""
     wait_until(lambda: near_status(core, key)["invalidations"] > before, 2, f"the echo of {key}")
+
+
+def fence(client: CacheClient, core: ShardedSentinelPool, index: int) -> None:
+    """Wait until every invalidation shard ``index`` has sent so far has arrived: keep a copy of
+    a fence key there, write it from outside and wait for its copy to go. The server sends the
+    invalidations of one session in order, so the earlier ones came first. Adds exactly one
+    invalidation to the shard's count."""
+    key = key_on(core, index, "near:fence")
+    store(client, core, key, "fence")
+    with outsider(core, key) as other:
+        other.set(key, Codec().dumps("fenced"))
+    near = core.near
+    assert near is not None
+    wait_until(lambda: near.get(key) is None, 2, f"the invalidation of the fence {key}")
 
 
 def outsider(core: ShardedSentinelPool, key: str) -> redis.Redis:
@@ -120,13 +135,15 @@ def test_own_sync_writes_are_kept_without_an_echo(core: ShardedSentinelPool) -> 
     near = core.near
     assert near is not None
     shard = core.shard_for("near:kept")
+    index = core.shard_index("near:kept")
+    fence(client, core, index)  # nothing sent before the writes is counted below
+    before = near_status(core, "near:kept")
     for n in range(5):
         client.set("near:kept", {"n": n}, None)
         assert near.get("near:kept") == Codec().dumps({"n": n})  # kept by the write itself
-    before = near_status(core, "near:kept")
-    time.sleep(0.2)  # time enough for an echo to arrive, were one sent
+    fence(client, core, index)  # an echo of the writes, were one sent, has arrived by now
     after = near_status(core, "near:kept")
-    assert after["invalidations"] == before["invalidations"]
+    assert after["invalidations"] == before["invalidations"] + 1, "only the fence's"
     assert (
         client.get("near:kept") == {"n": 4}
         and near_status(core, "near:kept")["hits"] > after["hits"]
@@ -181,50 +198,40 @@ def test_no_copy_outlives_a_storm_of_own_and_outside_writes(core: ShardedSentine
     same keys: once everyone stopped and the last invalidations arrived, every copy kept
     equals what the server holds (a write kept locally never hides a later outside one)."""
     import random
-    import threading
 
     client = CacheClient(core, Codec())
     near = core.near
     assert near is not None
     keys = [f"near:storm:{n}" for n in range(8)]
-    stop = threading.Event()
-    errors: list[BaseException] = []
+    workers = Workers(timeout=10)
 
     def ours(seed: int) -> None:
         rng = random.Random(seed)
-        try:
-            while not stop.is_set():
-                key = rng.choice(keys)
-                if rng.random() < 0.5:
-                    client.set(key, {"by": "us", "n": rng.random()}, None)
-                else:
-                    client.get(key)
-        except BaseException as exc:
-            errors.append(exc)
+        while not workers.stop.is_set():
+            key = rng.choice(keys)
+            if rng.random() < 0.5:
+                client.set(key, {"by": "us", "n": rng.random()}, None)
+            else:
+                client.get(key)
 
     def theirs() -> None:
         rng = random.Random(99)
         clients = {key: outsider(core, key) for key in keys}
         try:
-            while not stop.is_set():
+            while not workers.stop.is_set():
                 key = rng.choice(keys)
                 clients[key].set(key, Codec().dumps({"by": "them", "n": rng.random()}))
-        except BaseException as exc:
-            errors.append(exc)
         finally:
             for other in clients.values():
                 other.close()
 
-    threads = [threading.Thread(target=ours, args=(n,)) for n in range(4)]
-    threads.append(threading.Thread(target=theirs))
-    for thread in threads:
-        thread.start()
-    time.sleep(1.5)
-    stop.set()
-    for thread in threads:
-        thread.join(10)
-    assert errors == []
-    time.sleep(0.2)  # the last invalidations arrive
+    with workers:
+        for n in range(4):
+            workers.spawn(ours, n, name=f"ours-{n}")
+        workers.spawn(theirs, name="theirs")
+        time.sleep(1.5)  # the storm's length
+    for index in sorted({core.shard_index(key) for key in keys}):
+        fence(client, core, index)  # the last invalidations have arrived
     kept = 0
     for key in keys:
         local = near.get(key)
@@ -488,9 +495,11 @@ def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool) -> No
 
     client = CacheClient(core, Codec())
     store(client, core, "near:st", 1)
+    hits = near_status(core, "near:st")["hits"]
+    assert client.get("near:st") == 1  # served by the copy
     report = status.collect(core, timeout=1.0)
     row = report["shards"][core.shard_index("near:st")]["near_cache"]
-    assert row["tracked"] is True and row["entries"] >= 1 and row["hits"] >= 0
+    assert row["tracked"] is True and row["entries"] >= 1 and row["hits"] == hits + 1
     text = status.render_text(report)
     assert "near cache (this process)" in text and "hit ratio" in text
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from threads import Workers
 
 from sentinel_cache import ConfigurationError
 from sentinel_cache.core import reshard
@@ -268,7 +269,6 @@ def test_migration_moves_every_key_to_its_owner_with_its_ttl(
         assert all(s.complete and s.restarts == 0 for s in report.shards)
         assert_settled(three, after, after_w)
         # TTLs kept within a second; keys without expiry still without.
-        elapsed_ms = (time.monotonic() - written) * 1000
         new = owner_names(after, after_w)
         old = owner_names(before, before_w)
         moved = [k for k in KEYS if old[k] != new[k]]
@@ -278,6 +278,7 @@ def test_migration_moves_every_key_to_its_owner_with_its_ttl(
         for key in with_ttl + persistent:
             with three.node_client(three.master_address(new[key])) as node:
                 ttl = node.pttl(key)
+            elapsed_ms = (time.monotonic() - written) * 1000  # at this read, not the first
             if key in persistent:
                 assert ttl == -1, key
             else:
@@ -332,7 +333,7 @@ def test_a_reader_never_misses_during_the_migration(three: LocalSentinelCluster)
     place(three, before)
     core = core_for(three, after, previous_masters=before)
     reader_core = core_for(three, after, previous_masters=before)
-    stop = threading.Event()
+    workers = Workers(timeout=30)
     misses: list[str] = []
     passes = [0]
 
@@ -340,7 +341,7 @@ def test_a_reader_never_misses_during_the_migration(three: LocalSentinelCluster)
         client = CacheClient(reader_core, Codec())
         order = list(KEYS)
         rng = random.Random(7)
-        while not stop.is_set():
+        while not workers.stop.is_set():
             rng.shuffle(order)
             for start in range(0, len(order), 50):
                 batch = order[start : start + 50]
@@ -350,14 +351,12 @@ def test_a_reader_never_misses_during_the_migration(three: LocalSentinelCluster)
                 misses.extend(k for k in batch if got.get(k) != value(k))
             passes[0] += 1
 
-    reader = threading.Thread(target=read)
     try:
-        reader.start()
-        time.sleep(0.05)
-        report = reshard.migrate(core, rate=1500, batch=100)
-        read_during = passes[0]
-        stop.set()
-        reader.join()
+        with workers:
+            workers.spawn(read, name="reader")
+            time.sleep(0.05)
+            report = reshard.migrate(core, rate=1500, batch=100)
+            read_during = passes[0]
         assert misses == []
         assert read_during >= 2, "the reader read every key at least twice during the migration"
         assert report.complete and report.moved > 0
@@ -365,8 +364,6 @@ def test_a_reader_never_misses_during_the_migration(three: LocalSentinelCluster)
         assert report.moved + report.already_present + report.expired <= expected
         assert_settled(three, after)
     finally:
-        stop.set()
-        reader.join()
         core.close()
         reader_core.close()
 
@@ -380,14 +377,14 @@ def test_a_writer_during_the_migration_ends_with_its_last_values(
     hot = [k for k in KEYS if old[k] != new[k]][::3] + KEYS[:100]
     core = core_for(three, after, previous_masters=before)
     writer_core = core_for(three, after, previous_masters=before)
-    stop = threading.Event()
+    workers = Workers(timeout=30)
     last: dict[str, str] = {}
 
     def write() -> None:
         client = CacheClient(writer_core, Codec())
         version = 0
         rng = random.Random(3)
-        while not stop.is_set():
+        while not workers.stop.is_set():
             version += 1
             chosen = rng.sample(hot, 20)
             if version % 2:
@@ -397,18 +394,14 @@ def test_a_writer_during_the_migration_ends_with_its_last_values(
                 client.set_many({key: value(key, version) for key in chosen}, TTL)
             last.update({key: value(key, version) for key in chosen})
 
-    writer = threading.Thread(target=write)
     try:
-        writer.start()
-        time.sleep(0.05)
-        report = reshard.migrate(core, rate=4000, batch=100)
-        stop.set()
-        writer.join()
+        with workers:
+            workers.spawn(write, name="writer")
+            time.sleep(0.05)
+            report = reshard.migrate(core, rate=4000, batch=100)
         assert report.complete and len(last) > 100
         assert_settled(three, after, values={k: last.get(k, value(k)) for k in KEYS})
     finally:
-        stop.set()
-        writer.join()
         core.close()
         writer_core.close()
 

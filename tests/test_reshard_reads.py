@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from threads import Workers
 from waiting import wait_until
 
 from sentinel_cache import ConfigurationError
@@ -213,8 +214,6 @@ def test_bad_previous_options_are_named(options: dict[str, object], option: str)
 
 
 def test_concurrent_readers_of_a_moving_key_never_miss(three: LocalSentinelCluster) -> None:
-    import threading
-
     before, after = ["shard0", "shard1"], ["shard0", "shard1", "shard2"]
     placed(three, before).close()
     core = core_for(three, after, previous_masters=before)
@@ -226,11 +225,9 @@ def test_concurrent_readers_of_a_moving_key_never_miss(three: LocalSentinelClust
         misses.extend(key for key in moved if client.get(key) is None)
 
     try:
-        readers = [threading.Thread(target=read) for _ in range(4)]
-        for reader in readers:
-            reader.start()
-        for reader in readers:
-            reader.join(60)
+        with Workers(timeout=60) as workers:
+            for n in range(4):
+                workers.spawn(read, name=f"reader-{n}")
         assert misses == []
     finally:
         core.close()

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
+from threads import Workers
 from waiting import key_on, wait_until
 
 from sentinel_cache import PoolExhaustedError, ShardUnavailableError, StaleReplyError
@@ -118,9 +118,11 @@ def slow_write(key: str, value: str) -> Callable[[redis.Redis], Any]:
     return run
 
 
-def switch_later(pool: ShardedSentinelPool, index: int, to: Address, after: float) -> None:
+def switch_later(
+    workers: Workers, pool: ShardedSentinelPool, index: int, to: Address, after: float
+) -> None:
     shard = pool.shards[index]
-    threading.Timer(after, lambda: shard.switch(to, source="test")).start()
+    workers.after(after, lambda: shard.switch(to, source="test"))
 
 
 def test_a_reply_that_arrives_after_a_switch_is_retried_on_the_new_master(
@@ -130,8 +132,9 @@ def test_a_reply_that_arrives_after_a_switch_is_retried_on_the_new_master(
     old, new = shard.address, other.address
     assert old is not None and new is not None
     key = key_on(pool, 0, "stale-idem")
-    switch_later(pool, 0, new, 0.1)  # stand-in for a failover: shard 0 now lives at ``new``
-    reply = pool.execute(shard, slow_write(key, "v"), idempotent=True)
+    with Workers(timeout=5) as workers:
+        switch_later(workers, pool, 0, new, 0.1)  # stand-in for a failover: shard 0 moves to new
+        reply = pool.execute(shard, slow_write(key, "v"), idempotent=True)
     assert reply[0] is True or reply[0] == b"OK"
     assert shard.address == new
     # Applied again on the new master, which is where the value now is.
@@ -145,8 +148,8 @@ def test_a_non_idempotent_write_answered_by_a_replaced_master_raises(
     shard, other = pool.shards[0], pool.shards[1]
     old, new = shard.address, other.address
     assert old is not None and new is not None
-    switch_later(pool, 0, new, 0.1)
-    with pytest.raises(StaleReplyError) as caught:
+    with Workers(timeout=5) as workers, pytest.raises(StaleReplyError) as caught:
+        switch_later(workers, pool, 0, new, 0.1)
         pool.execute(shard, slow_write(key_on(pool, 0, "stale-once"), "v"), idempotent=False)
     assert caught.value.address == old and "outcome is unknown" in str(caught.value)
     assert isinstance(caught.value, ShardUnavailableError)
@@ -162,23 +165,25 @@ def test_a_promotion_while_a_write_is_in_flight_voids_its_reply(
     pool: ShardedSentinelPool,
 ) -> None:
     shard = pool.shards[0]
+    workers = Workers(timeout=5)
     # A fence alone (the failover has only begun) does not void replies already in flight...
-    threading.Timer(0.1, lambda: shard.raise_fence("+selected-slave")).start()
-    threading.Timer(0.5, shard.lower_fence).start()
+    workers.after(0.1, lambda: shard.raise_fence("+selected-slave"))
+    workers.after(0.5, shard.lower_fence)
     pool.execute(shard, slow_write(key_on(pool, 0, "fence0"), "v"), idempotent=False)
     wait_until(lambda: not shard.fenced, 2, "the fence to drop")
     # ...a promotion does.
-    threading.Timer(0.1, lambda: promote(shard)).start()
-    threading.Timer(0.5, shard.lower_fence).start()  # aborted: no switch
+    workers.after(0.1, lambda: promote(shard))
+    workers.after(0.5, shard.lower_fence)  # aborted: no switch
     with pytest.raises(StaleReplyError, match="promoted a replica"):
         pool.execute(shard, slow_write(key_on(pool, 0, "fence"), "v"), idempotent=False)
     wait_until(lambda: not shard.fenced, 2, "the aborted failover's fence to drop")
     # An idempotent write waits for the fence and is applied once more on the same master.
-    threading.Timer(0.1, lambda: promote(shard)).start()
-    threading.Timer(0.5, shard.lower_fence).start()
+    workers.after(0.1, lambda: promote(shard))
+    workers.after(0.5, shard.lower_fence)
     started = time.monotonic()
     pool.execute(shard, slow_write(key_on(pool, 0, "fence2"), "v"), idempotent=True)
     assert time.monotonic() - started >= 0.5
+    workers.join()
 
 
 def test_async_client_does_not_trust_a_replaced_master_either(
@@ -191,13 +196,14 @@ def test_async_client_does_not_trust_a_replaced_master_either(
 
     slow = [("SET", key_on(pool, 0, "async-stale"), "v"), ("WAIT", 5, 300)]
 
-    async def main() -> None:
-        switch_later(pool, 0, new, 0.1)
+    async def main(workers: Workers) -> None:
+        switch_later(workers, pool, 0, new, 0.1)
         with pytest.raises(StaleReplyError):
             await client.execute(shard, slow, write=True, idempotent=False)
         await client.aclose()
 
-    asyncio.run(main())
+    with Workers(timeout=5) as workers:
+        asyncio.run(main(workers))
     shard.switch(old, source="test restore")
 
 
@@ -296,12 +302,12 @@ def test_sixteen_threads_share_two_connections_without_exhaustion(
                 return
             calls[i] += 1
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    core.close()
+    try:
+        with Workers(timeout=30) as workers:
+            for i in range(16):
+                workers.spawn(worker, i, name=f"worker-{i}")
+    finally:
+        core.close()
     assert not errors
     assert min(calls) >= 0.5 * (sum(calls) / len(calls)), calls
 

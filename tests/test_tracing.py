@@ -4,27 +4,24 @@ own instrumentation keeps working on the core's clients. Real servers, in-memory
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("opentelemetry.sdk")
-
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
-from waiting import key_on  # noqa: E402
+from threads import Workers
+from waiting import key_on
 
-from sentinel_cache.core.aio import AsyncCacheClient  # noqa: E402
-from sentinel_cache.core.client import CacheClient  # noqa: E402
-from sentinel_cache.core.serializers import Codec  # noqa: E402
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool  # noqa: E402
-from sentinel_cache.testing import LocalSentinelCluster  # noqa: E402
+from sentinel_cache.core.aio import AsyncCacheClient
+from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.testing import LocalSentinelCluster
 
 EXPORTER = InMemorySpanExporter()
 
@@ -94,9 +91,10 @@ def test_a_write_held_by_the_fence_says_how_long(core: ShardedSentinelPool) -> N
     client.set(key, 0, 60)  # started, master known
     shard = core.shards[0]
     shard.raise_fence("test: a failover announced")
-    threading.Timer(0.2, shard.lower_fence).start()
     EXPORTER.clear()
-    client.set(key, 1, 60)
+    with Workers(timeout=5) as workers:
+        workers.after(0.2, shard.lower_fence)
+        client.set(key, 1, 60)
     (span,) = ours("set")
     assert span.attributes["sentinel_cache.fence_wait_ms"] >= 150
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ import pytest
 import redis
 from django.core.cache import CacheKeyWarning
 from django_support import DJANGO_DB, MakeCache, unique_prefix
+from threads import Workers
 
 from sentinel_cache import SerializationError
 from sentinel_cache.core.ring import HashRing
@@ -262,11 +262,9 @@ def test_incr_decr_atomic_keep_ttl(cache: ShardedSentinelCache) -> None:
         for _ in range(25):
             cache.incr("race")
 
-    threads = [threading.Thread(target=bump) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with Workers(timeout=60) as workers:
+        for n in range(8):
+            workers.spawn(bump, name=f"bump-{n}")
     assert cache.get("race") == 200
 
 

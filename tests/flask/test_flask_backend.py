@@ -14,6 +14,7 @@ import pytest
 import redis
 from cachelib.serializers import BaseSerializer, JSONSerializer
 from flask_support import FLASK_DB, MakeApp, build_app, settings_for, unique_prefix
+from threads import Workers
 
 from sentinel_cache import ConfigurationError, SerializationError, ShardUnavailableError
 from sentinel_cache.core.serializers import Codec
@@ -123,25 +124,18 @@ def test_inc_dec(backend: ShardedSentinelCache, masters: list[redis.Redis]) -> N
 def test_inc_dec_are_atomic_under_threads(backend: ShardedSentinelCache) -> None:
     backend.set("hits", 0)
     start = threading.Barrier(8)
-    errors: list[BaseException] = []
 
     def work(up: bool) -> None:
-        start.wait()
-        try:
-            for _ in range(150):
-                if up:
-                    backend.inc("hits", 2)
-                else:
-                    backend.dec("hits")
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        start.wait(30)
+        for _ in range(150):
+            if up:
+                backend.inc("hits", 2)
+            else:
+                backend.dec("hits")
 
-    threads = [threading.Thread(target=work, args=(i % 2 == 0,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    with Workers(timeout=60) as workers:
+        for i in range(8):
+            workers.spawn(work, i % 2 == 0, name=f"inc-dec-{i}")
     assert backend.get("hits") == 4 * 150 * 2 - 4 * 150
 
 

@@ -16,6 +16,8 @@ import pytest
 from flask import Flask, request
 from flask_caching import Cache
 from flask_support import settings_for
+from threads import Workers
+from waiting import wait_until
 
 from sentinel_cache.flask import ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
@@ -95,11 +97,12 @@ def test_cached_and_memoized_views_through_planned_failover(
     cluster = make_cluster(shards=2, replicas=1, sentinels=3)
     app, backend, calls = make_app(cluster)
     traffic = [Traffic(app, worker) for worker in range(2)]
+    workers = Workers(timeout=10)
     try:
         with caplog.at_level(logging.ERROR, logger="flask_caching"):
             for thread in traffic:
-                thread.start()
-            time.sleep(0.3)
+                workers.start(thread)
+            wait_until(lambda: sum(t.ok for t in traffic) >= 50, 15, "traffic before the failover")
             before = {name: cluster.master_address(name) for name in cluster.master_names}
             for name in cluster.master_names:  # both shards, at once
                 cluster.failover(name)
@@ -113,13 +116,13 @@ def test_cached_and_memoized_views_through_planned_failover(
             ):
                 assert time.monotonic() < deadline, backend.core.status()
                 time.sleep(0.02)
-            time.sleep(0.5)  # traffic on the new masters
+            on_new = sum(t.ok for t in traffic) + 100  # requests served by the new masters
+            wait_until(lambda: sum(t.ok for t in traffic) >= on_new, 15, "traffic on the new masters")
             served_before_stop = sum(t.ok for t in traffic)
     finally:
         for thread in traffic:
             thread.halt.set()
-        for thread in traffic:
-            thread.join(10)
+        workers.join()
 
     try:
         failures = [f for t in traffic for f in t.failures]

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.cache import caches
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import URLPattern, URLResolver, path
+from health_check.views import HealthCheckView
 
 from sentinel_cache.django.health import health_view
 
@@ -44,12 +45,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("toolbar/async/<str:alias>/", toolbar_async),
 ]
 
-try:
-    from health_check.views import HealthCheckView
-except ImportError:  # django-health-check not installed: its tests skip
-    pass
-else:
-    urlpatterns += [
-        path("ht/", HealthCheckView.as_view(checks=[CHECK])),
-        path("ht/strict/", HealthCheckView.as_view(checks=[(CHECK, {"fail_on": "degraded"})])),
-    ]
+urlpatterns += [
+    path("ht/", HealthCheckView.as_view(checks=[CHECK])),
+    path("ht/strict/", HealthCheckView.as_view(checks=[(CHECK, {"fail_on": "degraded"})])),
+]

@@ -91,7 +91,6 @@ def test_no_sentinel_cache_configured_is_down(use_settings: UseSettings) -> None
 def test_health_check_plugin_on_a_healthy_topology(
     cluster: LocalSentinelCluster, use_settings: UseSettings
 ) -> None:
-    pytest.importorskip("health_check")
     use_settings(CACHES={"default": LOCMEM, "sharded": cache_entry(cluster)})
     wait_for_listeners("sharded")
     response = Client().get("/ht/?format=json")
@@ -103,7 +102,6 @@ def test_health_check_plugin_on_a_healthy_topology(
 def test_killed_master_is_named_then_healthy_again_after_the_failover(
     make_cluster: ClusterFactory, use_settings: UseSettings
 ) -> None:
-    pytest.importorskip("health_check")
     cluster = make_cluster(shards=2, replicas=1, sentinels=3)
     use_settings(CACHES={"default": LOCMEM, "sharded": cache_entry(cluster)})
     wait_for_listeners("sharded")

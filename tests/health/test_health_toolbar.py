@@ -14,14 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import debug_toolbar  # noqa: F401  (the [dev] extra installs it: a broken release fails here)
 import pytest
 from django.test import Client
 from health_support import UseSettings, cache_entry
 from minimal_django import LOCMEM
 
 from sentinel_cache.testing import LocalSentinelCluster
-
-pytest.importorskip("debug_toolbar")
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from reshard_support import (
     owner,
     place,
 )
+from threads import Workers
 
 from sentinel_cache.testing import LocalSentinelCluster
 
@@ -207,13 +207,12 @@ def test_a_logged_in_session_stays_logged_in_through_an_append(
         ]
 
     result: list[Any] = []
-    migration = threading.Thread(target=lambda: result.append(_run("--rate", "3000")))
-    migration.start()
     rounds = 0
-    while migration.is_alive():
-        assert logged_out(watched) == []
-        rounds += 1
-    migration.join()
+    with Workers(timeout=120) as workers:
+        migration = workers.spawn(lambda: result.append(_run("--rate", "3000")), name="migrate")
+        while migration.is_alive():
+            assert logged_out(watched) == []
+            rounds += 1
     assert result[0][0] == 0, result
     assert rounds >= 3, "sessions were read during the migration"
     assert logged_out(watched) == []

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from threads import Workers
+
 from sentinel_cache.testing import LocalSentinelCluster
 
 HERE = Path(__file__).resolve().parent
@@ -192,17 +194,16 @@ class Traffic:
     path: str
     results: list[Result] = field(default_factory=list)
     _halt: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _workers: Workers = field(default_factory=lambda: Workers(timeout=REQUEST_TIMEOUT + 5))
 
     def __enter__(self) -> Traffic:
-        self._thread = threading.Thread(target=self._run, name="shapes-traffic", daemon=True)
-        self._thread.start()
+        self._workers.spawn(self._run, name="shapes-traffic")
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Stops the thread; raises what it raised, or that it is still running."""
         self._halt.set()
-        if self._thread is not None:
-            self._thread.join(REQUEST_TIMEOUT + 5)
+        self._workers.join()
 
     def _run(self) -> None:
         while not self._halt.is_set():

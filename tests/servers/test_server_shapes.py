@@ -293,11 +293,11 @@ class TestGunicornPreload:
         its own; stopping the listeners at fork fixes both this and the count below."""
         answers = probe_workers(gunicorn_served.port, "/status", GUNICORN_WORKERS, query="&touch=0")
         for pid, body in answers.items():
-            if not body["listener_threads"]:
-                assert not body["started"] and not any(body["listeners"].values()), (
-                    f"worker {pid} has no listener thread but reports {body['listeners']}, "
-                    f"started={body['started']}"
-                )
+            assert body["listener_threads"] == [], f"worker {pid} runs listeners before any use"
+            assert not body["started"] and not any(body["listeners"].values()), (
+                f"worker {pid} has no listener thread but reports {body['listeners']}, "
+                f"started={body['started']}"
+            )
 
     def test_each_worker_has_its_own_listeners(self, gunicorn_served: Served) -> None:
         answers = check_listeners_per_worker(gunicorn_served)
