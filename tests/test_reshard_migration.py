@@ -351,14 +351,26 @@ def test_a_reader_never_misses_during_the_migration(three: LocalSentinelCluster)
                 misses.extend(k for k in batch if got.get(k) != value(k))
             passes[0] += 1
 
+    waits = [0]
+
+    def progress(p: reshard.Progress) -> None:
+        # The first two batches wait for a whole pass of the reader each, so every key is read
+        # at least twice while the migration is under way, however slow the machine is.
+        if p.done or waits[0] >= 2:
+            return
+        waits[0] += 1
+        target, deadline = passes[0] + 1, time.monotonic() + 60
+        while passes[0] < target:
+            assert time.monotonic() < deadline, "the reader made no pass in 60 s"
+            time.sleep(0.005)
+
     try:
         with workers:
             workers.spawn(read, name="reader")
-            time.sleep(0.05)
-            report = reshard.migrate(core, rate=1500, batch=100)
+            report = reshard.migrate(core, rate=1500, batch=100, progress=progress)
             read_during = passes[0]
         assert misses == []
-        assert read_during >= 2, "the reader read every key at least twice during the migration"
+        assert waits[0] == 2 and read_during >= 2, "every key read twice during the migration"
         assert report.complete and report.moved > 0
         expected = sum(expected_pairs(before, after, None, None).values())
         assert report.moved + report.already_present + report.expired <= expected
