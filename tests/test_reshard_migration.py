@@ -371,7 +371,8 @@ def test_a_reader_never_misses_during_the_migration(three: LocalSentinelCluster)
             read_during = passes[0]
         assert misses == []
         assert waits[0] == 2 and read_during >= 2, "every key read twice during the migration"
-        assert report.complete and report.moved > 0
+        # The reader's passes copy keys to their owners too: the migration finds them there.
+        assert report.complete and report.moved + report.already_present > 0
         expected = sum(expected_pairs(before, after, None, None).values())
         assert report.moved + report.already_present + report.expired <= expected
         assert_settled(three, after)
