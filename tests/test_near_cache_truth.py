@@ -13,8 +13,9 @@ import pytest
 import redis
 from waiting import wait_until
 
-from sentinel_cache import PoolExhaustedError, ShardUnavailableError
+from sentinel_cache import ConfigurationError, PoolExhaustedError, ShardUnavailableError
 from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.config import PoolConfig, parse_cache_config
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
@@ -103,3 +104,53 @@ def test_a_read_refused_a_connection_or_timed_out_leaves_no_ticket(
             assert in_flight(core) == 0
     finally:
         core.close()
+
+
+# -- 2. prefixes the server would refuse are refused by the configuration ---------------------
+@pytest.mark.parametrize(
+    ("prefixes", "named"),
+    [
+        (["app:", "app:user:"], ("'app:'", "'app:user:'")),
+        (["app:user:", "b:", "app:"], ("'app:user:'", "'app:'")),
+        ("x:,x:", ("'x:'", "'x:'")),
+    ],
+)
+def test_overlapping_prefixes_are_refused_naming_both(
+    prefixes: Any, named: tuple[str, str]
+) -> None:
+    with pytest.raises(ConfigurationError, match="near_cache_prefixes") as caught:
+        PoolConfig.create(["a"], ["127.0.0.1:26379"], near_cache_prefixes=prefixes)
+    assert caught.value.option == "near_cache_prefixes"
+    assert all(name in str(caught.value) for name in named)
+    assert "overlap" in str(caught.value)
+
+
+def test_the_django_option_is_named_and_the_server_agrees(cluster: LocalSentinelCluster) -> None:
+    """NEAR_CACHE_PREFIXES is refused with the adapters' name for it; the server itself refuses
+    the same prefixes for BCAST tracking (what the check stands for), and takes the shorter
+    one alone."""
+    options = {"MASTERS": cluster.master_names, "NEAR_CACHE": True}
+    with pytest.raises(ConfigurationError, match="NEAR_CACHE_PREFIXES") as caught:
+        parse_cache_config(
+            cluster.sentinel_addresses, {**options, "NEAR_CACHE_PREFIXES": ["app:", "app:user:"]}
+        )
+    assert caught.value.option == "NEAR_CACHE_PREFIXES"
+    host, port = cluster.master_address(cluster.master_names[0])
+    with redis.Redis(host=host, port=port) as raw:
+        own_id = raw.client_id()
+        with pytest.raises(redis.ResponseError, match="(?i)overlap"):
+            raw.execute_command(
+                "CLIENT",
+                "TRACKING",
+                "ON",
+                "REDIRECT",
+                own_id,
+                "BCAST",
+                "PREFIX",
+                "app:",
+                "PREFIX",
+                "app:user:",
+            )
+        assert raw.execute_command(
+            "CLIENT", "TRACKING", "ON", "REDIRECT", own_id, "BCAST", "PREFIX", "app:"
+        ) in (b"OK", "OK")
