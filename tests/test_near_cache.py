@@ -171,7 +171,7 @@ def test_a_read_that_raced_our_write_is_not_kept(
     client.set("near:raced", "new", None)
     assert raced["ticket"] is not None
     assert near.get("near:raced") is None  # the write kept nothing: someone raced it
-    near.fill(shard, "near:raced", raced["ticket"], Codec().dumps("old"))  # the read's reply
+    near.fill(shard, "near:raced", raced["ticket"], Codec().dumps("old"), -1)  # the read's reply
     assert near.get("near:raced") is None  # not kept
     assert client.get("near:raced") == "new"
 

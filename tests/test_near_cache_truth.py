@@ -6,6 +6,7 @@ Each scenario counts stale reads against a plain GET on the master."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from sentinel_cache.core.config import PoolConfig, parse_cache_config
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
+from sentinel_cache.testing.faults import CLIENT
 
 
 def near_status(core: ShardedSentinelPool, key: str) -> dict[str, Any]:
@@ -39,6 +41,24 @@ def outsider(core: ShardedSentinelPool, key: str) -> redis.Redis:
     assert address is not None
     db = core.config.connection_options().get("db", 0)
     return redis.Redis(host=address.host, port=address.port, db=db)
+
+
+@pytest.fixture(scope="module")
+def faulty(server_kind: str) -> Iterator[LocalSentinelCluster]:
+    """One shard (and a replica to fail over to) behind the fault proxy, for this module's
+    tests that stall or cut connections or switch the master."""
+    with LocalSentinelCluster(shards=1, replicas=1, sentinels=3, faults=True) as made:
+        yield made
+
+
+def started(cluster: LocalSentinelCluster, **options: Any) -> ShardedSentinelPool:
+    """A core with the near cache on, started and tracking."""
+    core = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, near_cache=True, **options
+    )
+    CacheClient(core, Codec()).get("truth:start")  # starts the core (nothing connects before)
+    wait_until(lambda: tracked(core), 5, "tracking")
+    return core
 
 
 @pytest.fixture
@@ -154,3 +174,52 @@ def test_the_django_option_is_named_and_the_server_agrees(cluster: LocalSentinel
         assert raw.execute_command(
             "CLIENT", "TRACKING", "ON", "REDIRECT", own_id, "BCAST", "PREFIX", "app:"
         ) in (b"OK", "OK")
+
+
+# -- 3. a copy lives at most the key's remaining TTL --------------------------------------------
+def test_no_copy_outlives_its_key_when_no_invalidation_comes(faulty: LocalSentinelCluster) -> None:
+    """Copies filled by get and get_many of keys another writer set with a TTL, our own set
+    (kept by the write) and reads after our touch, add and set_many: once the invalidation
+    connection is stalled (as a server that expires a key lazily sends nothing until it gets
+    to it), none is served past the key's expiry, while a key without TTL stays kept (under
+    NEAR_CACHE_TTL) and the session is still live. Before, read copies lived NEAR_CACHE_TTL."""
+    core = started(faulty)
+    client = CacheClient(core, Codec())
+    near = core.near
+    assert near is not None
+    ttl = 0.5
+    try:
+        with outsider(core, "ttl:read") as other:
+            other.set("ttl:forever", Codec().dumps("f"))
+            for key in ("ttl:read", "ttl:many"):
+                other.set(key, Codec().dumps(key), px=int(ttl * 1000))
+            first = time.monotonic()  # every key below expires at or after first + ttl
+            client.set("ttl:set", "s", ttl)
+            client.set("ttl:touch", "t", None)
+            client.touch("ttl:touch", ttl)
+            client.add("ttl:add", "a", ttl)
+            client.set_many({"ttl:set_many": "m"}, ttl)
+        expiring = ["ttl:read", "ttl:many", "ttl:set", "ttl:touch", "ttl:add", "ttl:set_many"]
+        for key in ["ttl:forever", *expiring]:
+            reader: Callable[[], Any] = (
+                (lambda k=key: client.get_many([k]).get(k))
+                if key == "ttl:many"
+                else (lambda k=key: client.get(k))
+            )
+            wait_until(
+                lambda r=reader, k=key: r() is not None and near.get(k) is not None,
+                2,
+                f"a copy of {key} (the echo of our own write evicts it first)",
+            )
+        assert time.monotonic() < first + ttl, "too slow to fill the copies before expiry"
+        faulty.partition(faulty.master_names[0], peers=[CLIENT], direction="outbound")
+        try:
+            time.sleep(max(0.0, first + ttl + 0.05 - time.monotonic()))
+            served = [key for key in expiring if near.get(key) is not None]
+            assert tracked(core), "the session ended: this proves nothing about the TTL bound"
+            assert near.get("ttl:forever") is not None  # no TTL: kept
+        finally:
+            faulty.heal(faulty.master_names[0])
+        assert served == []
+    finally:
+        core.close()

@@ -31,9 +31,11 @@ What keeps a copy correct:
    announced. Every other write (deletes, ``incr``, multi-key writes, asyncio writes, and a
    ``set`` that found the writer busy for ``WRITER_WAIT``) goes through the pool, evicts the key
    after the server acknowledged it (or failed), and is echoed like anyone's.
-4. **Bounds**: a copy lives at most ``NEAR_CACHE_TTL`` seconds (and no longer than the timeout it
-   was written with); the least recently used copies go first beyond ``NEAR_CACHE_MAX_ENTRIES``
-   or ``NEAR_CACHE_MAX_BYTES`` (stored bytes).
+4. **Bounds**: a copy lives at most ``NEAR_CACHE_TTL`` seconds, and never beyond the key's
+   expiry on the server (a read asks ``PTTL`` with its ``GET``; a write keeps its own timeout),
+   counted from before the request was sent: a server that expires keys lazily sends their
+   invalidation only when it gets to them. The least recently used copies go first beyond
+   ``NEAR_CACHE_MAX_ENTRIES`` or ``NEAR_CACHE_MAX_BYTES`` (stored bytes).
 
 Reads that ``READ_FROM_REPLICAS`` would send to a replica bypass the near cache (replicas are
 not tracked; a replica may apply a write after the master announced it).
@@ -128,7 +130,8 @@ class NearCache:
         """Empty, untracked state (a new process after a fork starts from here)."""
         self._lock = threading.Lock()
         self._entries: OrderedDict[Any, _Entry] = OrderedDict()
-        self._tickets: dict[Any, tuple[object, int, int, int]] = {}
+        # key -> (ticket, shard index, session, generation, when taken: before the request)
+        self._tickets: dict[Any, tuple[object, int, int, int, float]] = {}
         self._shards = [_ShardState() for _ in range(self._shard_count)]
         self._bytes = 0
         self._trackers = []
@@ -189,7 +192,7 @@ class NearCache:
             return None
         ticket = object()
         with self._lock:
-            self._tickets[key] = (ticket, shard.index, state.session, shard.generation)
+            self._tickets[key] = (ticket, shard.index, state.session, shard.generation, monotonic())
         return ticket
 
     def release(self, key: Any, ticket: object | None) -> None:
@@ -201,11 +204,13 @@ class NearCache:
                 if held is not None and held[0] is ticket:
                     del self._tickets[key]
 
-    def fill(self, shard: Shard, key: Any, ticket: object | None, data: Any) -> None:
-        """Store the reply of a ticketed read if nothing tore the ticket meanwhile."""
+    def fill(self, shard: Shard, key: Any, ticket: object | None, data: Any, pttl: Any) -> None:
+        """Store the reply of a ticketed read if nothing tore the ticket meanwhile; ``pttl`` is
+        the key's ``PTTL``, asked in the same round trip (-1: no expiry)."""
         if ticket is not None:
+            ttl = self.ttl if pttl == -1 else min(self.ttl, max(int(pttl), 0) / 1000)
             with self._lock:
-                self._store_locked(shard, key, ticket, data, self.ttl)
+                self._store_locked(shard, key, ticket, data, ttl)
 
     def own(
         self, shard: Shard, key: Any, ticket: object | None, data: Any, timeout: float | None
@@ -244,7 +249,11 @@ class NearCache:
         size = len(data)
         if size > self.max_bytes:
             return True  # nothing kept, and nothing stale left
-        expires = time.monotonic() + ttl
+        # From when the ticket was taken, before the request was sent: the server counted the
+        # key's time left (or set its expiry) later, so the copy never outlives the key.
+        expires = held[4] + ttl
+        if expires <= time.monotonic():
+            return True  # expired already: nothing kept
         self._entries[key] = _Entry(data, shard.index, held[2], held[3], expires, size)
         state.keys.add(key)
         state.bytes += size
