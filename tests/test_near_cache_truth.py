@@ -223,3 +223,49 @@ def test_no_copy_outlives_its_key_when_no_invalidation_comes(faulty: LocalSentin
         assert served == []
     finally:
         core.close()
+
+
+# -- 4. no read after a switch is kept under the old master's session --------------------------
+@pytest.mark.failover
+def test_a_read_right_after_a_switch_is_not_kept_under_the_old_session(
+    make_cluster: Callable[..., LocalSentinelCluster],
+) -> None:
+    """The switch is applied (the safety net's re-resolve, as after a READONLY reply) and the
+    key read from the new master at once, before the tracker, still subscribed on the old
+    master, has noticed: that reply must not be kept, for the old session hears nothing of the
+    new master's writes. Then another writer changes the key on the new master: every read
+    returns what a plain GET on the master returns (before, the copy kept under the old session
+    was served until the tracker caught up)."""
+    cluster = make_cluster(shards=1, replicas=1, sentinels=3)
+    core = started(cluster, listeners=False)  # the switch is applied when the test says
+    client = CacheClient(core, Codec())
+    near = core.near
+    assert near is not None
+    shard = core.shards[0]
+    try:
+        client.set("switch:k", "before", None)
+        old = shard.address
+        cluster.failover(shard.name)
+        wait_until(lambda: cluster.master_address(shard.name) != old, 30, "the failover")
+        new = cluster.master_address(shard.name)
+        cluster.wait_for_replication(shard.name)
+        # The sentinels' CLIENT KILL of the demoted master's normal clients may have ended the
+        # session; the tracker then tracks it again, as the master this core still knows.
+        wait_until(lambda: tracked(core), 5, "a session on the old master")
+        assert shard.address == old
+        assert core.reresolve(shard, reason="test: the master moved", force=True)
+        assert client.get("switch:k") == "before"  # read from the new master
+        assert near.get("switch:k") is None, "a new master's reply kept under the old session"
+        stale = 0
+        with redis.Redis(host=new[0], port=new[1]) as other:
+            for n in range(20):
+                other.set("switch:k", Codec().dumps(n))
+                got = client.get("switch:k")
+                stale += got != Codec().loads(other.get("switch:k"))
+        assert stale == 0
+        wait_until(lambda: tracked(core), 5, "tracking the new master")
+        with redis.Redis(host=new[0], port=new[1]) as other:
+            other.set("switch:k", Codec().dumps("later"))
+        wait_until(lambda: client.get("switch:k") == "later", 1, "the new session's invalidation")
+    finally:
+        core.close()

@@ -15,9 +15,11 @@ What keeps a copy correct:
 
 1. **Sessions.** A shard's copies carry the *session* they were stored in; a session starts
    when both connections are set up and ends when either is lost or errs, when the shard's
-   master switches, and when the core stops. A copy of another session, or of another master
-   generation than the shard's current one, is never served (so a switch hides the shard's copies
-   at once, before the tracker has even noticed it).
+   master switches, and when the core stops. A session records the master generation it tracks:
+   a copy of another session, or of another master generation than the shard's current one, is
+   never served (so a switch hides the shard's copies at once, before the tracker has even
+   noticed it), and no read or write made after a switch is kept under the old master's session
+   (its tracking hears nothing of the new master's writes).
 2. **Tickets** (the in-flight race). A read that misses takes a ticket for the key before it
    sends; an invalidation of that key, a local write of it or the end of the session tears the
    ticket; the reply is stored only if its ticket is intact. An invalidation that arrives before
@@ -87,6 +89,7 @@ class _ShardState:
 
     __slots__ = (
         "session",
+        "generation",
         "live",
         "writer",
         "keys",
@@ -99,6 +102,7 @@ class _ShardState:
 
     def __init__(self) -> None:
         self.session = 0
+        self.generation = -1  # the shard's master generation ``session`` tracks
         self.live = False  # a tracker is subscribed for ``session``
         self.writer: _Writer | None = None  # the session's writer connection
         self.keys: set[Any] = set()
@@ -188,7 +192,9 @@ class NearCache:
         """A ticket for a read of ``key`` about to be sent, or None if its reply must not be
         stored (not tracked now, or a key outside ``NEAR_CACHE_PREFIXES``)."""
         state = self._shards[shard.index]
-        if not state.live or not self.wanted(key):
+        # A session tracks one master: right after a switch (before its tracker noticed) the
+        # new master's replies must not be kept under it, for it hears nothing of their keys.
+        if not state.live or state.generation != shard.generation or not self.wanted(key):
             return None
         ticket = object()
         with self._lock:
@@ -242,6 +248,7 @@ class NearCache:
             or not state.live
             or held[2] != state.session
             or held[3] != shard.generation
+            or held[3] != state.generation
         ):
             return False
         if key in self._entries:
@@ -292,13 +299,14 @@ class NearCache:
             self._flush_locked(index, cause)
 
     # -- sessions ----------------------------------------------------------------------------
-    def begin(self, index: int, writer: _Writer) -> int:
-        """The tracker of shard ``index`` is subscribed and its writer tracked: a new session
-        starts, empty."""
+    def begin(self, index: int, writer: _Writer, generation: int) -> int:
+        """The tracker of shard ``index`` is subscribed and its writer tracked, on the master of
+        ``generation``: a new session starts, empty."""
         with self._lock:
             self._flush_locked(index, None)
             state = self._shards[index]
             state.session += 1
+            state.generation = generation
             state.live = True
             state.writer = writer
             writer.session = state.session
@@ -313,7 +321,11 @@ class NearCache:
         writer = state.writer
         if writer is None or not self.wanted(key) or not writer.lock.acquire(timeout=WRITER_WAIT):
             return None
-        if writer.session != state.session or writer.connection.lost:
+        if (
+            writer.session != state.session
+            or state.generation != shard.generation  # on the old master: the pool's is current
+            or writer.connection.lost
+        ):
             writer.lock.release()
             return None
         return writer
@@ -497,7 +509,7 @@ class _Tracker(threading.Thread):
                     *self._prefixes,
                 )
                 writer.connection.read_response()
-                session = self.near.begin(index, writer)
+                session = self.near.begin(index, writer, generation)
                 cause = self._follow(connection, writer, generation)
             except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError) as exc:
                 self._failures.warn(
