@@ -6,6 +6,7 @@ Each scenario counts stale reads against a plain GET on the master."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -268,4 +269,61 @@ def test_a_read_right_after_a_switch_is_not_kept_under_the_old_session(
             other.set("switch:k", Codec().dumps("later"))
         wait_until(lambda: client.get("switch:k") == "later", 1, "the new session's invalidation")
     finally:
+        core.close()
+
+
+# -- 5. both tracker connections are checked on schedule, whatever the traffic -----------------
+def test_both_tracker_connections_are_pinged_under_traffic(faulty: LocalSentinelCluster) -> None:
+    """Another writer keeps the invalidation connection busy for three seconds: the server
+    still sees a PING from each of our two tracking connections at least every two seconds
+    (before, neither was pinged while invalidations flowed, so a silent cut of the writer
+    went unnoticed for as long as the traffic lasted)."""
+    core = started(faulty)
+    try:
+        with outsider(core, "busy:k") as other:
+            own = {other.client_id()}
+            before = near_status(core, "busy:k")["invalidations"]
+            until = time.monotonic() + 3.0
+            n = 0
+            while time.monotonic() < until:
+                other.set(f"busy:{n % 50}", n)
+                n += 1
+            assert near_status(core, "busy:k")["invalidations"] > before + 100
+            clients = {c["id"]: c for c in other.client_list() if int(c["id"]) not in own}
+            # The writer holds the tracking, redirected to the invalidation connection.
+            writers = [c for c in clients.values() if c.get("redir", "-1") not in ("-1", "0")]
+            assert len(writers) == 1, writers
+            tracking = [writers[0], clients[writers[0]["redir"]]]
+            for client in tracking:
+                assert client["cmd"] == "ping" and int(client["idle"]) <= 2, client
+    finally:
+        core.close()
+
+
+@pytest.mark.failover
+def test_a_stalled_tracker_ends_the_session_without_a_socket_timeout(
+    faulty: LocalSentinelCluster,
+) -> None:
+    """SOCKET_TIMEOUT=None (accepted) must not make the tracker wait forever: with every byte
+    from the master held (an invalidation among them), the shard's copies go within two
+    seconds."""
+    core = started(faulty, socket_timeout=None)
+    client = CacheClient(core, Codec())
+    near = core.near
+    assert near is not None
+    name = faulty.master_names[0]
+    try:
+        client.set("stall:k", "old", None)
+        assert near.get("stall:k") is not None
+        address = core.shards[0].address
+        assert address is not None
+        with socket.create_connection(address, timeout=2) as other:  # connected before the cut
+            faulty.partition(name, peers=[CLIENT], direction="outbound")
+            cut = time.monotonic()
+            # Applied on the master; its reply held, with the invalidation and every pong.
+            other.sendall(b"SELECT 0\r\nSET stall:k new\r\n")
+        wait_until(lambda: near.get("stall:k") is None, 4, "the stall noticed")
+        assert time.monotonic() - cut < 3.0
+    finally:
+        faulty.heal(name)
         core.close()

@@ -8,7 +8,7 @@ connection that sends ``CLIENT TRACKING ON REDIRECT <the invalidation connection
 anyone (another process, a Java service, ``redis-cli``) except by the writer connection itself,
 and sends a null message when it flushes (``FLUSHDB``, ``FLUSHALL``, a full resync). BCAST mode
 needs no tracking state per data connection, so the pools are untouched. The tracker watches
-both sockets, and pings each every second when quiet, so a lost or silently cut connection ends
+both sockets, and pings each every second whatever the traffic, so a lost or silently cut connection ends
 the session.
 
 What keeps a copy correct:
@@ -319,7 +319,12 @@ class NearCache:
         pool, and the server's echo of it evicts the key as any outside write would)."""
         state = self._shards[shard.index]
         writer = state.writer
-        if writer is None or not self.wanted(key) or not writer.lock.acquire(timeout=WRITER_WAIT):
+        if (
+            writer is None
+            or writer.ping_due
+            or not self.wanted(key)
+            or not writer.lock.acquire(timeout=WRITER_WAIT)
+        ):
             return None
         if (
             writer.session != state.session
@@ -430,6 +435,7 @@ class _Writer:
         self.lock = threading.Lock()
         self.session = 0
         self.cause = "tracker connection lost"  # what ends the session if the connection goes
+        self.ping_due = False  # the tracker waits to ping it: writes leave it alone meanwhile
         self.connection_pool = self
 
     def __repr__(self) -> str:
@@ -466,6 +472,9 @@ class _Tracker(threading.Thread):
         kwargs.pop("port", None)
         kwargs["protocol"] = 2  # RESP2 pub/sub messages, whatever redis-py's default protocol
         self._connection_class, self._kwargs = cls, kwargs
+        # The invalidation connection never waits longer than a ping may (a message delivered
+        # in part, then held, must not stall the invalidations), whatever SOCKET_TIMEOUT says.
+        self._tracker_kwargs = {**kwargs, "socket_timeout": PONG_WITHIN}
         ssl = issubclass(cls, redis.connection.SSLConnection)
         self._writer_class = _WriterSSLConnection if ssl else _WriterConnection
         self._prefixes = [arg for prefix in near.prefixes for arg in ("PREFIX", prefix)]
@@ -486,7 +495,7 @@ class _Tracker(threading.Thread):
                 self._stopped.wait(RETRY_EVERY)
                 continue
             connection = self._connection_class(
-                host=address.host, port=address.port, **self._kwargs
+                host=address.host, port=address.port, **self._tracker_kwargs
             )
             writer = _Writer(self.near, index, self._writer_class(shard=self.shard, **self._kwargs))
             session = None
@@ -529,47 +538,73 @@ class _Tracker(threading.Thread):
             self._stopped.wait(RETRY_EVERY)
 
     def _follow(self, connection: Any, writer: _Writer, generation: int) -> str:
-        """Apply invalidations until something ends the session; returns the cause. Both
-        connections are watched: the writer's too, as its tracking is the session's."""
-        pinged_at: float | None = None
-        quiet_since = writer_pinged = time.monotonic()
-        writer_busy_until = 0.0
+        """Apply invalidations until something ends the session; returns the cause.
+
+        Both connections are pinged every ``PING_EVERY`` whatever the traffic, and each ping
+        must be answered within ``PONG_WITHIN``: a connection silently cut, or an invalidation
+        stream that lags that much, ends the session. Nothing here blocks longer than that: the
+        invalidation connection reads with ``PONG_WITHIN`` as its socket timeout (a message
+        delivered in part, then held, raises), and the writer's ping is sent, then its answer
+        read when the socket says it is there, while the tracker goes on reading invalidations.
+        """
         index = self.shard.index
-        while not self._stopped.is_set():
-            if self.shard.generation != generation:
-                return "master switched"
-            if writer.connection.lost:
-                return writer.cause
-            now = time.monotonic()
-            watched = [connection._sock]  # redis-py's socket: waited on with the writer's
-            if now >= writer_busy_until:
-                watched.append(writer.connection._sock)
-            try:
-                ready, _, _ = select.select(watched, [], [], 0.1)
-            except (OSError, ValueError, TypeError):  # a socket closed under us
-                return "tracker connection lost"
-            stirred = len(ready) > (connection._sock in ready)  # the writer's socket
-            if stirred and not self._check_writer(writer):
-                writer_busy_until = now + 0.01  # a write in flight: its caller reads it
-            if connection.can_read(timeout=0):
-                while connection.can_read(timeout=0):
+        now = time.monotonic()
+        pinged_at: float | None = None  # our PING on the invalidation connection, unanswered
+        next_ping = writer_next = now + PING_EVERY
+        writer_pinged_at: float | None = None  # our PING on the writer (we hold its lock)
+        writer_busy_until = 0.0
+        try:
+            while not self._stopped.is_set():
+                if self.shard.generation != generation:
+                    return "master switched"
+                if writer.connection.lost:
+                    return writer.cause
+                now = time.monotonic()
+                watched = [connection._sock]  # redis-py's socket: waited on with the writer's
+                if writer_pinged_at is not None or now >= writer_busy_until:
+                    watched.append(writer.connection._sock)
+                wait = 0.01 if writer.ping_due else 0.1
+                try:
+                    ready, _, _ = select.select(watched, [], [], wait)
+                except (OSError, ValueError, TypeError):  # a socket closed under us
+                    return "tracker connection lost"
+                if len(ready) > (connection._sock in ready):  # the writer's socket stirred
+                    if writer_pinged_at is not None:
+                        writer.connection.read_response(timeout=PONG_WITHIN)  # our PONG
+                        writer_pinged_at = None
+                        writer.lock.release()
+                    elif not self._check_writer(writer):
+                        writer_busy_until = now + 0.01  # a write in flight: its caller reads it
+                began = time.monotonic()
+                while connection.can_read(timeout=0) and time.monotonic() - began < 0.1:
                     reply = connection.read_response()
                     kind = reply[0] if isinstance(reply, list) and reply else None
                     if kind == b"message" and reply[1] == CHANNEL:
                         self.near.invalidate(index, reply[2])
                     elif kind == b"pong":
                         pinged_at = None
-                quiet_since = time.monotonic()
-                continue
-            now = time.monotonic()
-            if pinged_at is not None and now - pinged_at > PONG_WITHIN:
-                return "tracker ping unanswered"
-            if pinged_at is None and now - quiet_since > PING_EVERY:
-                connection.send_command("PING")
-                pinged_at = now
-            if now - writer_pinged > PING_EVERY and self._ping_writer(writer):
-                writer_pinged = now
-        return "stopped"
+                now = time.monotonic()
+                if pinged_at is not None and now - pinged_at > PONG_WITHIN:
+                    return "tracker ping unanswered"
+                if writer_pinged_at is not None and now - writer_pinged_at > PONG_WITHIN:
+                    writer.cause = "tracker ping unanswered"
+                    return writer.cause
+                if pinged_at is None and now >= next_ping:
+                    connection.send_command("PING")
+                    pinged_at, next_ping = now, now + PING_EVERY
+                if writer_pinged_at is None and now >= writer_next:
+                    writer_pinged_at = self._ping_writer(writer, now)
+                    if writer_pinged_at is not None:
+                        writer_next = now + PING_EVERY
+                    elif now - writer_next > PONG_WITHIN:  # a write held it all that while
+                        writer.cause = "tracker ping unanswered"
+                        writer.connection.disconnect()  # wakes that write: it fails
+                        return writer.cause
+            return "stopped"
+        finally:
+            writer.ping_due = False
+            if writer_pinged_at is not None:
+                writer.lock.release()
 
     @staticmethod
     def _check_writer(writer: _Writer) -> bool:
@@ -587,20 +622,19 @@ class _Tracker(threading.Thread):
         return True
 
     @staticmethod
-    def _ping_writer(writer: _Writer) -> bool:
-        """Keep the writer from an idle ``timeout`` and check it answers; False if a write
-        held it (it is busy, then, and alive or about to be found lost)."""
+    def _ping_writer(writer: _Writer, now: float) -> float | None:
+        """Send a ``PING`` on the writer (keeping it from an idle ``timeout``, and checking it
+        answers) and hold the writer until its answer is read; when it was sent, or None if a
+        write held the writer (the next writes then leave it to the ping, going through the
+        pool, so a stream of writes cannot starve it)."""
         if not writer.lock.acquire(blocking=False):
-            return False
+            writer.ping_due = True
+            return None
+        writer.ping_due = False
         try:
             writer.connection.send_command("PING")
-            if writer.connection.can_read(timeout=PONG_WITHIN):
-                writer.connection.read_response()
-            else:  # as for the invalidation connection: a second unanswered ends the session
-                writer.cause = "tracker ping unanswered"
-                writer.connection.disconnect()
-        except (RedisConnectionError, RedisTimeoutError, OSError):
+        except BaseException:
             writer.connection.disconnect()
-        finally:
             writer.lock.release()
-        return True
+            raise
+        return now
