@@ -327,3 +327,77 @@ def test_a_stalled_tracker_ends_the_session_without_a_socket_timeout(
     finally:
         faulty.heal(name)
         core.close()
+
+
+# -- 6. what the near cache does is visible: metrics and health --------------------------------
+def test_hits_misses_invalidations_flushes_and_tracking_are_metrics(
+    cluster: LocalSentinelCluster,
+) -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import REGISTRY
+
+    core = started(cluster, metrics=True, db=10)
+    client = CacheClient(core, Codec())
+    key = "metrics:near"
+    name = core.shard_for(key).name
+
+    def sample(metric: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(metric, {"shard": name, **labels}) or 0.0
+
+    try:
+        names = [
+            ("sentinel_cache_near_cache_lookups_total", {"result": "hit"}),
+            ("sentinel_cache_near_cache_lookups_total", {"result": "miss"}),
+            ("sentinel_cache_near_cache_invalidations_total", {}),
+            ("sentinel_cache_near_cache_flushes_total", {"cause": "server flush"}),
+        ]
+        before = [sample(metric, **labels) for metric, labels in names]
+        assert sample("sentinel_cache_near_cache_tracked") == 1
+        client.get(key)  # a miss
+        client.set(key, "v", None)  # kept by the write
+        assert client.get(key) == "v"  # a hit
+        assert sample("sentinel_cache_near_cache_entries") >= 1
+        seen = near_status(core, key)["invalidations"]
+        with outsider(core, key) as other:
+            other.set(key, Codec().dumps("w"))
+            wait_until(lambda: near_status(core, key)["invalidations"] > seen, 2, "invalidation")
+            other.flushdb()
+            wait_until(
+                lambda: near_status(core, key)["flushes"].get("server flush", 0) > 0, 2, "flush"
+            )
+        after = [sample(metric, **labels) for metric, labels in names]
+        assert [b - a >= 1 for a, b in zip(before, after, strict=True)] == [True] * 4
+    finally:
+        core.close()
+
+
+def test_health_reports_a_near_cache_that_is_on_but_not_tracking(
+    make_cluster: Callable[..., LocalSentinelCluster],
+) -> None:
+    """A user whose ACL forbids CLIENT TRACKING: the cache serves (from the servers), and the
+    health report says the near cache does not track (before, it said nothing)."""
+    from sentinel_cache.core import health
+
+    cluster = make_cluster(shards=1, replicas=0, sentinels=1)
+    host, port = cluster.master_address(cluster.master_names[0])
+    with redis.Redis(host=host, port=port) as admin:
+        admin.execute_command(
+            "ACL", "SETUSER", "nearless", "on", ">pw", "~*", "&*", "+@all", "-client|tracking"
+        )
+    core = ShardedSentinelPool(
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        near_cache=True,
+        username="nearless",
+        password="pw",
+    )
+    try:
+        client = CacheClient(core, Codec())
+        client.set("health:near", "v", None)
+        assert client.get("health:near") == "v"
+        report = health.check(core)
+        assert report.ready
+        assert any("near cache is on but not tracking" in w for w in report.warnings), report
+        assert not tracked(core)
+    finally:
+        core.close()
