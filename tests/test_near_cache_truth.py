@@ -401,3 +401,44 @@ def test_health_reports_a_near_cache_that_is_on_but_not_tracking(
         assert not tracked(core)
     finally:
         core.close()
+
+
+# -- 7. a fork leaves the parent's near cache as it was ---------------------------------------
+def test_a_fork_leaves_the_parents_copies_session_and_trackers(core: ShardedSentinelPool) -> None:
+    """The parent's copies, tracking session and tracker threads are the same after a fork
+    (before, every fork emptied them and restarted the trackers); the child starts empty and
+    tracks on its own; the parent still sees another writer's change."""
+    import os
+    import threading
+
+    client = CacheClient(core, Codec())
+    client.set("fork:k", "parent", None)
+    before = near_status(core, "fork:k")
+    trackers = {t.ident for t in threading.enumerate() if t.name.startswith("sentinel_cache-near")}
+    assert before["entries"] >= 1 and trackers
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code only
+        code = 0
+        try:
+            if near_status(core, "fork:k")["entries"] != 0:
+                code = 3
+            elif client.get("fork:k") != "parent":
+                code = 4
+            else:
+                wait_until(lambda: tracked(core), 5, "tracking in the child")
+        except BaseException:
+            code = 6
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    after = near_status(core, "fork:k")
+    assert client.get("fork:k") == "parent"
+    assert near_status(core, "fork:k")["hits"] == after["hits"] + 1  # still a local copy
+    assert after["flushes"] == before["flushes"] and after["tracked"]
+    now = {t.ident for t in threading.enumerate() if t.name.startswith("sentinel_cache-near")}
+    assert now == trackers
+    seen = after["invalidations"]
+    with outsider(core, "fork:k") as other:
+        other.set("fork:k", Codec().dumps("outside"))
+    wait_until(lambda: near_status(core, "fork:k")["invalidations"] > seen, 2, "invalidation")
+    assert client.get("fork:k") == "outside"

@@ -369,6 +369,11 @@ class NearCache:
         for tracker in self._trackers:
             tracker.start()
 
+    @property
+    def running(self) -> bool:
+        """Trackers were started in this process and not stopped."""
+        return bool(self._trackers)
+
     def stop(self, *, wait: bool) -> None:
         trackers, self._trackers = self._trackers, []
         for tracker in trackers:
