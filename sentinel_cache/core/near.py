@@ -45,8 +45,10 @@ not tracked; a replica may apply a write after the master announced it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -603,7 +605,10 @@ class _Tracker(threading.Thread):
                         writer_next = now + PING_EVERY
                     elif now - writer_next > PONG_WITHIN:  # a write held it all that while
                         writer.cause = "tracker ping unanswered"
-                        writer.connection.disconnect()  # wakes that write: it fails
+                        with contextlib.suppress(OSError, AttributeError):
+                            # Wakes that write (it reads an end of stream and fails) without
+                            # pulling the connection from under it.
+                            writer.connection._sock.shutdown(socket.SHUT_RDWR)
                         return writer.cause
             return "stopped"
         finally:
