@@ -8,8 +8,8 @@ connection that sends ``CLIENT TRACKING ON REDIRECT <the invalidation connection
 anyone (another process, a Java service, ``redis-cli``) except by the writer connection itself,
 and sends a null message when it flushes (``FLUSHDB``, ``FLUSHALL``, a full resync). BCAST mode
 needs no tracking state per data connection, so the pools are untouched. The tracker watches
-both sockets, and pings each every second whatever the traffic, so a lost or silently cut connection ends
-the session.
+both sockets, and pings each every second whatever the traffic, so a lost, silently cut or
+stalled connection ends the session.
 
 What keeps a copy correct:
 
