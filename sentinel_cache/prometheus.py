@@ -8,8 +8,9 @@ are; each series is labelled with the shard's master name (``shard``). Expose th
 
 Counters and histograms work with ``PROMETHEUS_MULTIPROC_DIR`` (gunicorn, uWSGI): set it before
 the workers start, as prometheus_client documents. The gauges (connections in use and idle,
-listener state) are read from the live cores at scrape time, so in multiprocess mode they show
-only the process that serves the scrape: alert on the counters there.
+listener state) and the near cache's series are read from the live cores at scrape time, so in
+multiprocess mode they show only the process that serves the scrape: alert on the other
+counters there.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import REGISTRY, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from sentinel_cache.core import registry
@@ -132,7 +133,7 @@ class _Gauges(Collector):
     """Connections and listeners, read from the live cores when scraped (summed over cores
     that share a master name)."""
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         in_use = GaugeMetricFamily(
             "sentinel_cache_connections_in_use",
             "Connections to a shard's master checked out (or being made), this process.",
@@ -164,6 +165,62 @@ class _Gauges(Collector):
         for address, value in sentinels.items():
             listening.add_metric([address], value)
         yield from (in_use, idle, listening)
+        yield from _near_cache_metrics()
+
+
+def _near_cache_metrics() -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The near caches of this process (``NEAR_CACHE``), read from their counters at scrape
+    time, summed over cores that share a master name (a core's counters start at zero)."""
+    tracked = GaugeMetricFamily(
+        "sentinel_cache_near_cache_tracked",
+        "1 if the near cache tracks the shard's master (its copies may be served), else 0; "
+        "the lowest over this process's cores.",
+        labels=["shard"],
+    )
+    entries = GaugeMetricFamily(
+        "sentinel_cache_near_cache_entries",
+        "Copies held by the near cache for the shard, this process.",
+        labels=["shard"],
+    )
+    lookups = CounterMetricFamily(
+        "sentinel_cache_near_cache_lookups",
+        "Near-cache lookups by result (hit: served locally; miss: asked the shard).",
+        labels=["shard", "result"],
+    )
+    invalidations = CounterMetricFamily(
+        "sentinel_cache_near_cache_invalidations",
+        "Keys the shard's master named as changed (each evicts its copy).",
+        labels=["shard"],
+    )
+    flushes = CounterMetricFamily(
+        "sentinel_cache_near_cache_flushes",
+        "Times the shard's copies were all dropped, by cause (master switched, tracker "
+        "connection lost, tracker ping unanswered, server flush, clear, stopped).",
+        labels=["shard", "cause"],
+    )
+    rows: dict[str, list[int]] = {}  # shard -> tracked, entries, hits, misses, invalidations
+    causes: dict[tuple[str, str], int] = {}
+    for core in registry.live_cores():
+        near = core.near
+        if near is None:
+            continue
+        for shard in core.shards:
+            state = near.status(shard.index)
+            row = rows.setdefault(shard.name, [1, 0, 0, 0, 0])
+            row[0] = min(row[0], int(state["tracked"]))
+            for n, name in enumerate(("entries", "hits", "misses", "invalidations"), 1):
+                row[n] += state[name]
+            for cause, count in state["flushes"].items():
+                causes[(shard.name, cause)] = causes.get((shard.name, cause), 0) + count
+    for name, (live, held, hits, misses, named) in rows.items():
+        tracked.add_metric([name], live)
+        entries.add_metric([name], held)
+        lookups.add_metric([name, "hit"], hits)
+        lookups.add_metric([name, "miss"], misses)
+        invalidations.add_metric([name], named)
+    for (name, cause), count in causes.items():
+        flushes.add_metric([name, cause], count)
+    yield from (tracked, entries, lookups, invalidations, flushes)
 
 
 _shared: PrometheusMetrics | None = None

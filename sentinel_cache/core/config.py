@@ -315,6 +315,17 @@ class PoolConfig:
                 self.near_cache_prefixes,
                 "must be a list of non-empty strings (key prefixes as stored)",
             )
+        # The server refuses BCAST prefixes of which one starts another (or repeats it): the
+        # tracker could never start, so the near cache would never be used.
+        for n, first in enumerate(self.near_cache_prefixes):
+            for second in self.near_cache_prefixes[n + 1 :]:
+                if first.startswith(second) or second.startswith(first):
+                    raise _bad(
+                        "near_cache_prefixes",
+                        self.near_cache_prefixes,
+                        f"{first!r} and {second!r} overlap (one starts the other), which the "
+                        "server refuses for tracking: keep the shorter one",
+                    )
         for name in ("read_from_replicas", "listeners", "metrics", "tracing", "near_cache"):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, getattr(self, name), "must be True or False")

@@ -9,7 +9,8 @@ once, within a short time budget, and tells two things apart:
 * **degraded** (redundancy reduced): every shard serves, but something that protects it is
   missing: a master with no replica online (a failover is impossible: after a planned failover
   too, until the old master has become a replica), a failover listener not connected to its
-  sentinel, writes held by a failover in progress, sentinels that could not be asked. Listed in
+  sentinel, writes held by a failover in progress, sentinels that could not be asked, a near
+  cache that is on but not tracking (for a moment after a switch, or for good). Listed in
   ``warnings``; status ``"degraded"``.
 
 A readiness probe should fail only when the cache cannot serve (``fail_on="down"``, the
@@ -469,6 +470,12 @@ def _with_warnings(
         found.append(f"{label}: writes held ({memory['fence_reason']})")
     if memory["error"]:
         found.append(f"{label}: the sentinels could not be asked: {memory['error']}")
+    near = memory.get("near_cache")
+    if near is not None and not near["tracked"]:
+        found.append(
+            f"{label}: the near cache is on but not tracking the master (nothing is kept or "
+            "served locally; every read goes to the server)"
+        )
     if not found:
         return shard
     return dataclasses.replace(shard, warnings=tuple(found), fenced=memory["fenced"])

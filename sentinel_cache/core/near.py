@@ -8,16 +8,18 @@ connection that sends ``CLIENT TRACKING ON REDIRECT <the invalidation connection
 anyone (another process, a Java service, ``redis-cli``) except by the writer connection itself,
 and sends a null message when it flushes (``FLUSHDB``, ``FLUSHALL``, a full resync). BCAST mode
 needs no tracking state per data connection, so the pools are untouched. The tracker watches
-both sockets, and pings each every second when quiet, so a lost or silently cut connection ends
-the session.
+both sockets, and pings each every second whatever the traffic, so a lost, silently cut or
+stalled connection ends the session.
 
 What keeps a copy correct:
 
 1. **Sessions.** A shard's copies carry the *session* they were stored in; a session starts
    when both connections are set up and ends when either is lost or errs, when the shard's
-   master switches, and when the core stops. A copy of another session, or of another master
-   generation than the shard's current one, is never served (so a switch hides the shard's copies
-   at once, before the tracker has even noticed it).
+   master switches, and when the core stops. A session records the master generation it tracks:
+   a copy of another session, or of another master generation than the shard's current one, is
+   never served (so a switch hides the shard's copies at once, before the tracker has even
+   noticed it), and no read or write made after a switch is kept under the old master's session
+   (its tracking hears nothing of the new master's writes).
 2. **Tickets** (the in-flight race). A read that misses takes a ticket for the key before it
    sends; an invalidation of that key, a local write of it or the end of the session tears the
    ticket; the reply is stored only if its ticket is intact. An invalidation that arrives before
@@ -31,9 +33,11 @@ What keeps a copy correct:
    announced. Every other write (deletes, ``incr``, multi-key writes, asyncio writes, and a
    ``set`` that found the writer busy for ``WRITER_WAIT``) goes through the pool, evicts the key
    after the server acknowledged it (or failed), and is echoed like anyone's.
-4. **Bounds**: a copy lives at most ``NEAR_CACHE_TTL`` seconds (and no longer than the timeout it
-   was written with); the least recently used copies go first beyond ``NEAR_CACHE_MAX_ENTRIES``
-   or ``NEAR_CACHE_MAX_BYTES`` (stored bytes).
+4. **Bounds**: a copy lives at most ``NEAR_CACHE_TTL`` seconds, and never beyond the key's
+   expiry on the server (a read asks ``PTTL`` with its ``GET``; a write keeps its own timeout),
+   counted from before the request was sent: a server that expires keys lazily sends their
+   invalidation only when it gets to them. The least recently used copies go first beyond
+   ``NEAR_CACHE_MAX_ENTRIES`` or ``NEAR_CACHE_MAX_BYTES`` (stored bytes).
 
 Reads that ``READ_FROM_REPLICAS`` would send to a replica bypass the near cache (replicas are
 not tracked; a replica may apply a write after the master announced it).
@@ -41,8 +45,10 @@ not tracked; a replica may apply a write after the master announced it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -86,6 +92,7 @@ class _ShardState:
 
     __slots__ = (
         "session",
+        "generation",
         "live",
         "writer",
         "keys",
@@ -98,6 +105,7 @@ class _ShardState:
 
     def __init__(self) -> None:
         self.session = 0
+        self.generation = -1  # the shard's master generation ``session`` tracks
         self.live = False  # a tracker is subscribed for ``session``
         self.writer: _Writer | None = None  # the session's writer connection
         self.keys: set[Any] = set()
@@ -129,7 +137,8 @@ class NearCache:
         """Empty, untracked state (a new process after a fork starts from here)."""
         self._lock = threading.Lock()
         self._entries: OrderedDict[Any, _Entry] = OrderedDict()
-        self._tickets: dict[Any, tuple[object, int, int, int]] = {}
+        # key -> (ticket, shard index, session, generation, when taken: before the request)
+        self._tickets: dict[Any, tuple[object, int, int, int, float]] = {}
         self._shards = [_ShardState() for _ in range(self._shard_count)]
         self._bytes = 0
         self._trackers = []
@@ -190,18 +199,31 @@ class NearCache:
         """A ticket for a read of ``key`` about to be sent, or None if its reply must not be
         stored (not tracked now, or a key outside ``NEAR_CACHE_PREFIXES``)."""
         state = self._shards[shard.index]
-        if not state.live or not self.wanted(key):
+        # A session tracks one master: right after a switch (before its tracker noticed) the
+        # new master's replies must not be kept under it, for it hears nothing of their keys.
+        if not state.live or state.generation != shard.generation or not self.wanted(key):
             return None
         ticket = object()
         with self._lock:
-            self._tickets[key] = (ticket, shard.index, state.session, shard.generation)
+            self._tickets[key] = (ticket, shard.index, state.session, shard.generation, monotonic())
         return ticket
 
-    def fill(self, shard: Shard, key: Any, ticket: object | None, data: Any) -> None:
-        """Store the reply of a ticketed read if nothing tore the ticket meanwhile."""
+    def release(self, key: Any, ticket: object | None) -> None:
+        """The read that took ``ticket`` failed (an error reply, a timeout, an exhausted pool):
+        its ticket goes, so tickets stay as many as the reads in flight."""
         if ticket is not None:
             with self._lock:
-                self._store_locked(shard, key, ticket, data, self.ttl)
+                held = self._tickets.get(key)
+                if held is not None and held[0] is ticket:
+                    del self._tickets[key]
+
+    def fill(self, shard: Shard, key: Any, ticket: object | None, data: Any, pttl: Any) -> None:
+        """Store the reply of a ticketed read if nothing tore the ticket meanwhile; ``pttl`` is
+        the key's ``PTTL``, asked in the same round trip (-1: no expiry)."""
+        if ticket is not None:
+            ttl = self.ttl if pttl == -1 else min(self.ttl, max(int(pttl), 0) / 1000)
+            with self._lock:
+                self._store_locked(shard, key, ticket, data, ttl)
 
     def own(
         self, shard: Shard, key: Any, ticket: object | None, data: Any, timeout: float | None
@@ -233,6 +255,7 @@ class NearCache:
             or not state.live
             or held[2] != state.session
             or held[3] != shard.generation
+            or held[3] != state.generation
         ):
             return False
         if key in self._entries:
@@ -240,7 +263,11 @@ class NearCache:
         size = len(data)
         if size > self.max_bytes:
             return True  # nothing kept, and nothing stale left
-        expires = time.monotonic() + ttl
+        # From when the ticket was taken, before the request was sent: the server counted the
+        # key's time left (or set its expiry) later, so the copy never outlives the key.
+        expires = held[4] + ttl
+        if expires <= time.monotonic():
+            return True  # expired already: nothing kept
         self._entries[key] = _Entry(data, shard.index, held[2], held[3], expires, size)
         state.keys.add(key)
         state.bytes += size
@@ -279,13 +306,14 @@ class NearCache:
             self._flush_locked(index, cause)
 
     # -- sessions ----------------------------------------------------------------------------
-    def begin(self, index: int, writer: _Writer) -> int:
-        """The tracker of shard ``index`` is subscribed and its writer tracked: a new session
-        starts, empty."""
+    def begin(self, index: int, writer: _Writer, generation: int) -> int:
+        """The tracker of shard ``index`` is subscribed and its writer tracked, on the master of
+        ``generation``: a new session starts, empty."""
         with self._lock:
             self._flush_locked(index, None)
             state = self._shards[index]
             state.session += 1
+            state.generation = generation
             state.live = True
             state.writer = writer
             writer.session = state.session
@@ -298,9 +326,18 @@ class NearCache:
         pool, and the server's echo of it evicts the key as any outside write would)."""
         state = self._shards[shard.index]
         writer = state.writer
-        if writer is None or not self.wanted(key) or not writer.lock.acquire(timeout=WRITER_WAIT):
+        if (
+            writer is None
+            or writer.ping_due
+            or not self.wanted(key)
+            or not writer.lock.acquire(timeout=WRITER_WAIT)
+        ):
             return None
-        if writer.session != state.session or writer.connection.lost:
+        if (
+            writer.session != state.session
+            or state.generation != shard.generation  # on the old master: the pool's is current
+            or writer.connection.lost
+        ):
             writer.lock.release()
             return None
         return writer
@@ -339,6 +376,11 @@ class NearCache:
         for tracker in self._trackers:
             tracker.start()
 
+    @property
+    def running(self) -> bool:
+        """Trackers were started in this process and not stopped."""
+        return bool(self._trackers)
+
     def stop(self, *, wait: bool) -> None:
         trackers, self._trackers = self._trackers, []
         for tracker in trackers:
@@ -363,6 +405,7 @@ class NearCache:
                 "hit_ratio": round(state.hits / lookups, 4) if lookups else None,
                 "invalidations": state.invalidations,
                 "flushes": dict(state.flushes),
+                "in_flight": sum(held[1] == index for held in self._tickets.values()),
             }
 
 
@@ -404,6 +447,7 @@ class _Writer:
         self.lock = threading.Lock()
         self.session = 0
         self.cause = "tracker connection lost"  # what ends the session if the connection goes
+        self.ping_due = False  # the tracker waits to ping it: writes leave it alone meanwhile
         self.connection_pool = self
 
     def __repr__(self) -> str:
@@ -440,6 +484,9 @@ class _Tracker(threading.Thread):
         kwargs.pop("port", None)
         kwargs["protocol"] = 2  # RESP2 pub/sub messages, whatever redis-py's default protocol
         self._connection_class, self._kwargs = cls, kwargs
+        # The invalidation connection never waits longer than a ping may (a message delivered
+        # in part, then held, must not stall the invalidations), whatever SOCKET_TIMEOUT says.
+        self._tracker_kwargs = {**kwargs, "socket_timeout": PONG_WITHIN}
         ssl = issubclass(cls, redis.connection.SSLConnection)
         self._writer_class = _WriterSSLConnection if ssl else _WriterConnection
         self._prefixes = [arg for prefix in near.prefixes for arg in ("PREFIX", prefix)]
@@ -460,7 +507,7 @@ class _Tracker(threading.Thread):
                 self._stopped.wait(RETRY_EVERY)
                 continue
             connection = self._connection_class(
-                host=address.host, port=address.port, **self._kwargs
+                host=address.host, port=address.port, **self._tracker_kwargs
             )
             writer = _Writer(self.near, index, self._writer_class(shard=self.shard, **self._kwargs))
             session = None
@@ -483,7 +530,7 @@ class _Tracker(threading.Thread):
                     *self._prefixes,
                 )
                 writer.connection.read_response()
-                session = self.near.begin(index, writer)
+                session = self.near.begin(index, writer, generation)
                 cause = self._follow(connection, writer, generation)
             except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError) as exc:
                 self._failures.warn(
@@ -503,47 +550,76 @@ class _Tracker(threading.Thread):
             self._stopped.wait(RETRY_EVERY)
 
     def _follow(self, connection: Any, writer: _Writer, generation: int) -> str:
-        """Apply invalidations until something ends the session; returns the cause. Both
-        connections are watched: the writer's too, as its tracking is the session's."""
-        pinged_at: float | None = None
-        quiet_since = writer_pinged = time.monotonic()
-        writer_busy_until = 0.0
+        """Apply invalidations until something ends the session; returns the cause.
+
+        Both connections are pinged every ``PING_EVERY`` whatever the traffic, and each ping
+        must be answered within ``PONG_WITHIN``: a connection silently cut, or an invalidation
+        stream that lags that much, ends the session. Nothing here blocks longer than that: the
+        invalidation connection reads with ``PONG_WITHIN`` as its socket timeout (a message
+        delivered in part, then held, raises), and the writer's ping is sent, then its answer
+        read when the socket says it is there, while the tracker goes on reading invalidations.
+        """
         index = self.shard.index
-        while not self._stopped.is_set():
-            if self.shard.generation != generation:
-                return "master switched"
-            if writer.connection.lost:
-                return writer.cause
-            now = time.monotonic()
-            watched = [connection._sock]  # redis-py's socket: waited on with the writer's
-            if now >= writer_busy_until:
-                watched.append(writer.connection._sock)
-            try:
-                ready, _, _ = select.select(watched, [], [], 0.1)
-            except (OSError, ValueError, TypeError):  # a socket closed under us
-                return "tracker connection lost"
-            stirred = len(ready) > (connection._sock in ready)  # the writer's socket
-            if stirred and not self._check_writer(writer):
-                writer_busy_until = now + 0.01  # a write in flight: its caller reads it
-            if connection.can_read(timeout=0):
-                while connection.can_read(timeout=0):
+        now = time.monotonic()
+        pinged_at: float | None = None  # our PING on the invalidation connection, unanswered
+        next_ping = writer_next = now + PING_EVERY
+        writer_pinged_at: float | None = None  # our PING on the writer (we hold its lock)
+        writer_busy_until = 0.0
+        try:
+            while not self._stopped.is_set():
+                if self.shard.generation != generation:
+                    return "master switched"
+                if writer.connection.lost:
+                    return writer.cause
+                now = time.monotonic()
+                watched = [connection._sock]  # redis-py's socket: waited on with the writer's
+                if writer_pinged_at is not None or now >= writer_busy_until:
+                    watched.append(writer.connection._sock)
+                wait = 0.01 if writer.ping_due else 0.1
+                try:
+                    ready, _, _ = select.select(watched, [], [], wait)
+                except (OSError, ValueError, TypeError):  # a socket closed under us
+                    return "tracker connection lost"
+                if len(ready) > (connection._sock in ready):  # the writer's socket stirred
+                    if writer_pinged_at is not None:
+                        writer.connection.read_response(timeout=PONG_WITHIN)  # our PONG
+                        writer_pinged_at = None
+                        writer.lock.release()
+                    elif not self._check_writer(writer):
+                        writer_busy_until = now + 0.01  # a write in flight: its caller reads it
+                began = time.monotonic()
+                while connection.can_read(timeout=0) and time.monotonic() - began < 0.1:
                     reply = connection.read_response()
                     kind = reply[0] if isinstance(reply, list) and reply else None
                     if kind == b"message" and reply[1] == CHANNEL:
                         self.near.invalidate(index, reply[2])
                     elif kind == b"pong":
                         pinged_at = None
-                quiet_since = time.monotonic()
-                continue
-            now = time.monotonic()
-            if pinged_at is not None and now - pinged_at > PONG_WITHIN:
-                return "tracker ping unanswered"
-            if pinged_at is None and now - quiet_since > PING_EVERY:
-                connection.send_command("PING")
-                pinged_at = now
-            if now - writer_pinged > PING_EVERY and self._ping_writer(writer):
-                writer_pinged = now
-        return "stopped"
+                now = time.monotonic()
+                if pinged_at is not None and now - pinged_at > PONG_WITHIN:
+                    return "tracker ping unanswered"
+                if writer_pinged_at is not None and now - writer_pinged_at > PONG_WITHIN:
+                    writer.cause = "tracker ping unanswered"
+                    return writer.cause
+                if pinged_at is None and now >= next_ping:
+                    connection.send_command("PING")
+                    pinged_at, next_ping = now, now + PING_EVERY
+                if writer_pinged_at is None and now >= writer_next:
+                    writer_pinged_at = self._ping_writer(writer, now)
+                    if writer_pinged_at is not None:
+                        writer_next = now + PING_EVERY
+                    elif now - writer_next > PONG_WITHIN:  # a write held it all that while
+                        writer.cause = "tracker ping unanswered"
+                        with contextlib.suppress(OSError, AttributeError):
+                            # Wakes that write (it reads an end of stream and fails) without
+                            # pulling the connection from under it.
+                            writer.connection._sock.shutdown(socket.SHUT_RDWR)
+                        return writer.cause
+            return "stopped"
+        finally:
+            writer.ping_due = False
+            if writer_pinged_at is not None:
+                writer.lock.release()
 
     @staticmethod
     def _check_writer(writer: _Writer) -> bool:
@@ -561,20 +637,19 @@ class _Tracker(threading.Thread):
         return True
 
     @staticmethod
-    def _ping_writer(writer: _Writer) -> bool:
-        """Keep the writer from an idle ``timeout`` and check it answers; False if a write
-        held it (it is busy, then, and alive or about to be found lost)."""
+    def _ping_writer(writer: _Writer, now: float) -> float | None:
+        """Send a ``PING`` on the writer (keeping it from an idle ``timeout``, and checking it
+        answers) and hold the writer until its answer is read; when it was sent, or None if a
+        write held the writer (the next writes then leave it to the ping, going through the
+        pool, so a stream of writes cannot starve it)."""
         if not writer.lock.acquire(blocking=False):
-            return False
+            writer.ping_due = True
+            return None
+        writer.ping_due = False
         try:
             writer.connection.send_command("PING")
-            if writer.connection.can_read(timeout=PONG_WITHIN):
-                writer.connection.read_response()
-            else:  # as for the invalidation connection: a second unanswered ends the session
-                writer.cause = "tracker ping unanswered"
-                writer.connection.disconnect()
-        except (RedisConnectionError, RedisTimeoutError, OSError):
+        except BaseException:
             writer.connection.disconnect()
-        finally:
             writer.lock.release()
-        return True
+            raise
+        return now

@@ -47,8 +47,14 @@ def _before_fork() -> None:
         pool.before_fork()
 
 
+def _after_fork_in_child() -> None:
+    _reinit_registry_lock()
+    for pool in list(_live):
+        pool.after_fork_in_child()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_child=_reinit_registry_lock)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def forget(pool: ShardedSentinelPool) -> None:

@@ -172,13 +172,13 @@ class ShardedSentinelPool:
                 self, config.connection_options(), replicas=config.read_from_replicas
             )
             self.housekeeper.start()
-        if self.near is not None:
+        if self.near is not None and not self.near.running:  # still running after a fork
             self.near.start(self.shards, config)
 
-    def _stop_background(self, *, wait: bool) -> None:
+    def _stop_background(self, *, wait: bool, near: bool = True) -> None:
         listeners, self.listeners = self.listeners, None
         housekeeper, self.housekeeper = self.housekeeper, None
-        if self.near is not None:
+        if near and self.near is not None:
             self.near.stop(wait=wait)
         if listeners is not None:
             listeners.stop(wait=wait)
@@ -189,14 +189,23 @@ class ShardedSentinelPool:
         """This process is about to fork (gunicorn's arbiter after ``--preload``, a prefork
         pool): stop its listeners and housekeeper without waiting, so only the children (which
         start their own) hold sentinel subscriptions. If this process uses the cache again, it
-        discovers again and restarts them."""
+        discovers again and restarts them. The near cache is left as it is: its copies and
+        trackers go on serving this process (a child starts its own, empty), as emptying it
+        would cost this process a cold cache and a reconnection per fork."""
         if self._started and self._pid == os.getpid():
             self._started = False
-            self._stop_background(wait=False)
+            self._stop_background(wait=False, near=False)
             # Idle sockets would be inherited by every child and never used there.
             self.sentinels.disconnect()
             for shard in self.every_shard:
                 shard.pool.retire_idle()
+
+    def after_fork_in_child(self) -> None:
+        """In a new child, at once: the near cache starts empty. Its copies are the parent's,
+        kept correct by the parent's trackers, which do not run here, and a hit is served
+        without any other call that would notice the fork."""
+        if self.near is not None:
+            self.near.reset()
 
     # -- push path: called by the listener threads ---------------------------------------------
     def shard_by_name(self, name: str) -> Shard | None:

@@ -386,15 +386,17 @@ class AsyncCacheOperations(ClientBase):
         try:
             if previous is not None:  # its owner changed: ask both at once
                 data = await self._get_moving(key, previous)
-            else:
-                # A read whose reply may be kept is read on the master, the node tracked.
-                (data,) = await self._on(
-                    key, [("GET", key)], [None], write=False, replicas=ticket is None
+            elif ticket is None:
+                (data,) = await self._on(key, [("GET", key)], [None], write=False)
+            else:  # read on the master (the node tracked), with the time the copy may live
+                data, pttl = await self._on(
+                    key, [("GET", key), ("PTTL", key)], [None, -2], write=False, replicas=False
                 )
-            if ticket is not None:
-                near.fill(shard, key, ticket, data)  # type: ignore[union-attr]
-        except ResponseError as exc:
-            if not wrong_type(exc):
+                near.fill(shard, key, ticket, data, pttl)  # type: ignore[union-attr]
+        except BaseException as exc:
+            if ticket is not None:  # a failed read leaves no ticket behind
+                near.release(key, ticket)  # type: ignore[union-attr]
+            if not isinstance(exc, ResponseError) or not wrong_type(exc):
                 raise
             logger.warning("key %s holds a non-string value: treated as a miss", short_key(key))
             return default
@@ -517,11 +519,19 @@ class AsyncCacheOperations(ClientBase):
         if not plan:
             return local
         tickets = {key: near.ticket(shard, key) for shard, group in groups.items() for key in group}
-        replies = await self.scatter(plan, write=False, operation="get_many")
-        for shard, shard_replies in replies.items():
-            if shard_replies is not None:
-                for key, data in zip(groups[shard], shard_replies[0], strict=True):
-                    near.fill(shard, key, tickets[key], data)
+        for shard, group in groups.items():
+            if any(tickets[key] is not None for key in group):  # the time each copy may live
+                plan[shard].extend(("PTTL", key) for key in group)
+        try:
+            replies = await self.scatter(plan, write=False, operation="get_many")
+            for shard, shard_replies in replies.items():
+                if shard_replies is not None and len(shard_replies) > 1:
+                    data = zip(groups[shard], shard_replies[0], shard_replies[1:], strict=True)
+                    for key, value, pttl in data:
+                        near.fill(shard, key, tickets.pop(key), value, pttl)
+        finally:
+            for key, ticket in tickets.items():  # failed, or a shard skipped: no ticket left
+                near.release(key, ticket)
         return await self._with_adopted({**local, **self.found(groups, replies)}, groups)
 
     async def set_many(self, mapping: Mapping[Any, Any], timeout: float | None) -> list[Any]:
