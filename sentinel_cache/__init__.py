@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
     ConfigurationError,
+    ConflictingMasterError,
     DataNodeAuthenticationError,
     DiscoveryError,
     FailoverInProgressError,
@@ -47,6 +48,7 @@ __all__ = [
     "HashRing",
     "ShardedSentinelPool",
     "ConfigurationError",
+    "ConflictingMasterError",
     "DataNodeAuthenticationError",
     "DiscoveryError",
     "FailoverInProgressError",

@@ -67,6 +67,9 @@ class Evidence(NamedTuple):
 
 NO_EVIDENCE = Evidence(0, float("-inf"))
 
+#: How many former masters a shard remembers (for "one node, one shard", see the core).
+FORMER_KEPT = 8
+
 
 class SwitchEvent:
     """What a switch callback receives: which shard moved, from where to where, learned how."""
@@ -116,6 +119,7 @@ class Shard:
         self.last_switch: float | None = None
         self.last_switch_source: str | None = None
         self.evidence = NO_EVIDENCE
+        self.former: tuple[Address, ...] = ()  # the masters it switched away from, oldest first
         # The safety net's re-resolve: single-flight, rate-limited, its failures logged once
         # per interval with a count of what was suppressed.
         self.resolving = threading.Lock()
@@ -207,6 +211,7 @@ class Shard:
             self.address = address
             self.generation += 1
             if old is not None:
+                self.former = (*self.former, old)[-FORMER_KEPT:]
                 self.switch_count += 1
                 self.last_switch = time.time()
                 self.last_switch_source = source

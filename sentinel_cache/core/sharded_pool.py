@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import redis
 
@@ -35,6 +35,7 @@ from sentinel_cache.core.shard import (
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
     ConfigurationError,
+    ConflictingMasterError,
     ShardUnavailableError,
     StaleReplyError,
 )
@@ -124,12 +125,14 @@ class ShardedSentinelPool:
         self._started = False
         self.closed = False  # read on every call: an attribute, not a property
         self._initial: dict[str, Resolution | BaseException] = {}
+        self._placement = threading.Lock()  # see _place
         self.sentinels = SentinelSet(self.config.sentinels, self.config.sentinel_options())
         self.discovery = Discovery(
             self.sentinels,
             self.config.connection_options(),
             timeout=self.config.discovery_timeout,
             replicas=self.config.read_from_replicas,
+            claimant=self.claimant,
         )
         for shard in self.every_shard:
             shard.reset_locks()
@@ -289,15 +292,61 @@ class ShardedSentinelPool:
                 raise outcome
         return {name: self._by_name[name].address for name in results}  # type: ignore[misc]
 
+    def claimant(self, name: str, address: Address, majority: bool) -> str | None:
+        """Why the shard of master ``name`` may not be on ``address``, or None: the one rule
+        of "one node, one shard", which discovery applies to every candidate and every switch
+        applies again (:meth:`taken`).
+
+        Two shards on one node would mix their keys, and ``ROLE`` only proves that a node is
+        *a* master. So a node another shard is on is refused, whoever names it (that shard
+        moves first); a node another shard was on before is refused unless most of the
+        sentinels asked name it (a stale old master, or one liar, cannot place it; a node
+        reused for another master name, as a recycled address can be, is taken on a majority).
+        """
+        for other in self.every_shard:
+            if other.name == name:
+                continue
+            if other.address == address:
+                return f"the master of shard {other.index} ({other.name!r})"
+            if not majority and address in other.former:
+                return (
+                    f"a former master of shard {other.index} ({other.name!r}), and not named by "
+                    "a majority of the sentinels"
+                )
+        return None
+
+    def taken(self, shard: Shard, address: Address, *, source: str, majority: bool) -> bool:
+        """True (with a warning, and the shard's error set) if :meth:`claimant` refuses
+        ``address`` for ``shard``: the last check before any switch, against a shard that moved
+        while the sentinels or ``ROLE`` were being asked."""
+        if shard.address == address:
+            return False
+        reason = self.claimant(shard.name, address, majority)
+        if reason is None:
+            return False
+        message = (
+            f"shard {shard.label}: refusing {source} naming {address}, {reason}: two shards "
+            "on one node would mix their keys"
+        )
+        logger.warning("%s", message)
+        shard.error = ConflictingMasterError(message)
+        return True
+
     def apply_resolution(self, shard: Shard, resolution: Resolution, *, source: str) -> bool:
         """Take a resolution from the sentinels if it is newer than the shard's evidence."""
         if not resolution.verified:  # the sentinels still name the node that just failed
             return False
-        outcome, old = shard.switch(
+        named = ", ".join(map(str, resolution.named_by)) or "the sentinels"
+        outcome, old = self._place(
+            shard,
             resolution.address,
             source=source,
             evidence=Evidence(resolution.epoch, resolution.asked_at),
+            named=f"{source} (named by {named})",
+            majority=resolution.majority,
         )
+        if outcome == "taken":
+            return False
         if outcome == "stale":
             logger.info(
                 "shard %s: ignoring %s naming %s: a newer switch to %s came first",
@@ -535,21 +584,14 @@ class ShardedSentinelPool:
         """Switch to ``address`` once ``ROLE`` says it is a master (an event is only a hint),
         unless newer evidence moved the shard while ``ROLE`` was being asked.
 
-        ``ROLE`` proves a node claims to be *a* master, not *this shard's*: an address that is
-        another shard's master is refused outright (two shards on one node would mix keys).
+        ``ROLE`` proves a node claims to be *a* master, not *this shard's*: :meth:`taken`
+        refuses a node another shard is on (or was on: one sentinel is no majority).
         """
         if shard.address == address:
             shard.switch(address, source=source, evidence=evidence)  # keep the newer evidence
             return False
-        owner = next((s for s in self.every_shard if s is not shard and s.address == address), None)
-        if owner is not None:
-            logger.warning(
-                "shard %s: ignoring %s naming %s, the master of shard %s",
-                shard.label,
-                source,
-                address,
-                owner.label,
-            )
+        majority = len(self.sentinels.addresses) < 2  # one sentinel's word
+        if self.taken(shard, address, source=source, majority=majority):  # not worth a ROLE
             return False
         try:
             role = check_role(address, self.config.connection_options())
@@ -571,7 +613,9 @@ class ShardedSentinelPool:
                 role,
             )
             return False
-        outcome, old = shard.switch(address, source=source, evidence=evidence)
+        outcome, old = self._place(
+            shard, address, source=source, evidence=evidence, named=source, majority=majority
+        )
         if outcome != "moved":
             if outcome == "stale":
                 logger.info(
@@ -585,6 +629,24 @@ class ShardedSentinelPool:
         lag = time.monotonic() - evidence.at if announced else None
         self._announce(shard, old, address, source, lag)
         return True
+
+    def _place(
+        self,
+        shard: Shard,
+        address: Address,
+        *,
+        source: str,
+        evidence: Evidence,
+        named: str,
+        majority: bool,
+    ) -> tuple[Literal["taken", "stale", "same", "moved"], Address | None]:
+        """``shard.switch(...)`` unless :meth:`taken` refuses the node (``("taken", current)``):
+        the one way a shard's master changes, checked and switched under one lock so that two
+        shards moving at once cannot land on one node."""
+        with self._placement:
+            if self.taken(shard, address, source=named, majority=majority):
+                return "taken", shard.address
+            return shard.switch(address, source=source, evidence=evidence)
 
     # -- status ------------------------------------------------------------------------------
     def listener_states(self) -> dict[str, bool]:
