@@ -78,6 +78,14 @@ class PrometheusMetrics(Metrics):
             ["shard"],
             registry=registry,
         )
+        self.restarts = Counter(
+            "sentinel_cache_master_restarts",
+            "Masters found restarted without a switch (a new run_id on a new connection, or "
+            "the sentinels' +reboot): empty unless they persist their data, and so are their "
+            "replicas once resynced.",
+            ["shard"],
+            registry=registry,
+        )
         registry.register(_Gauges())
         self._children: dict[tuple[str, ...], Any] = {}
         self._calls: dict[tuple[str, str, str], Any] = {}
@@ -116,6 +124,9 @@ class PrometheusMetrics(Metrics):
 
     def retry(self, shard: str) -> None:
         self._child(self.retries, shard).inc()
+
+    def restart(self, shard: str) -> None:
+        self._child(self.restarts, shard).inc()
 
 
 class _Gauges(Collector):

@@ -33,6 +33,9 @@ class Metrics:
     def retry(self, shard: str) -> None:
         """The safety net sent a batch again, on the shard's new master."""
 
+    def restart(self, shard: str) -> None:
+        """The shard's master restarted without a switch (its data is gone unless it persists)."""
+
 
 _SOURCE_KINDS = (
     ("+switch-master", "listener"),

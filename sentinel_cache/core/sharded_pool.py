@@ -20,7 +20,9 @@ from sentinel_cache.core.discovery import (
     SentinelSet,
     check_role,
     data_node_refusal,
+    direct_client,
 )
+from sentinel_cache.core.following import run_id_of
 from sentinel_cache.core.housekeeping import STALE_FENCE_SECONDS, Housekeeper
 from sentinel_cache.core.listener import ListenerGroup
 from sentinel_cache.core.metrics import Metrics, source_kind
@@ -115,6 +117,7 @@ class ShardedSentinelPool:
         self.tracer = _tracer(config)
         for shard in self.every_shard:
             shard.metrics = self.metrics
+            shard.restarted = self._report_restart
         self._reset_process_state()
         registry.track(self)
 
@@ -237,6 +240,45 @@ class ShardedSentinelPool:
                     shard.lower_fence()
         if self.listeners is not None:
             self.listeners.ensure(self.sentinels.addresses)
+
+    def on_reboot(self, shard: Shard, address: Address, *, source: str) -> None:
+        """A sentinel saw the shard's master restart (``+reboot``): ask its run_id now, so a
+        restart this process has not reconnected through yet is reported too (once)."""
+        current, generation = shard.current()
+        if current != address:
+            return  # a node the shard has left
+        asked_at = time.monotonic()
+        client = direct_client(address, self.config.connection_options())
+        try:
+            run_id = run_id_of(client.info("server"))
+        except (redis.RedisError, OSError) as exc:
+            logger.warning(
+                "shard %s: %s, and its run_id cannot be asked: %s", shard.label, source, exc
+            )
+            return
+        finally:
+            client.close()
+            client.connection_pool.disconnect()
+        if run_id is not None:
+            shard.note_run_id(generation, run_id, asked_at, source=source, rebooted=True)
+
+    def _report_restart(self, shard: Shard, old: str | None, new: str, source: str) -> None:
+        """A master restarted without a switch (see ``Shard.note_run_id``): say so loudly, count
+        it, and drop the shard's near-cache copies (they copy data that is gone)."""
+        logger.error(
+            "shard %s: master %s restarted without a failover (run_id %s -> %s, seen on %s): "
+            "it came back empty unless it persists its data, and its replicas resync from it "
+            'and drop theirs (see docs/operations.md, "Empty restarts")',
+            shard.label,
+            shard.address,
+            old or "unknown",
+            new,
+            source,
+        )
+        if self.metrics is not None:
+            self.metrics.restart(shard.name)
+        if self.near is not None and shard.index < len(self.shards):
+            self.near.flush_shard(shard.index, "master restarted")
 
     def on_replica_event(self, shard: Shard) -> None:
         """A sentinel reported a change about one of the shard's replicas."""
@@ -668,6 +710,10 @@ class ShardedSentinelPool:
                     "replicas": [str(a) for a in shard.replicas],
                     "sentinels_agreeing": shard.agreeing,
                     "switch_count": shard.switch_count,
+                    "restarts": shard.restarts,
+                    "last_restart": None
+                    if shard.last_restart is None
+                    else dict(shard.last_restart),
                     "last_switch": shard.last_switch,
                     "last_switch_source": shard.last_switch_source,
                     "fenced": shard.fenced,
