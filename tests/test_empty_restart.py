@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import REGISTRY
 from waiting import key_on, wait_until
 
+from sentinel_cache.core import health, status
 from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.serializers import Codec
@@ -91,6 +92,13 @@ def test_a_master_restarted_empty_is_reported_and_its_near_copies_dropped(
         last = state[0]["last_restart"]
         assert (last["previous_run_id"], last["run_id"]) == (before, after)
         assert restarts_counted(names[0]) == counted + 1
+        report = status.collect(pool)  # what sentinel_status shows, run in this process
+        assert report["shards"][0]["restarts"] == 1
+        assert report["shards"][0]["run_id"] == after
+        assert [n for n in report["notes"] if "restarted" in n and before in n and after in n]
+        probe = health.check(pool)
+        assert probe.status == health.DEGRADED
+        assert [w for w in probe.warnings if "restarted" in w and after in w], probe.warnings
         assert [pool.near.get(key) for key in keys] == [None] * 20
         # Another connection to the same restarted process reports nothing new.
         shard.pool.disconnect()
