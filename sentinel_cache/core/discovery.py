@@ -690,7 +690,7 @@ class Discovery:
         """Why ``address`` may not be the master of ``name``, or None (the class's rule)."""
         for other, found in (settled or {}).items():
             if other != name and found == address:
-                return f"which the sentinels named for {other!r} (asked first)"
+                return f"which the sentinels named for {other!r} earlier in this discovery"
         rivals: dict[str, list[Address]] = {}
         for reply in answered:
             for other, named in reply.masters.items():

@@ -249,6 +249,8 @@ class Shard:
             reported = self.last_restart is not None and self.last_restart["run_id"] == run_id
             if reported or not ((old is not None and old != run_id) or rebooted):
                 return False
+            if old == run_id:  # +reboot of the process we met first: its predecessor is unknown
+                old = None
             self.restarts += 1
             self.last_restart = {
                 "at": time.time(),
