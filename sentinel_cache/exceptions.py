@@ -76,6 +76,12 @@ class MasterNotFoundError(DiscoveryError):
     """Sentinels answered, but none of them monitors this master name (or its node is no master)."""
 
 
+class ConflictingMasterError(MasterNotFoundError):
+    """The sentinels named for a shard only nodes that another shard is on (or was on): two
+    shards on one node would mix their keys, so the answer is refused and asked again. The
+    message names both shards, the node and the sentinels that named it."""
+
+
 class AuthenticationFailedError(SentinelCacheError, RedisAuthenticationError):
     """A sentinel or data node rejected our credentials, or TLS verification failed.
 
@@ -182,6 +188,7 @@ __all__ = [
     "ArgumentValueError",
     "AuthenticationFailedError",
     "ConfigurationError",
+    "ConflictingMasterError",
     "DataNodeAuthenticationError",
     "DiscoveryError",
     "FailoverInProgressError",

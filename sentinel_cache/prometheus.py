@@ -86,6 +86,14 @@ class PrometheusMetrics(Metrics):
             ["shard", "operation"],
             registry=registry,
         )
+        self.restarts = Counter(
+            "sentinel_cache_master_restarts",
+            "Masters found restarted without a switch (a new run_id on a new connection, or "
+            "the sentinels' +reboot): empty unless they persist their data, and so are their "
+            "replicas once resynced.",
+            ["shard"],
+            registry=registry,
+        )
         registry.register(_Gauges())
         self._children: dict[tuple[str, ...], Any] = {}
         self._calls: dict[tuple[str, str, str], Any] = {}
@@ -127,6 +135,9 @@ class PrometheusMetrics(Metrics):
 
     def skipped(self, shard: str, operation: str) -> None:
         self._child(self.skips, shard, operation).inc()
+
+    def restart(self, shard: str) -> None:
+        self._child(self.restarts, shard).inc()
 
 
 class _Gauges(Collector):

@@ -23,7 +23,6 @@ import contextlib
 import logging
 import math
 import pickle
-import socket
 import string
 import threading
 import time
@@ -34,7 +33,6 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from threads import Workers
 from waiting import wait_until
 
 from sentinel_cache import ConfigurationError, DiscoveryError
@@ -58,6 +56,7 @@ from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ArgumentValueError
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
+from sentinel_cache.testing.fake_sentinel import FakeSentinel, Raw, Script
 
 FUZZ = settings(
     max_examples=300,
@@ -69,108 +68,6 @@ SHORT = {"socket_timeout": 0.3, "socket_connect_timeout": 0.3}
 
 
 # ----------------------------------------------------------------------------- a fake sentinel
-
-
-class Raw:
-    """Bytes sent as they are: for replies no well-behaved server would send."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-
-def resp(value: Any) -> bytes:
-    if isinstance(value, Raw):
-        return value.data
-    if value is None:
-        return b"_\r\n"
-    if isinstance(value, bool):
-        return b"#t\r\n" if value else b"#f\r\n"
-    if isinstance(value, int):
-        return b":%d\r\n" % value
-    if isinstance(value, str):
-        value = value.encode()
-    if isinstance(value, bytes):
-        return b"$%d\r\n%s\r\n" % (len(value), value)
-    if isinstance(value, dict):
-        return b"%%%d\r\n" % len(value) + b"".join(resp(k) + resp(v) for k, v in value.items())
-    return b"*%d\r\n" % len(value) + b"".join(resp(v) for v in value)
-
-
-HELLO = {"server": "redis", "version": "7.0.0", "proto": 3, "role": "sentinel", "modules": []}
-
-Script = dict[tuple[str, ...], Any]
-
-
-class FakeSentinel:
-    """A loopback server speaking just enough RESP to be connected to, answering commands from
-    a script: ``{("SENTINEL", "GET-MASTER-ADDR-BY-NAME"): reply, ("ROLE",): reply, ...}``. A
-    reply may be a callable of the arguments. Unscripted commands get an error."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.commands: list[list[bytes]] = []
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(64)
-        self._sock.settimeout(0.05)
-        self.address = Address("127.0.0.1", self._sock.getsockname()[1])
-        self._closed = threading.Event()
-        self._conns: list[socket.socket] = []
-        self._workers = Workers(timeout=2)  # close() raises what a thread of it raised
-        self._workers.spawn(self._accept, name="fake-sentinel")
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self._conns.append(conn)
-            self._workers.spawn(self._serve, conn, name="fake-sentinel-conn")
-
-    def _serve(self, conn: socket.socket) -> None:
-        reader = conn.makefile("rb")
-        try:
-            while not self._closed.is_set():
-                line = reader.readline()
-                if not line:
-                    return
-                if not line.startswith(b"*"):
-                    continue  # inline commands: ignore
-                args = []
-                for _ in range(int(line[1:])):
-                    length = int(reader.readline()[1:])
-                    args.append(reader.read(length + 2)[:-2])
-                self.commands.append(args)
-                conn.sendall(self._reply(args))
-        except (OSError, ValueError):
-            return
-        finally:
-            reader.close()
-
-    def _reply(self, args: list[bytes]) -> bytes:
-        words = tuple(a.decode("latin-1").upper() for a in args[:2])
-        for key in (words, words[:1]):
-            if key in self.script:
-                reply = self.script[key]
-                return resp(reply(args) if callable(reply) else reply)
-        if words[0] == "HELLO":
-            return resp(HELLO)
-        if words[0] in ("CLIENT", "PING"):
-            return b"+OK\r\n"
-        return b"-ERR unknown command\r\n"
-
-    def close(self) -> None:
-        self._closed.set()
-        self._sock.close()
-        for conn in self._conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-            conn.close()
-        self._workers.join()
 
 
 def subscribes(fake: FakeSentinel) -> int:

@@ -21,7 +21,7 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +29,10 @@ import redis
 from redis.exceptions import AuthenticationWrongNumberOfArgsError, NoPermissionError
 
 from sentinel_cache.core.config import Address, connection_class_and_kwargs
+from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
+    ConflictingMasterError,
     DataNodeAuthenticationError,
     MasterNotFoundError,
     NoSentinelReachableError,
@@ -62,6 +64,7 @@ class Resolution:
     than the one it holds, so a slow answer can never undo a newer switch. ``verified`` is False
     when the sentinels still name the node the caller reported failing: it was not asked for its
     ``ROLE`` (that would wait a second timeout on a hung node), and nothing changes.
+    ``named_by`` are the sentinels that named the address, of ``asked`` asked.
     """
 
     name: str
@@ -72,6 +75,13 @@ class Resolution:
     epoch: int = 0
     asked_at: float = 0.0
     verified: bool = True
+    named_by: tuple[Address, ...] = ()
+    asked: int = 0
+
+    @property
+    def majority(self) -> bool:
+        """More than half of the sentinels asked (not only of those that answered) named it."""
+        return self.agreeing > self.asked // 2
 
 
 def reply_text(value: Any) -> str:
@@ -454,8 +464,23 @@ def check_role(address: Address, connection_kwargs: Mapping[str, Any]) -> str:
         client.connection_pool.disconnect()
 
 
+#: ``claimant(name, address, majority)``: why ``address`` may not be the master of ``name``
+#: (another shard is on it, or was), or None; ``majority``: most sentinels asked named it.
+Claimant = Callable[[str, Address, bool], "str | None"]
+
+#: A refused answer is logged once per this many seconds per master name and node.
+CONFLICT_LOG_INTERVAL = 10.0
+
+
 class Discovery:
-    """Resolves master names to verified master addresses, retrying for a bounded time."""
+    """Resolves master names to verified master addresses, retrying for a bounded time.
+
+    One node, one shard: a candidate that ``claimant`` (the core's rule for the nodes its
+    shards are or were on) refuses, or that the same round's sentinels name for another master
+    at least as often, is skipped for the next candidate, with a warning naming both masters
+    and the sentinels that named it; with no candidate left the name fails with a
+    :class:`~sentinel_cache.ConflictingMasterError` and is asked again.
+    """
 
     def __init__(
         self,
@@ -464,12 +489,15 @@ class Discovery:
         *,
         timeout: float,
         replicas: bool = False,
+        claimant: Claimant | None = None,
     ) -> None:
         self.sentinels = sentinels
         self._connection_kwargs = dict(connection_kwargs)
         self._secrets = secret_values(self._connection_kwargs) + sentinels.secrets
         self._timeout = timeout
         self._replicas = replicas
+        self._claimant = claimant
+        self._conflict_logs: dict[tuple[str, Address], Throttle] = {}
 
     def __repr__(self) -> str:
         return f"<Discovery sentinels={self.sentinels!r} timeout={self._timeout}s>"
@@ -496,6 +524,7 @@ class Discovery:
         pending = list(masters)
         results: dict[str, Resolution | BaseException] = {}
         suspects = suspects or {}
+        settled: dict[str, Address] = {}  # found so far by this call, not yet taken by a shard
         delay = 0.05
         while True:
             asked_at = time.monotonic()
@@ -507,8 +536,10 @@ class Discovery:
             # Every sentinel answered and none monitors a name: asking again will not change it.
             all_answered = bool(replies) and all(r.error is None for r in replies)
             for name in list(pending):
-                outcome = self.pick(name, replies, asked_at, suspects.get(name))
+                outcome = self.pick(name, replies, asked_at, suspects.get(name), settled)
                 results[name] = outcome
+                if isinstance(outcome, Resolution):
+                    settled[name] = outcome.address
                 unknown = all_answered and all(r.masters.get(name) is None for r in replies)
                 if (
                     isinstance(outcome, Resolution)
@@ -539,9 +570,12 @@ class Discovery:
         replies: Sequence[SentinelReply],
         asked_at: float = 0.0,
         suspect: Address | None = None,
+        settled: Mapping[str, Address] | None = None,
     ) -> Resolution | BaseException:
-        """The master of ``name`` from the sentinels' replies (no I/O): the newest config
-        epoch wins, a majority of the others names the address; or the error to report."""
+        """The master of ``name`` from the sentinels' replies (I/O: the candidates' ``ROLE``):
+        the newest config epoch wins, then the most votes, then the earliest answer; a node
+        another master holds is never a candidate (see the class). ``settled`` are the masters
+        of other names found so far by the same :meth:`resolve`."""
         answered = [r for r in replies if r.error is None]
         if not answered:
             summary = summarize_failures(replies, name, self._secrets)
@@ -578,11 +612,30 @@ class Discovery:
         )
         failures = []
         refused: list[DataNodeAuthenticationError] = []
+        conflicts: list[str] = []
         for address in candidates:
+            named_by = tuple(r.sentinel for r in answered if r.masters.get(name) == address)
+            taken = self._taken(name, address, votes[address], len(replies), answered, settled)
+            if taken is not None:
+                conflicts.append(
+                    f"sentinel{'s' * (len(named_by) > 1)} {', '.join(map(str, named_by))} "
+                    f"named {address}, {taken}"
+                )
+                self._warn_conflict(name, address, conflicts[-1])
+                continue
             if address == suspect:
                 if address == candidates[0]:
                     return Resolution(
-                        name, address, (), votes[address], len(answered), newest, asked_at, False
+                        name,
+                        address,
+                        (),
+                        votes[address],
+                        len(answered),
+                        newest,
+                        asked_at,
+                        False,
+                        named_by,
+                        len(replies),
                     )
                 continue
             try:
@@ -601,14 +654,65 @@ class Discovery:
                     (),
                 )
                 return Resolution(
-                    name, address, replicas, votes[address], len(answered), newest, asked_at
+                    name,
+                    address,
+                    replicas,
+                    votes[address],
+                    len(answered),
+                    newest,
+                    asked_at,
+                    True,
+                    named_by,
+                    len(replies),
                 )
             failures.append(f"{address}: ROLE is {role!r}, not master")
         if refused:  # the same credentials go to every candidate: that is the problem
             return refused[0]
+        if conflicts and not failures:
+            return ConflictingMasterError(
+                redact(f"master {name!r}: refused, {'; '.join(conflicts)}", self._secrets)
+            )
+        failures = conflicts + failures
         return MasterNotFoundError(
             f"master {name!r}: sentinels named {', '.join(map(str, candidates))} but none is a "
             f"reachable master ({'; '.join(failures)})"
+        )
+
+    def _taken(
+        self,
+        name: str,
+        address: Address,
+        votes: int,
+        asked: int,
+        answered: Sequence[SentinelReply],
+        settled: Mapping[str, Address] | None,
+    ) -> str | None:
+        """Why ``address`` may not be the master of ``name``, or None (the class's rule)."""
+        for other, found in (settled or {}).items():
+            if other != name and found == address:
+                return f"which the sentinels named for {other!r} earlier in this discovery"
+        rivals: dict[str, list[Address]] = {}
+        for reply in answered:
+            for other, named in reply.masters.items():
+                if other != name and named == address:
+                    rivals.setdefault(other, []).append(reply.sentinel)
+        for other, by in rivals.items():
+            if len(by) >= votes:
+                return (
+                    f"which sentinel{'s' * (len(by) > 1)} {', '.join(map(str, by))} "
+                    f"name{'s' * (len(by) == 1)} for {other!r}"
+                )
+        if self._claimant is not None:
+            return self._claimant(name, address, votes > asked // 2)
+        return None
+
+    def _warn_conflict(self, name: str, address: Address, text: str) -> None:
+        throttle = self._conflict_logs.setdefault((name, address), Throttle(CONFLICT_LOG_INTERVAL))
+        throttle.warn(
+            logger,
+            "master %r: refusing an answer that would put two shards on one node: %s",
+            name,
+            redact(text, self._secrets),
         )
 
 

@@ -62,6 +62,18 @@ class ShardBound:
             address=Address(self.host, self.port),
         )
 
+    def _note_run_id(self, reply: Any, asked_at: float) -> None:
+        """Tell the shard the run_id a new connection found (a restart forces a reconnect, so
+        this costs nothing on the hot path and sees every restart the pool lives through)."""
+        run_id = run_id_of(reply)
+        if run_id is not None:
+            self._shard.note_run_id(
+                self._generation,
+                run_id,
+                asked_at,
+                source=f"a new connection to {self.host}:{self.port}",
+            )
+
     def _repoint(self) -> None:
         """Take the shard's current address (after the caller dropped the old socket)."""
         shard = self._shard
@@ -69,3 +81,15 @@ class ShardBound:
         if address is None:
             raise ShardUnavailableError(f"shard {shard.label}: master not resolved")
         self.host, self.port = address
+
+
+def run_id_of(reply: Any) -> str | None:
+    """The ``run_id`` in an ``INFO server`` reply (raw text or parsed), or None."""
+    if isinstance(reply, dict):
+        value = reply.get("run_id")
+        return None if value is None else str(value)
+    text = reply.decode(errors="replace") if isinstance(reply, bytes) else str(reply)
+    for line in text.splitlines():
+        if line.startswith("run_id:"):
+            return line[len("run_id:") :].strip() or None
+    return None

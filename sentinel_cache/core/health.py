@@ -10,8 +10,9 @@ once, within a short time budget, and tells two things apart:
   missing: a master with no replica online (a failover is impossible: after a planned failover
   too, until the old master has become a replica), a failover listener not connected to its
   sentinel, writes held by a failover in progress, sentinels that could not be asked, a near
-  cache that is on but not tracking (for a moment after a switch, or for good). Listed in
-  ``warnings``; status ``"degraded"``.
+  cache that is on but not tracking (for a moment after a switch, or for good), a master
+  that restarted without a failover in the last ``RESTART_WARNING_SECONDS`` (its data is lost
+  unless it persists it). Listed in ``warnings``; status ``"degraded"``.
 
 A readiness probe should fail only when the cache cannot serve (``fail_on="down"``, the
 default of :func:`http_status`), so that it does not flap through a planned failover; an alert
@@ -88,6 +89,9 @@ PROBE_PREFIX = "sentinel_cache:health:"
 _TOKEN_PREFIX = "sentinel_cache-probe:"
 _KEY_SEARCH_LIMIT = 1_000_000
 _MAX_PROBE_CONNECTIONS = 8  # per master and budget; probes of a hung node end by their timeouts
+
+#: A master's restart without a failover (data lost) keeps the health degraded this long.
+RESTART_WARNING_SECONDS = 300.0
 
 OK, DEGRADED, DOWN = "ok", "degraded", "down"
 #: ``fail_on`` policies of :func:`http_status`: fail when down (the default), or when degraded.
@@ -475,6 +479,13 @@ def _with_warnings(
         found.append(
             f"{label}: the near cache is on but not tracking the master (nothing is kept or "
             "served locally; every read goes to the server)"
+        )
+    restart = memory["last_restart"]
+    if restart is not None and time.time() - restart["at"] < RESTART_WARNING_SECONDS:
+        found.append(
+            f"{label}: master {restart['address']} restarted without a failover "
+            f"{time.time() - restart['at']:.0f}s ago (run_id {restart['previous_run_id'] or 'unknown'}"
+            f" -> {restart['run_id']}): its data was lost unless it persists it"
         )
     if not found:
         return shard

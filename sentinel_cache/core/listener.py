@@ -56,7 +56,10 @@ ABORT_EVENTS = (
 # A replica went away, came back, appeared, or an old master rejoined as a replica: with
 # READ_FROM_REPLICAS, re-check that shard's read rotation now rather than at the next tick.
 REPLICA_EVENTS = ("+sdown", "-sdown", "+slave", "+convert-to-slave")
-CHANNELS = (SWITCH, *FENCE_EVENTS, *ABORT_EVENTS, *REPLICA_EVENTS)
+# An instance restarted (the sentinels saw its run_id change, about 10 s after): for a master,
+# its data is gone unless it persists it; the core checks and reports it.
+REBOOT = "+reboot"
+CHANNELS = (SWITCH, *FENCE_EVENTS, *ABORT_EVENTS, *REPLICA_EVENTS, REBOOT)
 
 
 def _keepalive_options() -> dict[int, int]:
@@ -114,6 +117,8 @@ class ListenerCore(Protocol):
     ) -> None: ...
 
     def on_replica_event(self, shard: Shard) -> None: ...
+
+    def on_reboot(self, shard: Shard, address: Address, *, source: str) -> None: ...
 
     def recheck(self, *, source: str) -> None: ...
 
@@ -255,6 +260,14 @@ class SentinelListener:
                         received=received,
                         sentinel=self.address,
                     )
+            elif channel_text == REBOOT:
+                fields = text.split()
+                if fields[:1] == ["master"]:  # a replica's restart loses nothing
+                    name = parse_instance_event(text)
+                    shard = self.core.shard_by_name(name)
+                    if shard is not None:
+                        address = Address(fields[2], _port(fields[3]))
+                        self.core.on_reboot(shard, address, source=f"+reboot from {self.address}")
             elif channel_text in (*FENCE_EVENTS, *ABORT_EVENTS, *REPLICA_EVENTS):
                 name = parse_instance_event(text)
                 shard = self.core.shard_by_name(name)

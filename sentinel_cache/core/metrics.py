@@ -38,6 +38,9 @@ class Metrics:
         """``IGNORE_EXCEPTIONS`` skipped the unavailable shard in ``operation`` (a command
         name, ``get_many``, ``iter_keys``, ``delete_pattern``, ``clear``, ...)."""
 
+    def restart(self, shard: str) -> None:
+        """The shard's master restarted without a switch (its data is gone unless it persists)."""
+
 
 _SOURCE_KINDS = (
     ("+switch-master", "listener"),

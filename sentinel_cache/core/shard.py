@@ -40,6 +40,8 @@ K = TypeVar("K", bound="str | bytes")
 MASTER_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
 SwitchCallback = Callable[["SwitchEvent"], None]
+#: ``restarted(shard, old_run_id, new_run_id, source)``: the core's report of an empty restart.
+RestartCallback = Callable[["Shard", "str | None", str, str], None]
 
 #: What a master may or may not allow, each asked once per master with one command whose reply
 #: says it: ``MSETEX`` (Valkey 9.1+, Redis 8.4+: ``set_many`` with a timeout in one native
@@ -66,6 +68,9 @@ class Evidence(NamedTuple):
 
 
 NO_EVIDENCE = Evidence(0, float("-inf"))
+
+#: How many former masters a shard remembers (for "one node, one shard", see the core).
+FORMER_KEPT = 8
 
 
 class SwitchEvent:
@@ -116,6 +121,7 @@ class Shard:
         self.last_switch: float | None = None
         self.last_switch_source: str | None = None
         self.evidence = NO_EVIDENCE
+        self.former: tuple[Address, ...] = ()  # the masters it switched away from, oldest first
         # The safety net's re-resolve: single-flight, rate-limited, its failures logged once
         # per interval with a count of what was suppressed.
         self.resolving = threading.Lock()
@@ -127,6 +133,13 @@ class Shard:
         self.fence_reason: str | None = None
         self.fence_since: float | None = None
         self.metrics: Metrics | None = None  # the core's, if METRICS is on
+        # The master's run_id (INFO server), asked on every new connection to it: a new one in
+        # the same generation is a restart without a switch (see note_run_id).
+        self.run_id: str | None = None
+        self._run_id_seen = (-1, float("-inf"))  # (generation, monotonic time asked)
+        self.restarts = 0
+        self.last_restart: dict[str, Any] | None = None
+        self.restarted: RestartCallback | None = None  # set by the core
         # What the master of a generation was found to allow (see FEATURES): feature ->
         # (generation, allowed).
         self._features: dict[str, tuple[int, bool]] = {}
@@ -207,11 +220,48 @@ class Shard:
             self.address = address
             self.generation += 1
             if old is not None:
+                self.former = (*self.former, old)[-FORMER_KEPT:]
                 self.switch_count += 1
                 self.last_switch = time.time()
                 self.last_switch_source = source
         self.pool.retire_idle()  # network I/O outside the lock
         return "moved", old
+
+    def note_run_id(
+        self, generation: int, run_id: str, asked_at: float, *, source: str, rebooted: bool = False
+    ) -> bool:
+        """The master of ``generation`` said its run_id is ``run_id`` (asked at ``asked_at``);
+        True if that is a restart, which is then reported through :attr:`restarted`.
+
+        A restart is a new run_id without a switch, or (``rebooted``: the sentinels sent
+        ``+reboot``) a run_id not reported yet. A master restarted without persistence comes
+        back empty, and its replicas resync from it and drop their copies: nothing else says
+        so. An answer from an older generation, or asked before the last one noted, is moot.
+        """
+        with self._lock:
+            seen_generation, seen_at = self._run_id_seen
+            if generation != self.generation or (
+                generation == seen_generation and asked_at < seen_at
+            ):
+                return False
+            old = self.run_id if seen_generation == generation else None
+            self.run_id, self._run_id_seen = run_id, (generation, asked_at)
+            reported = self.last_restart is not None and self.last_restart["run_id"] == run_id
+            if reported or not ((old is not None and old != run_id) or rebooted):
+                return False
+            if old == run_id:  # +reboot of the process we met first: its predecessor is unknown
+                old = None
+            self.restarts += 1
+            self.last_restart = {
+                "at": time.time(),
+                "address": None if self.address is None else str(self.address),
+                "previous_run_id": old,
+                "run_id": run_id,
+                "source": source,
+            }
+        if self.restarted is not None:
+            self.restarted(self, old, run_id, source)
+        return True
 
     # -- write fence -------------------------------------------------------------------------
     @property

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import redis
 
@@ -21,7 +21,9 @@ from sentinel_cache.core.discovery import (
     SentinelSet,
     check_role,
     data_node_refusal,
+    direct_client,
 )
+from sentinel_cache.core.following import run_id_of
 from sentinel_cache.core.housekeeping import STALE_FENCE_SECONDS, Housekeeper
 from sentinel_cache.core.listener import ListenerGroup
 from sentinel_cache.core.metrics import Metrics, source_kind
@@ -36,6 +38,7 @@ from sentinel_cache.core.shard import (
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
     ConfigurationError,
+    ConflictingMasterError,
     ShardUnavailableError,
     StaleReplyError,
 )
@@ -115,6 +118,7 @@ class ShardedSentinelPool:
         self.tracer = _tracer(config)
         for shard in self.every_shard:
             shard.metrics = self.metrics
+            shard.restarted = self._report_restart
         self._reset_process_state()
         registry.track(self)
 
@@ -125,12 +129,14 @@ class ShardedSentinelPool:
         self._started = False
         self.closed = False  # read on every call: an attribute, not a property
         self._initial: dict[str, Resolution | BaseException] = {}
+        self._placement = threading.Lock()  # see _place
         self.sentinels = SentinelSet(self.config.sentinels, self.config.sentinel_options())
         self.discovery = Discovery(
             self.sentinels,
             self.config.connection_options(),
             timeout=self.config.discovery_timeout,
             replicas=self.config.read_from_replicas,
+            claimant=self.claimant,
         )
         for shard in self.every_shard:
             shard.reset_locks()
@@ -245,6 +251,45 @@ class ShardedSentinelPool:
         if self.listeners is not None:
             self.listeners.ensure(self.sentinels.addresses)
 
+    def on_reboot(self, shard: Shard, address: Address, *, source: str) -> None:
+        """A sentinel saw the shard's master restart (``+reboot``): ask its run_id now, so a
+        restart this process has not reconnected through yet is reported too (once)."""
+        current, generation = shard.current()
+        if current != address:
+            return  # a node the shard has left
+        asked_at = time.monotonic()
+        client = direct_client(address, self.config.connection_options())
+        try:
+            run_id = run_id_of(client.info("server"))
+        except (redis.RedisError, OSError) as exc:
+            logger.warning(
+                "shard %s: %s, and its run_id cannot be asked: %s", shard.label, source, exc
+            )
+            return
+        finally:
+            client.close()
+            client.connection_pool.disconnect()
+        if run_id is not None:
+            shard.note_run_id(generation, run_id, asked_at, source=source, rebooted=True)
+
+    def _report_restart(self, shard: Shard, old: str | None, new: str, source: str) -> None:
+        """A master restarted without a switch (see ``Shard.note_run_id``): say so loudly, count
+        it, and drop the shard's near-cache copies (they copy data that is gone)."""
+        logger.error(
+            "shard %s: master %s restarted without a failover (run_id %s -> %s, seen on %s): "
+            "it came back empty unless it persists its data, and its replicas resync from it "
+            'and drop theirs (see docs/operations.md, "Empty restarts")',
+            shard.label,
+            shard.address,
+            old or "unknown",
+            new,
+            source,
+        )
+        if self.metrics is not None:
+            self.metrics.restart(shard.name)
+        if self.near is not None and shard.index < len(self.shards):
+            self.near.flush_shard(shard.index, "master restarted")
+
     def on_replica_event(self, shard: Shard) -> None:
         """A sentinel reported a change about one of the shard's replicas."""
         if self.housekeeper is not None:
@@ -299,15 +344,61 @@ class ShardedSentinelPool:
                 raise outcome
         return {name: self._by_name[name].address for name in results}  # type: ignore[misc]
 
+    def claimant(self, name: str, address: Address, majority: bool) -> str | None:
+        """Why the shard of master ``name`` may not be on ``address``, or None: the one rule
+        of "one node, one shard", which discovery applies to every candidate and every switch
+        applies again (:meth:`taken`).
+
+        Two shards on one node would mix their keys, and ``ROLE`` only proves that a node is
+        *a* master. So a node another shard is on is refused, whoever names it (that shard
+        moves first); a node another shard was on before is refused unless most of the
+        sentinels asked name it (a stale old master, or one liar, cannot place it; a node
+        reused for another master name, as a recycled address can be, is taken on a majority).
+        """
+        for other in self.every_shard:
+            if other.name == name:
+                continue
+            if other.address == address:
+                return f"the master of shard {other.index} ({other.name!r})"
+            if not majority and address in other.former:
+                return (
+                    f"a former master of shard {other.index} ({other.name!r}), and not named by "
+                    "a majority of the sentinels"
+                )
+        return None
+
+    def taken(self, shard: Shard, address: Address, *, source: str, majority: bool) -> bool:
+        """True (with a warning, and the shard's error set) if :meth:`claimant` refuses
+        ``address`` for ``shard``: the last check before any switch, against a shard that moved
+        while the sentinels or ``ROLE`` were being asked."""
+        if shard.address == address:
+            return False
+        reason = self.claimant(shard.name, address, majority)
+        if reason is None:
+            return False
+        message = (
+            f"shard {shard.label}: refusing {source} naming {address}, {reason}: two shards "
+            "on one node would mix their keys"
+        )
+        logger.warning("%s", message)
+        shard.error = ConflictingMasterError(message)
+        return True
+
     def apply_resolution(self, shard: Shard, resolution: Resolution, *, source: str) -> bool:
         """Take a resolution from the sentinels if it is newer than the shard's evidence."""
         if not resolution.verified:  # the sentinels still name the node that just failed
             return False
-        outcome, old = shard.switch(
+        named = ", ".join(map(str, resolution.named_by)) or "the sentinels"
+        outcome, old = self._place(
+            shard,
             resolution.address,
             source=source,
             evidence=Evidence(resolution.epoch, resolution.asked_at),
+            named=f"{source} (named by {named})",
+            majority=resolution.majority,
         )
+        if outcome == "taken":
+            return False
         if outcome == "stale":
             logger.info(
                 "shard %s: ignoring %s naming %s: a newer switch to %s came first",
@@ -556,21 +647,14 @@ class ShardedSentinelPool:
         """Switch to ``address`` once ``ROLE`` says it is a master (an event is only a hint),
         unless newer evidence moved the shard while ``ROLE`` was being asked.
 
-        ``ROLE`` proves a node claims to be *a* master, not *this shard's*: an address that is
-        another shard's master is refused outright (two shards on one node would mix keys).
+        ``ROLE`` proves a node claims to be *a* master, not *this shard's*: :meth:`taken`
+        refuses a node another shard is on (or was on: one sentinel is no majority).
         """
         if shard.address == address:
             shard.switch(address, source=source, evidence=evidence)  # keep the newer evidence
             return False
-        owner = next((s for s in self.every_shard if s is not shard and s.address == address), None)
-        if owner is not None:
-            logger.warning(
-                "shard %s: ignoring %s naming %s, the master of shard %s",
-                shard.label,
-                source,
-                address,
-                owner.label,
-            )
+        majority = len(self.sentinels.addresses) < 2  # one sentinel's word
+        if self.taken(shard, address, source=source, majority=majority):  # not worth a ROLE
             return False
         try:
             role = check_role(address, self.config.connection_options())
@@ -592,7 +676,9 @@ class ShardedSentinelPool:
                 role,
             )
             return False
-        outcome, old = shard.switch(address, source=source, evidence=evidence)
+        outcome, old = self._place(
+            shard, address, source=source, evidence=evidence, named=source, majority=majority
+        )
         if outcome != "moved":
             if outcome == "stale":
                 logger.info(
@@ -606,6 +692,24 @@ class ShardedSentinelPool:
         lag = time.monotonic() - evidence.at if announced else None
         self._announce(shard, old, address, source, lag)
         return True
+
+    def _place(
+        self,
+        shard: Shard,
+        address: Address,
+        *,
+        source: str,
+        evidence: Evidence,
+        named: str,
+        majority: bool,
+    ) -> tuple[Literal["taken", "stale", "same", "moved"], Address | None]:
+        """``shard.switch(...)`` unless :meth:`taken` refuses the node (``("taken", current)``):
+        the one way a shard's master changes, checked and switched under one lock so that two
+        shards moving at once cannot land on one node."""
+        with self._placement:
+            if self.taken(shard, address, source=named, majority=majority):
+                return "taken", shard.address
+            return shard.switch(address, source=source, evidence=evidence)
 
     # -- status ------------------------------------------------------------------------------
     def listener_states(self) -> dict[str, bool]:
@@ -627,6 +731,10 @@ class ShardedSentinelPool:
                     "replicas": [str(a) for a in shard.replicas],
                     "sentinels_agreeing": shard.agreeing,
                     "switch_count": shard.switch_count,
+                    "restarts": shard.restarts,
+                    "last_restart": None
+                    if shard.last_restart is None
+                    else dict(shard.last_restart),
                     "last_switch": shard.last_switch,
                     "last_switch_source": shard.last_switch_source,
                     "fenced": shard.fenced,

@@ -461,7 +461,17 @@ def _read_epochs(view: MasterView, probes: Sequence[SentinelProbe]) -> None:
 
 # -- data nodes --------------------------------------------------------------------------------
 
-_NODE_FIELDS = ("role", "role_error", "refused", "error", "latency_ms", "keys", "memory")
+_NODE_FIELDS = (
+    "role",
+    "role_error",
+    "refused",
+    "error",
+    "latency_ms",
+    "keys",
+    "memory",
+    "run_id",
+    "uptime_seconds",
+)
 
 
 def _probe_node(address: Address, kwargs: Mapping[str, Any], timeout: float) -> dict[str, Any]:
@@ -483,11 +493,15 @@ def _probe_node(address: Address, kwargs: Mapping[str, Any], timeout: float) -> 
         pipe = client.pipeline(transaction=False)
         pipe.dbsize()
         pipe.info("memory")
-        keys, memory = pipe.execute(raise_on_error=False)
+        pipe.info("server")
+        keys, memory, server = pipe.execute(raise_on_error=False)
         if not isinstance(keys, BaseException):
             found["keys"] = int(keys)
         if isinstance(memory, Mapping):
             found["memory"] = memory.get("used_memory_human")
+        if isinstance(server, Mapping):  # a young uptime with no failover: an empty restart?
+            found["run_id"] = server.get("run_id")
+            found["uptime_seconds"] = server.get("uptime_in_seconds")
     except (redis.RedisError, OSError) as exc:
         found["error"] = _describe(exc)
     finally:
@@ -742,6 +756,8 @@ def _shard_entry(
         "latency_ms": node["latency_ms"],
         "keys": node["keys"],
         "memory": node["memory"],
+        "run_id": node["run_id"],
+        "uptime_seconds": node["uptime_seconds"],
         "sentinels_agreeing": view.agreeing,
         "sentinels_total": len(probes),
         "sentinels_disagreeing": view.dissent,
@@ -755,6 +771,10 @@ def _shard_entry(
         "switch_count": shard["switch_count"],
         "last_switch": shard["last_switch"],
         "last_switch_source": shard["last_switch_source"],
+        # Restarts of the master without a switch this process saw (its data lost, unless
+        # it persists it): how many, and the last one (when, run ids, how it was seen).
+        "restarts": shard["restarts"],
+        "last_restart": shard["last_restart"],
         "fenced": shard["fenced"],
         "fence_reason": shard["fence_reason"],
         "near_cache": shard.get("near_cache"),  # this process's local copies (NEAR_CACHE)
@@ -828,6 +848,14 @@ def _judge_shard(
         notes.append(f"{label}: master {address}: {entry['error']}")
     if entry["fenced"]:
         notes.append(f"{label}: writes held ({entry['fence_reason']})")
+    last = entry["last_restart"]
+    if last is not None:
+        at = datetime.fromtimestamp(last["at"]).strftime("%Y-%m-%d %H:%M:%S")
+        notes.append(
+            f"{label}: master {last['address']} restarted without a failover at {at} (run_id "
+            f"{last['previous_run_id'] or 'unknown'} -> {last['run_id']}, seen on "
+            f"{last['source']}; x{entry['restarts']}): its data was lost unless it persists it"
+        )
 
 
 # -- exit codes --------------------------------------------------------------------------------

@@ -8,10 +8,11 @@ master there, without any coordination; only the switching shard's connections a
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis.asyncio.connection
-from redis.exceptions import ReadOnlyError
+from redis.exceptions import ReadOnlyError, ResponseError
 
 from sentinel_cache.core.following import ShardBound
 
@@ -30,11 +31,29 @@ class AsyncShardConnectionMixin(ShardBound):
             await self._follow()
             await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
 
+        async def on_connect_check_health(self, check_health: bool = True) -> None:
+            await super().on_connect_check_health(check_health)  # type: ignore[misc]
+            await self._ask_run_id()
+
     else:  # pragma: no cover - older redis-py
 
         async def connect(self) -> None:
             await self._follow()
             await super().connect()  # type: ignore[misc]
+
+        async def on_connect(self) -> None:
+            await super().on_connect()  # type: ignore[misc]
+            await self._ask_run_id()
+
+    async def _ask_run_id(self) -> None:
+        """Each new connection asks the master's run_id (see ``ShardBound._note_run_id``)."""
+        asked_at = time.monotonic()
+        try:
+            await self.send_command("INFO", "server", check_health=False)  # type: ignore[attr-defined]
+            reply = await self.read_response()
+        except ResponseError:  # INFO refused (an ACL, a renamed command): +reboot still tells
+            return
+        self._note_run_id(reply, asked_at)
 
     async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
         self._note_sent()
