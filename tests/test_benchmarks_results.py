@@ -32,10 +32,9 @@ def page() -> str:
 def test_the_page_says_it_is_generated_and_carries_a_well_formed_stamp() -> None:
     text = page()
     assert text.splitlines()[0] == run.GENERATED
-    stamps = STAMP.findall(text)
+    stamps = list(STAMP.finditer(text))
     assert len(stamps) == 1, "exactly one stamp line (commit, tree, UTC time, options)"
-    stamp = STAMP.search(text)
-    assert stamp is not None
+    stamp = stamps[0]
     when = dt.datetime.strptime(stamp["date"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
     assert dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) < when < dt.datetime.now(dt.timezone.utc)
     # The command shown to reproduce the run is the generator's, with the stamp's options.
