@@ -9,8 +9,14 @@ Per contender:
    2 ms to it and another writer to another shard: once the old master has been demoted to a
    replica of the new one and is in sync, every acknowledged key is looked up on the new
    master; lost = acknowledged but missing. Errors on the other shard are counted too;
-3. SIGKILL of another shard's master: time from ``+switch-master`` (as a subscriber of our own
-   on a sentinel receives it) to the first good write to that shard, and the whole outage.
+3. a third shard's master frozen (SIGSTOP) for ``FREEZE_S`` while a writer writes to it and
+   another writer to another shard: the other shard's slowest write meanwhile (target: under
+   50 ms for ours; the test suite only checks that it never waits for the frozen one);
+4. SIGKILL of another shard's master: time from ``+switch-master`` (as a subscriber of our own
+   on a sentinel receives it) to the first good write to that shard, and the whole outage
+   (target: the first good write within 100 ms of ``+switch-master`` for ours).
+
+``targets(results)`` gives the two targets as PASS/FAIL lines for the report.
 
 ``python -m benchmarks.failover`` runs it alone; ``benchmarks.run`` includes it in the report.
 """
@@ -37,6 +43,14 @@ from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
 from tests.threads import Workers
 
 WRITE_INTERVAL = 0.002
+FREEZE_S = 0.8  # under the topology's down-after (1 s): the sentinels do not fail it over
+OTHER_SHARD_TARGET_MS = 50.0
+SWITCH_TO_WRITE_TARGET_MS = 100.0
+TARGETS = (
+    f"for ours, another shard's slowest write under {OTHER_SHARD_TARGET_MS:.0f} ms while a "
+    f"master is frozen, and the first good write within {SWITCH_TO_WRITE_TARGET_MS:.0f} ms of "
+    "+switch-master after a SIGKILL"
+)
 VALUE = b"x" * 64
 
 
@@ -353,6 +367,37 @@ def planned_failover(cluster: LocalSentinelCluster, subject: Subject) -> dict[st
     }
 
 
+def frozen_master(cluster: LocalSentinelCluster, subject: Subject) -> dict[str, Any]:
+    names = cluster.master_names
+    target, other = 2, 0
+    address = cluster.master_address(names[target])
+    main = Writer(subject.writer(target), subject.keys(target, "frozen", 20000)).start()
+    side = Writer(subject.writer(other), subject.keys(other, "frozen-side", 20000)).start()
+    try:
+        time.sleep(0.3)
+        frozen_at = time.monotonic()
+        cluster.freeze_node(address)
+        try:
+            time.sleep(FREEZE_S)
+        finally:
+            cluster.thaw_node(address)
+        thawed_at = time.monotonic()
+        time.sleep(0.3)
+    finally:
+        main.stop()
+        side.stop()
+    during = [w for w in side.log if w.end > frozen_at and w.start < thawed_at]
+    return {
+        "freeze_s": FREEZE_S,
+        "other_shard_writes": len(during),
+        "other_shard_errors": sum(1 for w in during if not w.ok),
+        "other_shard_slowest_ms": max((w.end - w.start for w in during), default=0.0) * 1000,
+        "frozen_shard_errors": main.errors,
+        "frozen_shard_slowest_ms": main.slowest() * 1000,
+        "failed_over": cluster.master_address(names[target]) != address,
+    }
+
+
 def sigkill(
     cluster: LocalSentinelCluster, subject: Subject, watcher: SwitchWatcher
 ) -> dict[str, Any]:
@@ -409,6 +454,8 @@ def run_one(subject_id: str, repeats: int, log: Callable[[str], None]) -> dict[s
                 subject.writer(shard)(subject.keys(shard, "warm", 1)[0])
             result["planned"] = planned_failover(cluster, subject)
             log(f"failover[{subject_id}]: planned failover done")
+            result["frozen"] = frozen_master(cluster, subject)
+            log(f"failover[{subject_id}]: frozen master done")
             result["sigkill"] = sigkill(cluster, subject, watcher)
             log(f"failover[{subject_id}]: SIGKILL done")
         finally:
@@ -431,6 +478,41 @@ def run(
         except Exception as exc:  # report it, keep the rest of the benchmark
             out[subject_id] = {"label": SUBJECTS[subject_id].label, "error": repr(exc)}
             log(f"failover[{subject_id}] failed: {exc!r}")
+    return out
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Our two speed targets under faults as PASS/FAIL lines (the report's "Targets")."""
+    ours = results.get("ours", {})
+    frozen, kill = ours.get("frozen"), ours.get("sigkill")
+    out = []
+    target = (
+        f"another shard's slowest write while a master is frozen {FREEZE_S:g} s "
+        f"< {OTHER_SHARD_TARGET_MS:.0f} ms"
+    )
+    if frozen is None:
+        out.append({"target": target, "result": "N/A", "detail": "not measured"})
+    else:
+        ok = frozen["other_shard_slowest_ms"] < OTHER_SHARD_TARGET_MS
+        out.append(
+            {
+                "target": target,
+                "result": "PASS" if ok and not frozen["other_shard_errors"] else "FAIL",
+                "detail": f"{frozen['other_shard_slowest_ms']:.1f} ms over "
+                f"{frozen['other_shard_writes']} writes, {frozen['other_shard_errors']} errors",
+            }
+        )
+    target = (
+        f"SIGKILL: first good write within {SWITCH_TO_WRITE_TARGET_MS:.0f} ms of +switch-master"
+    )
+    after = None if kill is None else kill["switch_to_first_write_ms"]
+    if after is None:
+        out.append({"target": target, "result": "N/A", "detail": "not measured"})
+    else:
+        ok = after <= SWITCH_TO_WRITE_TARGET_MS
+        out.append(
+            {"target": target, "result": "PASS" if ok else "FAIL", "detail": f"{after:.1f} ms"}
+        )
     return out
 
 

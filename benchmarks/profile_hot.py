@@ -41,11 +41,17 @@ def _workload(contender: Contender, op: str, keys: Keys, n: int) -> None:
             contender.set_many(mappings[i % len(mappings)])
 
 
+ROOT = str(Path(__file__).resolve().parent.parent) + "/"
+
+
 def _label(func: tuple[str, int, str]) -> str:
+    """``path:line(function)``, the path relative to site-packages or to this checkout (the
+    checkout's own, wherever it lives: tests/test_benchmarks_results.py looks the lines up)."""
     filename, line, name = func
-    for marker in ("site-packages/", "/work/main/"):
-        if marker in filename:
-            filename = filename.split(marker, 1)[1]
+    if filename.startswith(ROOT):
+        filename = filename[len(ROOT) :]
+    elif "site-packages/" in filename:
+        filename = filename.split("site-packages/", 1)[1]
     if filename == "~":
         return name
     return f"{filename}:{line}({name})"

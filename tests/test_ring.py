@@ -2,7 +2,9 @@
 
 No servers are needed. ``JAVA_VECTORS`` were produced by running Jedis's ``MurmurHash.hash64A``
 (ByteBuffer version, seed 0x1234ABCD) and its ``Sharded`` TreeMap ring on a real JVM, so they
-check this module against Java semantics rather than against itself.
+check this module against Java semantics rather than against itself. The block from
+``JAVA_RING_WEIGHTS`` to ``JAVA_SURROGATE_PAIR`` is what ``scripts/ringvectors/RingVectors.java``
+(JDK only) prints; ``sh scripts/ringvectors/check.sh`` regenerates it and diffs it with this file.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def ref_shard(weights: list[int], data: bytes) -> int:
 
 
 # --- vectors from a JVM: (key bytes hex, hash64A, shard on [1,1], [1,1,1], [1,1,1,1], [1,2,3]) --
+# Regenerate: javac -d /tmp/rv scripts/ringvectors/RingVectors.java && java -cp /tmp/rv RingVectors
+# (or sh scripts/ringvectors/check.sh, which diffs the output with the lines below).
 
 JAVA_RING_WEIGHTS = ([1, 1], [1, 1, 1], [1, 1, 1, 1], [1, 2, 3])
 JAVA_VECTORS = [

@@ -241,8 +241,10 @@ def test_a_frozen_master_blocks_a_call_for_one_socket_timeout(
         other = time.monotonic() - started
     finally:
         cluster.thaw_node(master)
-    assert all(0.45 <= t <= 0.6 for t in timings.values()), timings
-    assert other < 0.05
+    # Correctness bounds: one socket timeout (0.5 s), never two, and the other shard never waits
+    # for the frozen one's. Its speed (under 50 ms) is make bench's, in benchmarks/failover.py.
+    assert all(0.45 <= t < 2 * 0.5 for t in timings.values()), timings
+    assert other < 0.5
     assert core.shards[0].address == master  # the sentinels still name it: nothing moved
     core.close()
 

@@ -1,0 +1,85 @@
+"""docs/benchmarks-results.md is the generator's output, untouched (issue 21, item 8): its stamp
+is well-formed, it has every section ``benchmarks/run.py`` writes, and every place in our code
+that its profile cites exists. A page edited by hand, cut down or left behind by the code fails
+here. Fast: it reads files, starts no server."""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import re
+from functools import cache
+from pathlib import Path
+
+from benchmarks import run
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "benchmarks-results.md"
+STAMP = re.compile(
+    r"^Stamp: commit `(?P<commit>[0-9a-f]{40})` \((?:clean tree|uncommitted changes)\), "
+    r"run (?P<date>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) \(UTC\), (?P<seconds>\d+) s, "
+    r"options beyond the defaults: (?P<options>.+)\.$",
+    re.MULTILINE,
+)
+# cProfile's "path:line(function)", or a bare "path:line", of a file of ours.
+CITED = re.compile(r"(?<![\w/])(sentinel_cache/[\w/]+\.py):(\d+)(?:\(([^)\s]+)\))?")
+
+
+def page() -> str:
+    return PAGE.read_text(encoding="utf-8")
+
+
+def test_the_page_says_it_is_generated_and_carries_a_well_formed_stamp() -> None:
+    text = page()
+    assert text.splitlines()[0] == run.GENERATED
+    stamps = list(STAMP.finditer(text))
+    assert len(stamps) == 1, "exactly one stamp line (commit, tree, UTC time, options)"
+    stamp = stamps[0]
+    when = dt.datetime.strptime(stamp["date"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    assert dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) < when < dt.datetime.now(dt.timezone.utc)
+    # The command shown to reproduce the run is the generator's, with the stamp's options.
+    options = stamp["options"]
+    command = run.COMMAND if options == "none" else f"{run.COMMAND} {options.replace('`', '')}"
+    assert f"```sh\n{command}\n```" in text
+    assert int(stamp["seconds"]) > 0
+
+
+def test_the_page_has_every_section_the_generator_writes_in_order() -> None:
+    titles = [line[3:] for line in page().splitlines() if line.startswith("## ")]
+    assert titles == list(run.SECTIONS)
+
+
+@cache
+def spans(path: str) -> tuple[int, dict[str, list[tuple[int, int]]]]:
+    """The file's line count and, per function name, the lines each definition covers (from
+    its first decorator, the line cProfile names, to its last line)."""
+    source = (ROOT / path).read_text(encoding="utf-8")
+    found: dict[str, list[tuple[int, int]]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            found.setdefault(node.name, []).append((start, node.end_lineno or node.lineno))
+    return len(source.splitlines()), found
+
+
+def test_every_place_the_page_cites_in_our_code_exists() -> None:
+    cited = CITED.findall(page())
+    assert cited, "the profile cites our own functions (a page without them was cut down)"
+    wrong = []
+    for path, number, function in set(cited):
+        line = int(number)
+        if not (ROOT / path).is_file():
+            wrong.append(f"{path}:{line}: no such file")
+            continue
+        length, functions = spans(path)
+        if line > length:
+            wrong.append(f"{path}:{line}: the file has {length} lines")
+        elif (
+            function
+            and not function.startswith("<")  # <genexpr>, <lambda>: no name to look up
+            and not any(a <= line <= b for a, b in functions.get(function, []))
+        ):
+            wrong.append(f"{path}:{line}({function}): not inside a function of that name")
+    assert not wrong, "docs/benchmarks-results.md is stale or was edited; rerun " + (
+        f"`{run.COMMAND}`:\n" + "\n".join(sorted(wrong))
+    )
