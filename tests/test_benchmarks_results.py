@@ -1,13 +1,17 @@
 """docs/benchmarks-results.md is the generator's output, untouched (issue 21, item 8): its stamp
 is well-formed, it has every section ``benchmarks/run.py`` writes, and every place in our code
 that its profile cites exists. A page edited by hand, cut down or left behind by the code fails
-here. Fast: it reads files, starts no server."""
+here. Citations are checked against the sources of the commit the stamp names (the page is the
+record of that commit's run; later commits may move lines without making it wrong), so the
+stamped commit must be in this clone's history and its tree clean. Fast: it reads git objects,
+starts no server."""
 
 from __future__ import annotations
 
 import ast
 import datetime as dt
 import re
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -49,11 +53,32 @@ def test_the_page_has_every_section_the_generator_writes_in_order() -> None:
     assert titles == list(run.SECTIONS)
 
 
+def stamped_commit() -> str:
+    stamp = STAMP.search(page())
+    assert stamp is not None, "no stamp line"
+    assert "(clean tree)" in stamp[0], "a committed page comes from a run on a clean tree"
+    return stamp["commit"]
+
+
 @cache
-def spans(path: str) -> tuple[int, dict[str, list[tuple[int, int]]]]:
-    """The file's line count and, per function name, the lines each definition covers (from
-    its first decorator, the line cProfile names, to its last line)."""
-    source = (ROOT / path).read_text(encoding="utf-8")
+def source_at(commit: str, path: str) -> str | None:
+    """``path`` as it was at ``commit``, or None when it did not exist there."""
+    known = subprocess.run(
+        ["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True
+    )
+    assert known.returncode == 0, f"the stamped commit {commit} is not in this clone's history"
+    shown = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{commit}:{path}"], capture_output=True, text=True
+    )
+    return shown.stdout if shown.returncode == 0 else None
+
+
+@cache
+def spans(commit: str, path: str) -> tuple[int, dict[str, list[tuple[int, int]]]]:
+    """The file's line count at ``commit`` and, per function name, the lines each definition
+    covers (from its first decorator, the line cProfile names, to its last line)."""
+    source = source_at(commit, path)
+    assert source is not None
     found: dict[str, list[tuple[int, int]]] = {}
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -65,13 +90,14 @@ def spans(path: str) -> tuple[int, dict[str, list[tuple[int, int]]]]:
 def test_every_place_the_page_cites_in_our_code_exists() -> None:
     cited = CITED.findall(page())
     assert cited, "the profile cites our own functions (a page without them was cut down)"
+    commit = stamped_commit()
     wrong = []
     for path, number, function in set(cited):
         line = int(number)
-        if not (ROOT / path).is_file():
-            wrong.append(f"{path}:{line}: no such file")
+        if source_at(commit, path) is None:
+            wrong.append(f"{path}:{line}: no such file at {commit[:12]}")
             continue
-        length, functions = spans(path)
+        length, functions = spans(commit, path)
         if line > length:
             wrong.append(f"{path}:{line}: the file has {length} lines")
         elif (
