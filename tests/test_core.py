@@ -95,8 +95,9 @@ def test_dead_and_blackholed_sentinels_cost_one_timeout(cluster: LocalSentinelCl
         elapsed = time.monotonic() - started
         pool.close()
     assert set(found) == set(cluster.master_names)
-    # One sentinel round waits at most socket_timeout + connect timeout (0.6 s), for all shards.
-    assert elapsed < 1.0, f"discovery took {elapsed:.2f}s with 2 of 3 sentinels black-holed"
+    # Asked in parallel, one round waits about one socket_timeout + connect timeout (0.6 s) for
+    # all shards; asked in turn, the two black holes alone would take at least 1.2 s.
+    assert elapsed < 1.2, f"discovery took {elapsed:.2f}s with 2 of 3 sentinels black-holed"
     print(f"\ndiscovery with 2 of 3 sentinels black-holed: {elapsed * 1000:.0f} ms")
 
 

@@ -236,7 +236,7 @@ def test_async_writes_wait_for_the_fence_then_fail_clearly(make_cache: MakeCache
             started = time.monotonic()
             with pytest.raises(FailoverInProgressError, match="test failover"):
                 await private.aset(key, "held")
-            assert 0.25 < time.monotonic() - started < 1.0
+            assert 0.25 < time.monotonic() - started < 0.3 + 1.0  # the hold, not a hang
 
             async def release() -> None:
                 await asyncio.sleep(0.1)
@@ -244,8 +244,10 @@ def test_async_writes_wait_for_the_fence_then_fail_clearly(make_cache: MakeCache
 
             releaser = asyncio.ensure_future(release())
             started = time.monotonic()
+            # Succeeding at all proves the release: a write still held at the end of the 0.3 s
+            # hold raises FailoverInProgressError (a speed figure is not a correctness bound).
             assert await private.aset(key, "released") is True
-            assert 0.05 < time.monotonic() - started < 0.3
+            assert 0.05 < time.monotonic() - started
             await releaser
         finally:
             shard.lower_fence()
