@@ -60,10 +60,10 @@ from sentinel_cache.core.plans import (
     wrong_type,
 )
 from sentinel_cache.core.scan import ShardScan
-from sentinel_cache.core.serializers import Codec, InvalidValueError
+from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
-from sentinel_cache.exceptions import PoolExhaustedError
+from sentinel_cache.exceptions import InvalidValueError, PoolExhaustedError
 
 T = TypeVar("T")
 
