@@ -4,14 +4,15 @@
     python scripts/unasync.py --check   # exit 1 if a generated file is stale (make test)
 
 Line by line, whole words only: ``async def`` -> ``def``, ``async for`` -> ``for``,
-``await `` -> nothing, ``AsyncX`` -> ``X``, ``_async`` -> ``_sync``,
+``await `` -> nothing, ``AsyncX`` -> ``X``, ``async_io`` -> ``sync_io``,
 ``aclose`` -> ``close``, ``AsyncIterator`` -> ``Iterator``, ``Awaitable[T]`` -> ``T``,
 ``redis.asyncio`` -> ``redis``.
 The source must not use anything else that differs between the two flavours: that belongs in
-each flavour's hand-written ``io.py``.
+each flavour's hand-written module, ``core/async_io.py`` and ``core/sync_io.py`` (beside the
+generated package, which holds only generated files, as httpcore keeps its backends outside).
 A rule that matched nothing in any source is an error (exit 1, in both modes): a rename in the
-source must not silently stop a rule from being applied. (So there is no ``async with`` rule
-until a source uses ``async with``; add it then.)
+source must not silently stop a rule from being applied. (So there is no ``async with`` rule, nor
+``_async`` -> ``_sync``, until a source uses one; add it then.)
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ SUBS = [
     (r"\bAwaitable\[(\w+)\]", r"\1"),
     (r"\bAwaitable, ", ""),
     (r"\bAsync([A-Z]\w*)", r"\1"),
-    (r"\b_async\b", "_sync"),
+    (r"\basync_io\b", "sync_io"),
     (r"\bredis\.asyncio\b", "redis"),
     (r"\baclose\b", "close"),
 ]
