@@ -21,7 +21,6 @@ __all__ = ["HashRing", "murmur64a"]
 
 _SEED = 0x1234ABCD  # Jedis MurmurHash.hash(byte[]) seed
 _M = 0xC6A4A7935BD1E995
-_R = 47
 _MASK = 0xFFFFFFFFFFFFFFFF
 _SIGN = 0x8000000000000000
 _NODES_PER_WEIGHT = 160  # Jedis Sharded: 160 * weight virtual nodes per shard
@@ -44,7 +43,7 @@ def murmur64a(data: bytes) -> int:
         # One unpack for all blocks is much cheaper than slicing 8 bytes at a time.
         for k in struct.unpack_from(f"<{nblocks}Q", data):
             k = (k * m) & mask
-            k ^= k >> 47
+            k ^= k >> 47  # MurmurHash64A's r
             h = ((h ^ ((k * m) & mask)) * m) & mask
     if length & 7:
         h = ((h ^ int.from_bytes(data[nblocks << 3 :], "little")) * m) & mask
