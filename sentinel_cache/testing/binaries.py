@@ -12,7 +12,7 @@ import sys
 import tempfile
 from glob import glob
 
-from sentinel_cache.testing.processes import _free_ports
+from sentinel_cache.testing.processes import free_ports
 
 __all__ = ["SERVER_ENV", "find_server_binary", "server_supports_tls"]
 
@@ -125,7 +125,7 @@ def server_supports_tls(path: str) -> bool:
     gets as far as loading them ("Failed to configure TLS"), one without stops earlier.
     """
     missing = os.path.join(tempfile.gettempdir(), f"sentinel-cache-no-such-file-{os.getpid()}")
-    argv = [path, "--port", "0", "--tls-port", str(_free_ports(1)[0])]
+    argv = [path, "--port", "0", "--tls-port", str(free_ports(1)[0])]
     for option in ("--tls-cert-file", "--tls-key-file", "--tls-ca-cert-file"):
         argv += [option, missing]
     try:

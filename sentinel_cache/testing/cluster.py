@@ -39,19 +39,19 @@ from sentinel_cache.testing.configs import _Configs
 from sentinel_cache.testing.fault_control import _FaultControl
 from sentinel_cache.testing.faults import CLIENT, EVERYONE, FaultProxy, Route
 from sentinel_cache.testing.processes import (
-    _POLL_INTERVAL,
     HOST,
+    POLL_INTERVAL,
     Address,
+    PortClashError,
     PortTakenError,
-    _check_ports_free,
-    _cleanup_runtime,
-    _free_ports,
-    _PortClashError,
-    _preexec,
-    _Proc,
-    _Runtime,
-    _tail,
-    _terminate,
+    Proc,
+    Runtime,
+    check_ports_free,
+    cleanup_runtime,
+    free_ports,
+    log_tail,
+    preexec,
+    terminate_all,
 )
 from sentinel_cache.testing.readiness import (
     _Links,
@@ -182,8 +182,8 @@ class LocalSentinelCluster:
             )
         self.faults = faults
         self.startup_seconds: float | None = None
-        self._runtime = _Runtime()
-        self._finalizer: weakref.finalize[[_Runtime], LocalSentinelCluster] | None = None
+        self._runtime = Runtime()
+        self._finalizer: weakref.finalize[[Runtime], LocalSentinelCluster] | None = None
         self._running = False
         self._lock = threading.RLock()
         # Collaborators hold the runtime and the lock, never the cluster, so dropping the
@@ -258,11 +258,11 @@ class LocalSentinelCluster:
         return table
 
     @property
-    def _nodes(self) -> list[_Proc]:
+    def _nodes(self) -> list[Proc]:
         return [p for p in self._runtime.procs if p.role == "node"]
 
     @property
-    def _sentinels(self) -> list[_Proc]:
+    def _sentinels(self) -> list[Proc]:
         return [p for p in self._runtime.procs if p.role == "sentinel"]
 
     @property
@@ -344,7 +344,7 @@ class LocalSentinelCluster:
                 try:
                     self._launch()
                     self._readiness.wait_ready(deadline)
-                except _PortClashError as exc:
+                except PortClashError as exc:
                     self._teardown()
                     if self.port_base is not None:
                         port = exc.port if exc.port is not None else self.port_base
@@ -375,9 +375,9 @@ class LocalSentinelCluster:
 
     def _ports(self, count: int) -> list[int]:
         if self.port_base is None:
-            return _free_ports(count)
+            return free_ports(count)
         ports = list(range(self.port_base, self.port_base + count))
-        _check_ports_free(ports)
+        check_ports_free(ports)
         return ports
 
     def _launch(self) -> None:
@@ -392,7 +392,7 @@ class LocalSentinelCluster:
         per_shard = 1 + self.replicas
         ports = self._ports(self.shards * per_shard + self.sentinels)
         runtime.tmpdir = tempfile.mkdtemp(prefix="sentinel-cache-")
-        self._finalizer = weakref.finalize(self, _cleanup_runtime, runtime)
+        self._finalizer = weakref.finalize(self, cleanup_runtime, runtime)
         configs = _Configs(
             server_binary=self.server_binary,
             master_names=list(self.master_names),
@@ -420,7 +420,7 @@ class LocalSentinelCluster:
                     argv += ["--replicaof", HOST, str(master_port)]
                 log = os.path.join(node_dir, "server.log")
                 runtime.procs.append(
-                    _Proc("node", index, port, argv, log, shard, bind_host=hosts[index])
+                    Proc("node", index, port, argv, log, shard, bind_host=hosts[index])
                 )
         ids = [secrets.token_hex(20) for _ in range(self.sentinels)]
         for index, port in enumerate(sentinel_ports):
@@ -433,7 +433,7 @@ class LocalSentinelCluster:
             )
             argv = [self.server_binary, conf, "--sentinel"]
             log = os.path.join(runtime.tmpdir, f"sentinel{index}.log")
-            runtime.procs.append(_Proc("sentinel", index, port, argv, log, bind_host=host))
+            runtime.procs.append(Proc("sentinel", index, port, argv, log, bind_host=host))
         if self.faults:
             self._start_proxy()
         # Masters first: a replica whose first attempt finds no master retries only a second
@@ -464,10 +464,10 @@ class LocalSentinelCluster:
             routes, sources, log_path=os.path.join(runtime.tmpdir, "faults.log")
         )
         try:
-            runtime.proxy.start(_preexec())
+            runtime.proxy.start(preexec())
         except RuntimeError as exc:
             if "in use" in str(exc):
-                raise _PortClashError(f"fault proxy: {exc}") from exc
+                raise PortClashError(f"fault proxy: {exc}") from exc
             raise
 
     # ----------------------------------------------------------------- queries
@@ -476,7 +476,7 @@ class LocalSentinelCluster:
         if not self._running:
             raise RuntimeError(f"{self!r} is not running")
 
-    def _live_sentinels(self) -> list[_Proc]:
+    def _live_sentinels(self) -> list[Proc]:
         return [p for p in self._sentinels if p.alive]
 
     def _shard_of(self, name: str) -> int:
@@ -485,7 +485,7 @@ class LocalSentinelCluster:
         except ValueError:
             raise KeyError(f"unknown master name {name!r}; have {self.master_names}") from None
 
-    def _proc_at(self, address: Address | str) -> _Proc:
+    def _proc_at(self, address: Address | str) -> Proc:
         host, port = _parse_address(address)
         for proc in self._runtime.procs:
             if proc.port == port and host in (HOST, "localhost", proc.bind_host):
@@ -643,7 +643,7 @@ class LocalSentinelCluster:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"replication not up within {timeout}s: {pending}")
-            time.sleep(_POLL_INTERVAL)
+            time.sleep(POLL_INTERVAL)
 
     def _replication_pending_safe(self, name: str) -> list[str]:
         try:
@@ -680,7 +680,7 @@ class LocalSentinelCluster:
                 argv += ["--replicaof", master[0], str(master[1])]
         self._respawn(proc, timeout, argv)
 
-    def _respawn(self, proc: _Proc, timeout: float, argv: list[str] | None = None) -> None:
+    def _respawn(self, proc: Proc, timeout: float, argv: list[str] | None = None) -> None:
         """Spawn ``proc`` again on its own port and wait until it answers as our process."""
         self._links.drop(proc.port)
         deadline = time.monotonic() + timeout
@@ -691,16 +691,16 @@ class LocalSentinelCluster:
                 try:
                     self._links.verify_owner(proc)
                     return
-                except _PortClashError:
-                    _terminate([proc])
+                except PortClashError:
+                    terminate_all([proc])
                     raise
                 except (redis.RedisError, OSError):
                     pass
                 if time.monotonic() > deadline:
-                    _terminate([proc])
+                    terminate_all([proc])
                     raise TimeoutError(f"{proc.describe()} did not answer within {timeout}s")
-                time.sleep(_POLL_INTERVAL)
-            log = _tail(proc.log_path)
+                time.sleep(POLL_INTERVAL)
+            log = log_tail(proc.log_path)
             if "Address already in use" not in log or time.monotonic() > deadline:
                 raise RuntimeError(f"{proc.describe()} exited on restart; log tail:\n{log}")
             time.sleep(0.2)  # a stranger holds the port for now; try again until the deadline
@@ -709,7 +709,7 @@ class LocalSentinelCluster:
         """SIGTERM sentinel ``index``; its config file (rewritten by the sentinel) is kept."""
         self._require_running()
         proc = self._sentinels[index]
-        _terminate([proc])
+        terminate_all([proc])
         self._links.drop(proc.port)
 
     def freeze_sentinel(self, index: int) -> None:
@@ -744,9 +744,9 @@ class LocalSentinelCluster:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{proc.describe()} did not rejoin within {timeout}s: {why}")
-            time.sleep(_POLL_INTERVAL)
+            time.sleep(POLL_INTERVAL)
 
-    def _sentinel_rejoined(self, proc: _Proc) -> str | None:
+    def _sentinel_rejoined(self, proc: Proc) -> str | None:
         try:
             for name in self.master_names:
                 self._links.call(proc, "SENTINEL", "MASTER", name)
