@@ -54,12 +54,12 @@ from sentinel_cache.testing.processes import (
     terminate_all,
 )
 from sentinel_cache.testing.readiness import (
-    _Links,
-    _parse_address,
-    _parse_pairs,
-    _Readiness,
-    _stringify,
+    Links,
+    Readiness,
+    as_address,
     ask_sentinels,
+    parse_pairs,
+    stringify,
     wait_for_master_change,
 )
 from sentinel_cache.testing.tls import TLSFiles
@@ -188,14 +188,14 @@ class LocalSentinelCluster:
         self._lock = threading.RLock()
         # Collaborators hold the runtime and the lock, never the cluster, so dropping the
         # cluster still lets the safety-net finalizer run at once.
-        self._links = _Links(
+        self._links = Links(
             self._runtime,
             self._lock,
             requirepass=requirepass,
             sentinel_requirepass=sentinel_requirepass,
             tls_kwargs=self._tls_kwargs(),
         )
-        self._readiness = _Readiness(
+        self._readiness = Readiness(
             self._links,
             self._runtime,
             master_names=self.master_names,
@@ -381,7 +381,7 @@ class LocalSentinelCluster:
         return ports
 
     def _launch(self) -> None:
-        """Pick ports, write configs and spawn the masters; :meth:`_Readiness.wait_ready` does
+        """Pick ports, write configs and spawn the masters; :meth:`Readiness.wait_ready` does
         the rest.
 
         Processes start in three waves (masters, replicas, sentinels), each spawned all at once:
@@ -486,7 +486,7 @@ class LocalSentinelCluster:
             raise KeyError(f"unknown master name {name!r}; have {self.master_names}") from None
 
     def _proc_at(self, address: Address | str) -> Proc:
-        host, port = _parse_address(address)
+        host, port = as_address(address)
         for proc in self._runtime.procs:
             if proc.port == port and host in (HOST, "localhost", proc.bind_host):
                 return proc
@@ -532,7 +532,7 @@ class LocalSentinelCluster:
         ``direct=True`` (with ``faults``) connects to the node's real port, past its proxy, so no
         fault applies to it.
         """
-        host, port = _parse_address(address)
+        host, port = as_address(address)
         if direct:
             host = self._proc_at(address).bind_host
         kwargs.setdefault("password", self.requirepass)
@@ -595,7 +595,7 @@ class LocalSentinelCluster:
         self._require_running()
         self._shard_of(name)
         return wait_for_master_change(
-            name, _parse_address(old), lambda: self._ask_sentinels(name), self._role, timeout
+            name, as_address(old), lambda: self._ask_sentinels(name), self._role, timeout
         )
 
     def _replication_pending(self, name: str) -> list[str]:
@@ -607,7 +607,7 @@ class LocalSentinelCluster:
             if proc.shard != shard or not proc.alive or proc.address == master:
                 continue
             try:
-                info = _stringify(self._links.call(proc, "INFO", "replication"))
+                info = stringify(self._links.call(proc, "INFO", "replication"))
             except (redis.RedisError, OSError) as exc:
                 pending.append(f"{proc.address}: {exc}")
                 continue
@@ -632,7 +632,7 @@ class LocalSentinelCluster:
         """Wait until every running replica of the master(s) is linked and receiving writes.
 
         Linked means ROLE replica of the master the sentinels report, master_link_status:up and
-        a fresh write on the master acknowledged (see :meth:`_Readiness.streaming_pending`).
+        a fresh write on the master acknowledged (see :meth:`Readiness.streaming_pending`).
         """
         self._require_running()
         names = [name] if name is not None else list(self.master_names)
@@ -755,7 +755,7 @@ class LocalSentinelCluster:
                     continue
                 for name in self.master_names:
                     peers = [
-                        _parse_pairs(r)
+                        parse_pairs(r)
                         for r in self._links.call(other, "SENTINEL", "SENTINELS", name)
                     ]
                     flags = [p.get("flags", "") for p in peers if p.get("port") == str(proc.port)]

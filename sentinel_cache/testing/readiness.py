@@ -29,18 +29,18 @@ _FAST_PING_PERIOD_MS = 50
 # --------------------------------------------------------------------------- replies
 
 
-def _parse_pairs(reply: Any) -> dict[str, str]:
+def parse_pairs(reply: Any) -> dict[str, str]:
     """A RESP2 flat ``[k, v, k, v]`` reply (as SENTINEL MASTER returns it) as a dict."""
     items = list(reply)
     return {str(items[i]): str(items[i + 1]) for i in range(0, len(items) - 1, 2)}
 
 
-def _stringify(info: Any) -> dict[str, str]:
+def stringify(info: Any) -> dict[str, str]:
     """redis-py's parsed INFO dict with every value as str (it types them loosely)."""
     return {str(k): str(v) for k, v in dict(info).items()}
 
 
-def _parse_address(address: Address | str) -> Address:
+def as_address(address: Address | str) -> Address:
     if isinstance(address, str):
         host, _, port = address.rpartition(":")
         return host, int(port)
@@ -110,7 +110,7 @@ def wait_for_master_change(
 # --------------------------------------------------------------------------- control links
 
 
-class _Links:
+class Links:
     """The harness's cached control connections to its own processes (one per port).
 
     They go to the real ports (``bind_host``), so a partition never cuts the harness off.
@@ -160,7 +160,7 @@ class _Links:
         """Make sure the process answering on the port is ours, not another test's server."""
         if proc.popen is None or proc.verified_pid == proc.popen.pid:
             return
-        info = _stringify(self.call(proc, "INFO", "server"))
+        info = stringify(self.call(proc, "INFO", "server"))
         pid = int(info.get("process_id", "0"))
         if pid != proc.popen.pid:
             raise PortClashError(
@@ -172,12 +172,12 @@ class _Links:
 # --------------------------------------------------------------------------- start-up
 
 
-class _Readiness:
+class Readiness:
     """Brings a freshly spawned topology up wave by wave and says when it is fully formed."""
 
     def __init__(
         self,
-        links: _Links,
+        links: Links,
         runtime: Runtime,
         *,
         master_names: Sequence[str],
@@ -214,7 +214,7 @@ class _Readiness:
             self._links.verify_owner(proc)
             if proc.index % (1 + self._replicas) == 0:
                 return None
-            info = _stringify(self._links.call(proc, "INFO", "replication"))
+            info = stringify(self._links.call(proc, "INFO", "replication"))
         except (redis.RedisError, OSError) as exc:
             return f"not answering ({exc})"
         if info.get("master_link_status") != "up":
@@ -277,7 +277,7 @@ class _Readiness:
             self._links.verify_owner(proc)
             self.speed_up_links(proc)
             for name in self._master_names:
-                master = _parse_pairs(call(proc, "SENTINEL", "MASTER", name))
+                master = parse_pairs(call(proc, "SENTINEL", "MASTER", name))
                 flags = master.get("flags", "")
                 if flags != "master":
                     return f"{name}: flags={flags}"
@@ -287,14 +287,14 @@ class _Readiness:
                 if int(master.get("num-slaves", -1)) != self._replicas:
                     return f"{name}: num-slaves={master.get('num-slaves')}"
                 for replica in call(proc, "SENTINEL", "REPLICAS", name):
-                    state = _parse_pairs(replica)
+                    state = parse_pairs(replica)
                     if state.get("flags") != "slave" or state.get("master-link-status") != "ok":
                         return (
                             f"{name}: replica {state.get('name')} flags={state.get('flags')} "
                             f"link={state.get('master-link-status')}"
                         )
                 for other in call(proc, "SENTINEL", "SENTINELS", name):
-                    state = _parse_pairs(other)
+                    state = parse_pairs(other)
                     if state.get("flags") != "sentinel":
                         return f"{name}: sentinel {state.get('name')} flags={state.get('flags')}"
         except (redis.RedisError, OSError) as exc:

@@ -26,9 +26,9 @@ import redis
 
 from sentinel_cache.testing.processes import HOST, POLL_INTERVAL, Address, pid_alive
 from sentinel_cache.testing.readiness import (
-    _parse_pairs,
     ask_sentinels,
     control_client,
+    parse_pairs,
     wait_for_master_change,
 )
 
@@ -244,7 +244,7 @@ class Topology:
                 continue
             replicas = []
             for item in reply:
-                pairs = _parse_pairs(item)
+                pairs = parse_pairs(item)
                 replicas.append(
                     {
                         "address": f"{pairs.get('ip')}:{pairs.get('port')}",
