@@ -1,6 +1,6 @@
 """Generate the sync client and connections from their asyncio source (httpcore's ``unasync``).
 
-    python scripts/unasync.py           # rewrite sentinel_cache/core/_sync/{client,connection}.py
+    python scripts/unasync.py           # rewrite sentinel_cache/core/_sync/*.py
     python scripts/unasync.py --check   # exit 1 if a generated file is stale (make test)
 
 Line by line, whole words only: ``async def`` -> ``def``, ``async for`` -> ``for``,
@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "sentinel_cache" / "core"
-FILES = [(ROOT / "_async" / name, ROOT / "_sync" / name) for name in ("client.py", "connection.py")]
+NAMES = ("__init__.py", "client.py", "connection.py")  # every file of _sync/ is generated
+FILES = [(ROOT / "_async" / name, ROOT / "_sync" / name) for name in NAMES]
 
 SUBS = [
     (r"async def ", "def "),
