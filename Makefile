@@ -19,6 +19,7 @@ lint: venv
 	$(VENV)/bin/ruff check sentinel_cache tests benchmarks example_project
 	$(VENV)/bin/ruff format --check sentinel_cache
 	$(PY) scripts/unasync.py --check
+	$(PY) scripts/matrix.py --check-tox
 
 typecheck: venv
 	$(VENV)/bin/mypy

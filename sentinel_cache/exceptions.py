@@ -6,10 +6,12 @@ want everything from this library catch :class:`SentinelCacheError`.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from redis.exceptions import AuthenticationError as RedisAuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import ResponseError as RedisResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -136,6 +138,19 @@ class SerializationError(SentinelCacheError, ValueError):
     """A value cannot be serialized with the configured serializer."""
 
 
+class PicklingError(SerializationError, pickle.PicklingError):
+    """A value cannot be pickled: our ``SerializationError`` and the ``pickle.PickleError`` that
+    Django's and cachelib's contracts expect from pickling backends."""
+
+
+class InvalidValueError(SentinelCacheError, ValueError):
+    """Stored bytes cannot be decoded or verified; the cache reports a miss and logs a warning."""
+
+
+class ProbeFailed(SentinelCacheError, RedisError):
+    """The master answered, but not as a working master does (the write was not read back)."""
+
+
 def _shown(value: object, limit: int = 200) -> str:
     """A value for a message: a 1 MB key must not make a 1 MB message."""
     text = repr(value)
@@ -194,9 +209,12 @@ __all__ = [
     "FailoverInProgressError",
     "IncrementError",
     "InvalidArgumentError",
+    "InvalidValueError",
     "MasterNotFoundError",
     "NoSentinelReachableError",
+    "PicklingError",
     "PoolExhaustedError",
+    "ProbeFailed",
     "SentinelAuthenticationError",
     "SentinelCacheError",
     "SerializationError",

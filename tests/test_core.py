@@ -266,7 +266,7 @@ def test_top_level_names_are_imported_lazily() -> None:
     package loads neither (it connects nothing and stays light)."""
     code = (
         "import sys, sentinel_cache\n"
-        "assert 'sentinel_cache.core.sharded_pool' not in sys.modules, 'pools imported eagerly'\n"
+        "assert 'sentinel_cache.core.sharded_pool' not in sys.modules, 'sharded_pool imported eagerly'\n"
         "from sentinel_cache import HashRing, ShardedSentinelPool\n"
         "from sentinel_cache.core.sharded_pool import ShardedSentinelPool as Pool\n"
         "from sentinel_cache.core.ring import HashRing as Ring\n"

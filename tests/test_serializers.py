@@ -26,8 +26,13 @@ from hypothesis import strategies as st
 from redis._parsers.encoders import Encoder
 
 from sentinel_cache.core.config import CacheOptions
-from sentinel_cache.core.serializers import Codec, InvalidValueError, build_codec
-from sentinel_cache.exceptions import ConfigurationError, SentinelCacheError, SerializationError
+from sentinel_cache.core.serializers import Codec, build_codec
+from sentinel_cache.exceptions import (
+    ConfigurationError,
+    InvalidValueError,
+    SentinelCacheError,
+    SerializationError,
+)
 
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32

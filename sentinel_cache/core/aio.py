@@ -24,8 +24,8 @@ import itertools
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -45,13 +45,7 @@ from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 
 logger = logging.getLogger("sentinel_cache")
 
-T = TypeVar("T")
-Command = tuple[Any, ...]
 AsyncRedis = redis.asyncio.Redis
-Operation = Callable[[AsyncRedis], Awaitable[T]]
-
-# Longest pause between two looks at a raised write fence (the fence is a threading.Event).
-_FENCE_POLL_MAX = 0.05
 
 
 # The sync side validated the options; a few (OCSP stapling, command_packer) exist only there.

@@ -418,7 +418,6 @@ def _check_side(side: str, values: Mapping[str, Any]) -> None:
     needs_ssl = sorted(k for k in values if k.startswith("ssl_"))
     if needs_ssl and not values.get("ssl"):
         shown = "***" if needs_ssl[0] in SECRET_KWARGS else values[needs_ssl[0]]
-        shown = "***" if needs_ssl[0] in SECRET_KWARGS else values[needs_ssl[0]]
         raise _bad(
             f"{side}.{needs_ssl[0]}",
             shown,

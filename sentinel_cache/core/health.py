@@ -54,7 +54,7 @@ import redis
 from sentinel_cache.core import status as status_module
 from sentinel_cache.core.config import Address, connection_class_and_kwargs
 from sentinel_cache.core.discovery import redact, reply_text, secret_values
-from sentinel_cache.exceptions import AuthenticationFailedError
+from sentinel_cache.exceptions import AuthenticationFailedError, ProbeFailed
 
 if TYPE_CHECKING:
     from sentinel_cache.core.shard import Shard
@@ -69,7 +69,6 @@ __all__ = [
     "PROBE_PREFIX",
     "PROBE_TTL_MS",
     "HealthReport",
-    "ProbeFailed",
     "ShardHealth",
     "budget_for",
     "check",
@@ -246,10 +245,6 @@ def _prober(core: ShardedSentinelPool) -> _Prober:
 
 
 # -- the probe ---------------------------------------------------------------------------------
-
-
-class ProbeFailed(redis.RedisError):
-    """The master answered, but not as a working master does (the write was not read back)."""
 
 
 def _describe(exc: BaseException) -> str:

@@ -19,11 +19,11 @@ from typing import Any
 
 from sentinel_cache.core.arguments import distinct
 from sentinel_cache.core.near import NearCache
-from sentinel_cache.core.serializers import Codec, InvalidValueError
+from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.shard import Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.core.throttle import Throttle
-from sentinel_cache.exceptions import IncrementError
+from sentinel_cache.exceptions import IncrementError, InvalidValueError
 
 logger = logging.getLogger("sentinel_cache")
 

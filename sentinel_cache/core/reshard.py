@@ -40,7 +40,7 @@ from redis.exceptions import AuthenticationError, ResponseError
 
 from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.plans import RESTORE_MISSING, Command, copy_deadline, is_reserved
-from sentinel_cache.core.ring import _NODES_PER_WEIGHT, murmur64a
+from sentinel_cache.core.ring import NODES_PER_WEIGHT, murmur64a
 from sentinel_cache.core.scan import ShardScan
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.shard import MASTER_ERRORS, Shard
@@ -165,7 +165,7 @@ def _ring_nodes(weights: Sequence[int]) -> list[tuple[int, int]]:
     (a later node wins a hash collision, like Jedis's ``TreeMap.put``)."""
     nodes: dict[int, int] = {}
     for i, weight in enumerate(weights):
-        for n in range(_NODES_PER_WEIGHT * weight):
+        for n in range(NODES_PER_WEIGHT * weight):
             nodes[murmur64a(f"SHARD-{i}-NODE-{n}".encode("ascii"))] = i
     return sorted(nodes.items())
 

@@ -17,14 +17,13 @@ from typing import TypeVar
 from sentinel_cache.core.arguments import key_type_error
 from sentinel_cache.exceptions import ConfigurationError
 
-__all__ = ["HashRing", "murmur64a"]
+__all__ = ["NODES_PER_WEIGHT", "HashRing", "murmur64a"]
 
 _SEED = 0x1234ABCD  # Jedis MurmurHash.hash(byte[]) seed
 _M = 0xC6A4A7935BD1E995
-_R = 47
 _MASK = 0xFFFFFFFFFFFFFFFF
 _SIGN = 0x8000000000000000
-_NODES_PER_WEIGHT = 160  # Jedis Sharded: 160 * weight virtual nodes per shard
+NODES_PER_WEIGHT = 160  # Jedis Sharded: 160 * weight virtual nodes per shard
 _CACHE_SIZE = 65536
 
 K = TypeVar("K", bound="str | bytes")
@@ -44,7 +43,7 @@ def murmur64a(data: bytes) -> int:
         # One unpack for all blocks is much cheaper than slicing 8 bytes at a time.
         for k in struct.unpack_from(f"<{nblocks}Q", data):
             k = (k * m) & mask
-            k ^= k >> 47
+            k ^= k >> 47  # MurmurHash64A's r
             h = ((h ^ ((k * m) & mask)) * m) & mask
     if length & 7:
         h = ((h ^ int.from_bytes(data[nblocks << 3 :], "little")) * m) & mask
@@ -106,7 +105,7 @@ class HashRing:
         # Dict assignment reproduces TreeMap.put: on a hash collision the later node wins.
         nodes: dict[int, int] = {}
         for i, w in enumerate(self._weights):
-            for n in range(_NODES_PER_WEIGHT * w):
+            for n in range(NODES_PER_WEIGHT * w):
                 nodes[murmur64a(f"SHARD-{i}-NODE-{n}".encode("ascii"))] = i
         node_hashes = sorted(nodes)
         node_shards = [nodes[h] for h in node_hashes]

@@ -71,16 +71,17 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sentinel_cache.exceptions import ConfigurationError, SentinelCacheError, SerializationError
+from sentinel_cache.exceptions import (
+    ConfigurationError,
+    InvalidValueError,
+    PicklingError,
+    SerializationError,
+)
 
 if TYPE_CHECKING:
     from sentinel_cache.core.config import CacheOptions
 
-__all__ = ["Codec", "InvalidValueError", "build_codec"]
-
-
-class InvalidValueError(SentinelCacheError, ValueError):
-    """Stored bytes cannot be decoded or verified; the cache reports a miss and logs a warning."""
+__all__ = ["Codec", "build_codec"]
 
 
 MAGIC = 0xFE
@@ -603,11 +604,6 @@ class Codec:
             raise InvalidValueError(
                 f"stored value (header 0x{header:02x}) cannot be decoded: {exc!r}"
             ) from exc
-
-
-class PicklingError(SerializationError, pickle.PicklingError):
-    """A value cannot be pickled: our ``SerializationError`` and the ``pickle.PickleError`` that
-    Django's and cachelib's contracts expect from pickling backends."""
 
 
 def _coerce_stored(data: object) -> bytes | int:

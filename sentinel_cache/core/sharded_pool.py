@@ -53,7 +53,7 @@ K = TypeVar("K", bound="str | bytes")
 
 
 class ShardedSentinelPool:
-    """The framework-free core: ring, discovery, one pool per shard, and (later) listeners.
+    """The framework-free core: ring, discovery, one pool per shard, and the sentinel listeners.
 
     Nothing connects in the constructor; the first use discovers every shard at once.
     """

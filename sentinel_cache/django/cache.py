@@ -58,9 +58,9 @@ from sentinel_cache.core.client import SCAN_COUNT, CacheClient, escape_pattern
 from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.core.plans import FailOpen
 from sentinel_cache.core.registry import shared_pool
-from sentinel_cache.core.serializers import Codec, PicklingError, build_codec
+from sentinel_cache.core.serializers import Codec, build_codec
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
-from sentinel_cache.exceptions import ArgumentValueError, ConfigurationError
+from sentinel_cache.exceptions import ArgumentValueError, ConfigurationError, PicklingError
 
 logger = logging.getLogger("sentinel_cache.django")
 

@@ -93,7 +93,7 @@ from sentinel_cache.core.serializers import Codec, build_codec
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.flask.cli import init_app
-from sentinel_cache.flask.settings import _in_flask_terms, _translate
+from sentinel_cache.flask.settings import in_flask_terms, translate_settings
 
 logger = logging.getLogger("sentinel_cache.flask")
 
@@ -209,7 +209,7 @@ class ShardedSentinelCache(BaseCache):
         options = dict(kwargs)
         default_timeout = options.pop("default_timeout", 300)
         ignore_delete_many_errors = options.pop("ignore_delete_many_errors", False)
-        location, location_key, options, sources = _translate(config, options)
+        location, location_key, options, sources = translate_settings(config, options)
         try:
             cache = cls(
                 location,
@@ -219,7 +219,7 @@ class ShardedSentinelCache(BaseCache):
                 ignore_delete_many_errors=ignore_delete_many_errors,
             )
         except ConfigurationError as exc:
-            raise _in_flask_terms(exc, location_key, sources) from exc
+            raise in_flask_terms(exc, location_key, sources) from exc
         if app is not None:
             init_app(app)
         return cache

@@ -25,14 +25,14 @@ CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"
 COMMAND_NAME = "sentinel-status"
 
 
-def _backends(app: Flask) -> list[ShardedSentinelCache]:
+def sentinel_backends(app: Flask) -> list[ShardedSentinelCache]:
     from sentinel_cache.flask.cache import ShardedSentinelCache
 
     caches = getattr(app, "extensions", {}).get("cache", {})
     return [c for c in caches.values() if isinstance(c, ShardedSentinelCache)]
 
 
-def _config_error(message: str) -> NoReturn:
+def config_error(message: str) -> NoReturn:
     """Exit 3 ("configuration error"), never 1 (which says "degraded")."""
     click.echo(f"Error: {message}", err=True)
     raise click.exceptions.Exit(status.EXIT_CONFIG)
@@ -42,7 +42,7 @@ class _UsageError(click.UsageError):
     exit_code = status.EXIT_CONFIG
 
 
-class _StatusCommand(click.Command):
+class StatusCommand(click.Command):
     """Usage errors exit 3 like configuration errors: click's 2 would read as "down"."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -52,7 +52,7 @@ class _StatusCommand(click.Command):
             raise _UsageError(exc.format_message(), exc.ctx) from exc
 
 
-def _app(ctx: click.Context) -> Flask:
+def current_or_loaded_app(ctx: click.Context) -> Flask:
     """The current app, loading it if this command runs outside one (as a plugin command
     would): settings that do not parse are a configuration error, exit 3."""
     if current_app:
@@ -61,12 +61,12 @@ def _app(ctx: click.Context) -> Flask:
     try:
         app = ctx.ensure_object(ScriptInfo).load_app()
     except ConfigurationError as exc:
-        _config_error(str(exc))
+        config_error(str(exc))
     ctx.with_resource(app.app_context())
     return app
 
 
-@click.command(COMMAND_NAME, cls=_StatusCommand)
+@click.command(COMMAND_NAME, cls=StatusCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
     "--timeout",
@@ -92,14 +92,14 @@ def sentinel_status_command(
     Exit code 0: healthy; 1: degraded (still serving); 2: a shard is unavailable;
     3: configuration error.
     """
-    app = _app(ctx)
+    app = current_or_loaded_app(ctx)
     # Caches with equal connection settings share one core: report each core once.
     cores: dict[int, tuple[ShardedSentinelPool, list[str]]] = {}
-    for cache in _backends(app):
+    for cache in sentinel_backends(app):
         entry = cores.setdefault(id(cache.core), (cache.core, []))
         entry[1].append(repr(cache._get_prefix()))
     if not cores:
-        _config_error(f"this app has no cache of type {CACHE_TYPE}")
+        config_error(f"this app has no cache of type {CACHE_TYPE}")
     reports: list[dict[str, Any]] = [
         status.collect(core, timeout=timeout, fail_on=fail_on) for core, _ in cores.values()
     ]

@@ -17,7 +17,13 @@ from flask import Flask
 
 from sentinel_cache.core import reshard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
-from sentinel_cache.flask.cli import CACHE_TYPE, _app, _backends, _config_error, _StatusCommand
+from sentinel_cache.flask.cli import (
+    CACHE_TYPE,
+    StatusCommand,
+    config_error,
+    current_or_loaded_app,
+    sentinel_backends,
+)
 
 COMMAND_NAME = "sentinel-reshard"
 EXIT_ERRORS = 1
@@ -25,21 +31,21 @@ EXIT_ERRORS = 1
 
 def _cores(app: Flask, prefix: str | None) -> list[tuple[str, ShardedSentinelPool]]:
     """(title, core) of each core with PREVIOUS_MASTERS (caches with equal settings share one)."""
-    backends = _backends(app)
+    backends = sentinel_backends(app)
     if not backends:
-        _config_error(f"this app has no cache of type {CACHE_TYPE}")
+        config_error(f"this app has no cache of type {CACHE_TYPE}")
     if prefix is not None:
         backends = [b for b in backends if b._get_prefix() == prefix]
         if not backends:
-            known = ", ".join(repr(b._get_prefix()) for b in _backends(app))
-            _config_error(f"no cache of type {CACHE_TYPE} has the key prefix {prefix!r} ({known})")
+            known = ", ".join(repr(b._get_prefix()) for b in sentinel_backends(app))
+            config_error(f"no cache of type {CACHE_TYPE} has the key prefix {prefix!r} ({known})")
     found: dict[int, tuple[str, ShardedSentinelPool]] = {}
     for backend in backends:
         core = backend.core
         if core.previous_ring is not None and id(core) not in found:
             found[id(core)] = (f"cache with prefix {backend._get_prefix()!r}", core)
     if not found:
-        _config_error(
+        config_error(
             "no cache has PREVIOUS_MASTERS in CACHE_OPTIONS: deploy the new masters with "
             "PREVIOUS_MASTERS naming the placement before the change, then run this"
         )
@@ -52,7 +58,7 @@ def _emit(documents: list[dict[str, Any]]) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
-@click.command(COMMAND_NAME, cls=_StatusCommand)
+@click.command(COMMAND_NAME, cls=StatusCommand)
 @click.option(
     "--cache",
     "prefix",
@@ -117,8 +123,8 @@ def sentinel_reshard_command(
     Exit code 0: done; 1: finished with errors (run it again); 3: configuration error.
     """
     if sample is not None and not dry_run:
-        _config_error("--sample needs --dry-run")
-    cores = _cores(_app(ctx), prefix)
+        config_error("--sample needs --dry-run")
+    cores = _cores(current_or_loaded_app(ctx), prefix)
     if dry_run:
         plans = [
             (title, reshard.plan(core, match=match, sample=sample, retry_for=retry_for))

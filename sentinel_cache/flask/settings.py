@@ -20,7 +20,7 @@ FLASK_OPTION_KEYS: Mapping[str, str] = {
 _SECRET_KEYS = frozenset({"CACHE_REDIS_PASSWORD", "CACHE_REDIS_SENTINEL_PASSWORD"})
 
 
-def _translate(
+def translate_settings(
     config: Mapping[str, Any], options: dict[str, Any]
 ) -> tuple[Any, str, dict[str, Any], dict[str, str]]:
     """Flask settings -> (location, its setting name, options, option -> setting it came from).
@@ -84,7 +84,7 @@ def _translate(
     )
 
 
-def _in_flask_terms(
+def in_flask_terms(
     exc: ConfigurationError, location_key: str, sources: Mapping[str, str]
 ) -> ConfigurationError:
     """Name the Flask setting a core error is about (the core names its own options), from the

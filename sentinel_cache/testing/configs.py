@@ -10,7 +10,7 @@ from sentinel_cache.testing.tls import TLSFiles
 
 
 @dataclass(frozen=True)
-class _Configs:
+class Configs:
     """The settings of one start of a topology, and the arguments and files they make."""
 
     server_binary: str

@@ -19,7 +19,7 @@ class _Partition:
     blocks: list[tuple[str, str]]
 
 
-class _FaultControl:
+class FaultControl:
     """Partitions and shapes by proxy peer id (``"client"`` or ``"127.0.0.1:port"``).
 
     The cluster resolves targets to peer ids; this keeps the state and tells the proxy.

@@ -26,7 +26,7 @@ from sentinel_cache.testing.faults import FaultProxy
 HOST = "127.0.0.1"
 Address = tuple[str, int]
 
-_POLL_INTERVAL = 0.02
+POLL_INTERVAL = 0.02
 _STOP_GRACE = 3.0
 _PORT_FLOOR = 20000
 
@@ -42,7 +42,7 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """Reserve ``count`` distinct free loopback ports (all held open together, then released).
 
     Ports come from below the kernel's ephemeral range when possible: a port in that range can be
@@ -70,7 +70,7 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
-def _tail(path: str, lines: int = 20) -> str:
+def log_tail(path: str, lines: int = 20) -> str:
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -81,7 +81,7 @@ def _tail(path: str, lines: int = 20) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _check_ports_free(ports: Sequence[int]) -> None:
+def check_ports_free(ports: Sequence[int]) -> None:
     """Raise :class:`PortTakenError` naming the first of ``ports`` that something listens on.
 
     The probe binds like the servers do (``SO_REUSEADDR``), so a port that only has connections
@@ -134,7 +134,7 @@ def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork a
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _preexec() -> Callable[[], None] | None:
+def preexec() -> Callable[[], None] | None:
     """Use the parent-death signal only when it is safe (Linux, single-threaded main thread).
 
     PR_SET_PDEATHSIG fires when the *thread* that forked exits, and ``preexec_fn`` is unsafe with
@@ -150,7 +150,7 @@ def _preexec() -> Callable[[], None] | None:
 
 
 @dataclass
-class _Proc:
+class Proc:
     """One server process we own: its command line is kept so it can be restarted identically."""
 
     role: str  # "node" or "sentinel"
@@ -180,7 +180,7 @@ class _Proc:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_preexec(),  # only when safe: see _preexec()
+                preexec_fn=preexec(),  # only when safe: see preexec()
             )
         self.verified_pid = 0
 
@@ -196,7 +196,7 @@ class _Proc:
         return f"{self.role} {HOST}:{self.port} (pid {pid}, {state}, log {self.log_path})"
 
 
-def _terminate(procs: Sequence[_Proc], grace: float = _STOP_GRACE) -> None:
+def terminate_all(procs: Sequence[Proc], grace: float = _STOP_GRACE) -> None:
     """SIGTERM our processes, wait up to ``grace`` seconds, then SIGKILL; always reap them."""
     running = [p.popen for p in procs if p.popen is not None and p.popen.poll() is None]
     for popen in running:
@@ -217,10 +217,10 @@ def _terminate(procs: Sequence[_Proc], grace: float = _STOP_GRACE) -> None:
 
 
 @dataclass
-class _Runtime:
+class Runtime:
     """Everything the safety-net finalizer needs; kept apart so the finalizer never holds ``self``."""
 
-    procs: list[_Proc] = field(default_factory=list)
+    procs: list[Proc] = field(default_factory=list)
     tmpdir: str | None = None
     clients: dict[int, redis.Redis] = field(default_factory=dict)
     proxy: FaultProxy | None = None  # with faults=True: the helper process running the proxies
@@ -233,7 +233,7 @@ class _Runtime:
 
     def cleanup(self) -> None:
         self.close_clients()
-        _terminate(self.procs)
+        terminate_all(self.procs)
         self.procs.clear()
         if self.proxy is not None:
             self.proxy.stop()
@@ -243,11 +243,11 @@ class _Runtime:
             self.tmpdir = None
 
 
-def _cleanup_runtime(runtime: _Runtime) -> None:
+def cleanup_runtime(runtime: Runtime) -> None:
     runtime.cleanup()
 
 
-class _PortClashError(RuntimeError):
+class PortClashError(RuntimeError):
     """A process could not bind its port (another process took it after we probed it)."""
 
     def __init__(self, message: str, port: int | None = None) -> None:

@@ -14,13 +14,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from sentinel_cache.testing.processes import (
-    _POLL_INTERVAL,
     HOST,
+    POLL_INTERVAL,
     Address,
-    _PortClashError,
-    _Proc,
-    _Runtime,
-    _tail,
+    PortClashError,
+    Proc,
+    Runtime,
+    log_tail,
 )
 
 _FAST_PING_PERIOD_MS = 50
@@ -29,18 +29,18 @@ _FAST_PING_PERIOD_MS = 50
 # --------------------------------------------------------------------------- replies
 
 
-def _parse_pairs(reply: Any) -> dict[str, str]:
+def parse_pairs(reply: Any) -> dict[str, str]:
     """A RESP2 flat ``[k, v, k, v]`` reply (as SENTINEL MASTER returns it) as a dict."""
     items = list(reply)
     return {str(items[i]): str(items[i + 1]) for i in range(0, len(items) - 1, 2)}
 
 
-def _stringify(info: Any) -> dict[str, str]:
+def stringify(info: Any) -> dict[str, str]:
     """redis-py's parsed INFO dict with every value as str (it types them loosely)."""
     return {str(k): str(v) for k, v in dict(info).items()}
 
 
-def _parse_address(address: Address | str) -> Address:
+def as_address(address: Address | str) -> Address:
     if isinstance(address, str):
         host, _, port = address.rpartition(":")
         return host, int(port)
@@ -104,13 +104,13 @@ def wait_for_master_change(
                 f"master of {name!r} did not move away from {old} within {timeout}s; "
                 f"live sentinels report {last}"
             )
-        time.sleep(_POLL_INTERVAL)
+        time.sleep(POLL_INTERVAL)
 
 
 # --------------------------------------------------------------------------- control links
 
 
-class _Links:
+class Links:
     """The harness's cached control connections to its own processes (one per port).
 
     They go to the real ports (``bind_host``), so a partition never cuts the harness off.
@@ -118,7 +118,7 @@ class _Links:
 
     def __init__(
         self,
-        runtime: _Runtime,
+        runtime: Runtime,
         lock: threading.RLock,
         *,
         requirepass: str | None,
@@ -131,7 +131,7 @@ class _Links:
         self._sentinel_requirepass = sentinel_requirepass
         self._tls_kwargs = tls_kwargs
 
-    def client(self, proc: _Proc) -> redis.Redis:
+    def client(self, proc: Proc) -> redis.Redis:
         """Cached internal client: RESP2, str replies, no retries, short timeouts (for polling)."""
         client = self._runtime.clients.get(proc.port)
         if client is None:
@@ -147,7 +147,7 @@ class _Links:
             with contextlib.suppress(Exception):
                 client.close()
 
-    def call(self, proc: _Proc, *args: Any) -> Any:
+    def call(self, proc: Proc, *args: Any) -> Any:
         """Run a raw command on one of our processes; on a broken link, drop the cached client."""
         with self._lock:  # the cached clients are shared by every thread using this cluster
             try:
@@ -156,14 +156,14 @@ class _Links:
                 self.drop(proc.port)
                 raise
 
-    def verify_owner(self, proc: _Proc) -> None:
+    def verify_owner(self, proc: Proc) -> None:
         """Make sure the process answering on the port is ours, not another test's server."""
         if proc.popen is None or proc.verified_pid == proc.popen.pid:
             return
-        info = _stringify(self.call(proc, "INFO", "server"))
+        info = stringify(self.call(proc, "INFO", "server"))
         pid = int(info.get("process_id", "0"))
         if pid != proc.popen.pid:
-            raise _PortClashError(
+            raise PortClashError(
                 f"{HOST}:{proc.port} is answered by pid {pid}, not ours", proc.port
             )
         proc.verified_pid = pid
@@ -172,13 +172,13 @@ class _Links:
 # --------------------------------------------------------------------------- start-up
 
 
-class _Readiness:
+class Readiness:
     """Brings a freshly spawned topology up wave by wave and says when it is fully formed."""
 
     def __init__(
         self,
-        links: _Links,
-        runtime: _Runtime,
+        links: Links,
+        runtime: Runtime,
         *,
         master_names: Sequence[str],
         replicas: int,
@@ -194,27 +194,27 @@ class _Readiness:
         self._start_timeout = start_timeout
         self._server = server  # "kind version", for error messages
 
-    def _nodes(self) -> list[_Proc]:
+    def _nodes(self) -> list[Proc]:
         return [p for p in self._runtime.procs if p.role == "node"]
 
-    def masters_at_start(self) -> list[_Proc]:
+    def masters_at_start(self) -> list[Proc]:
         return [p for p in self._nodes() if p.index % (1 + self._replicas) == 0]
 
     def check_exited(self) -> None:
         for proc in self._runtime.procs:
             if proc.popen is not None and proc.popen.poll() is not None:
-                log = _tail(proc.log_path)
+                log = log_tail(proc.log_path)
                 if "Address already in use" in log:
-                    raise _PortClashError(f"{proc.describe()}: port taken", proc.port)
+                    raise PortClashError(f"{proc.describe()}: port taken", proc.port)
                 raise RuntimeError(f"{proc.describe()} exited during start-up; log tail:\n{log}")
 
-    def node_ready(self, proc: _Proc) -> str | None:
+    def node_ready(self, proc: Proc) -> str | None:
         """None when the node is ours and (for replicas) linked to its master, else why not."""
         try:
             self._links.verify_owner(proc)
             if proc.index % (1 + self._replicas) == 0:
                 return None
-            info = _stringify(self._links.call(proc, "INFO", "replication"))
+            info = stringify(self._links.call(proc, "INFO", "replication"))
         except (redis.RedisError, OSError) as exc:
             return f"not answering ({exc})"
         if info.get("master_link_status") != "up":
@@ -222,7 +222,7 @@ class _Readiness:
         master = self._nodes()[proc.shard * (1 + self._replicas)]
         return self.streaming_pending(master, self._replicas)
 
-    def streaming_pending(self, master: _Proc, replicas: int) -> str | None:
+    def streaming_pending(self, master: Proc, replicas: int) -> str | None:
         """None once ``replicas`` replicas acknowledge a fresh write on ``master``.
 
         ``master_link_status:up`` is not enough: after a diskless full sync the master streams
@@ -242,7 +242,7 @@ class _Readiness:
             return f"master {master.port} streams to {acked} of {replicas} replicas"
         return None
 
-    def speed_up_links(self, proc: _Proc) -> None:
+    def speed_up_links(self, proc: Proc) -> None:
         """Retry failed links every 50 ms instead of every second while the topology forms.
 
         A sentinel tries its peers ~1 ms after it starts; a peer that is not listening yet is
@@ -270,14 +270,14 @@ class _Readiness:
                 self._links.call(proc, "SENTINEL", "DEBUG", "ping-period", proc.saved_ping_period)
             proc.saved_ping_period = None
 
-    def sentinel_ready(self, proc: _Proc) -> str | None:
+    def sentinel_ready(self, proc: Proc) -> str | None:
         """None when this sentinel sees every master with all replicas and other sentinels."""
         call = self._links.call
         try:
             self._links.verify_owner(proc)
             self.speed_up_links(proc)
             for name in self._master_names:
-                master = _parse_pairs(call(proc, "SENTINEL", "MASTER", name))
+                master = parse_pairs(call(proc, "SENTINEL", "MASTER", name))
                 flags = master.get("flags", "")
                 if flags != "master":
                     return f"{name}: flags={flags}"
@@ -287,14 +287,14 @@ class _Readiness:
                 if int(master.get("num-slaves", -1)) != self._replicas:
                     return f"{name}: num-slaves={master.get('num-slaves')}"
                 for replica in call(proc, "SENTINEL", "REPLICAS", name):
-                    state = _parse_pairs(replica)
+                    state = parse_pairs(replica)
                     if state.get("flags") != "slave" or state.get("master-link-status") != "ok":
                         return (
                             f"{name}: replica {state.get('name')} flags={state.get('flags')} "
                             f"link={state.get('master-link-status')}"
                         )
                 for other in call(proc, "SENTINEL", "SENTINELS", name):
-                    state = _parse_pairs(other)
+                    state = parse_pairs(other)
                     if state.get("flags") != "sentinel":
                         return f"{name}: sentinel {state.get('name')} flags={state.get('flags')}"
         except (redis.RedisError, OSError) as exc:
@@ -316,13 +316,13 @@ class _Readiness:
         self.restore_links()
         self.check_exited()
 
-    def wait_for(self, procs: list[_Proc], deadline: float) -> None:
+    def wait_for(self, procs: list[Proc], deadline: float) -> None:
         """Poll until every process in ``procs`` is ready, or raise with the laggard's log."""
         pending: dict[int, str] = {}
         waiting = list(procs)
         while waiting:
             self.check_exited()
-            still: list[_Proc] = []
+            still: list[Proc] = []
             for proc in waiting:
                 why = self.node_ready(proc) if proc.role == "node" else self.sentinel_ready(proc)
                 if why is not None:
@@ -336,6 +336,6 @@ class _Readiness:
                 raise RuntimeError(
                     f"LocalSentinelCluster did not become ready within {self._start_timeout:.0f}s "
                     f"({self._server}); {worst.describe()}: "
-                    f"{pending.get(worst.port)}; log tail:\n{_tail(worst.log_path)}"
+                    f"{pending.get(worst.port)}; log tail:\n{log_tail(worst.log_path)}"
                 )
-            time.sleep(_POLL_INTERVAL)
+            time.sleep(POLL_INTERVAL)

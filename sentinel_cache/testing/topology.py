@@ -24,11 +24,11 @@ from typing import Any
 
 import redis
 
-from sentinel_cache.testing.processes import _POLL_INTERVAL, HOST, Address, pid_alive
+from sentinel_cache.testing.processes import HOST, POLL_INTERVAL, Address, pid_alive
 from sentinel_cache.testing.readiness import (
-    _parse_pairs,
     ask_sentinels,
     control_client,
+    parse_pairs,
     wait_for_master_change,
 )
 
@@ -244,7 +244,7 @@ class Topology:
                 continue
             replicas = []
             for item in reply:
-                pairs = _parse_pairs(item)
+                pairs = parse_pairs(item)
                 replicas.append(
                     {
                         "address": f"{pairs.get('ip')}:{pairs.get('port')}",
@@ -373,7 +373,7 @@ class Topology:
                     raise OperationError(
                         f"the topology (up pid {self.pid}) is still running after {timeout}s"
                     )
-                time.sleep(_POLL_INTERVAL)
+                time.sleep(POLL_INTERVAL)
             remove_state(self.path, self.pid)  # normally `up` already did
             return f"stopped the topology of pid {self.pid}"
         leftovers = [p for p in servers if self.server_alive(p)]
@@ -403,7 +403,7 @@ def _terminate_pids(pids: Sequence[int], grace: float) -> None:
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(_POLL_INTERVAL)
+        time.sleep(POLL_INTERVAL)
     for pid in pids:
         if pid_alive(pid):
             with contextlib.suppress(ProcessLookupError):

@@ -6,7 +6,7 @@ httpcore generates its ``_sync`` package): ``async``/``await`` are erased and ``
 lose their prefix. Do not edit the generated file; ``make test`` fails when it is stale.
 
 What differs between the two flavours is only how a shard's connections are reached and how to
-wait: each flavour's ``io`` module, hand-written and small.
+wait: each flavour's ``*_io.py`` module beside this package, hand-written and small.
 Everything else is here once: the safety net (re-resolve without waiting on the node that
 failed, one retry of idempotent commands when the shard moved, no acknowledgement from a
 replaced master), the write fence, the scatter of multi-key batches, and each operation's
@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
 
-from sentinel_cache.core._sync.io import ShardIO, run_blocking, wait_fence
 from sentinel_cache.core.arguments import (
     INT64_MAX,
     INT64_MIN,
@@ -35,6 +34,7 @@ from sentinel_cache.core.arguments import (
     valid_delta,
     valid_timeout,
 )
+from sentinel_cache.core.sync_io import ShardIO, run_blocking, wait_fence
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.observe import Observed, note, observed
 from sentinel_cache.core.plans import (
@@ -61,10 +61,10 @@ from sentinel_cache.core.plans import (
     wrong_type,
 )
 from sentinel_cache.core.scan import ShardScan
-from sentinel_cache.core.serializers import Codec, InvalidValueError
+from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.sharded_pool import ShardedSentinelPool
-from sentinel_cache.exceptions import PoolExhaustedError
+from sentinel_cache.exceptions import InvalidValueError, PoolExhaustedError
 
 T = TypeVar("T")
 

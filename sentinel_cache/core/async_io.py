@@ -27,9 +27,8 @@ class AsyncShardIO:
     """The running event loop's connection pools to one core's shards."""
 
     def __init__(self, core: ShardedSentinelPool) -> None:
-        from sentinel_cache.core.aio import (
-            shared_async_clients,  # the connection classes live there
-        )
+        # Deferred: aio imports the client, which imports this module.
+        from sentinel_cache.core.aio import shared_async_clients
 
         self.clients = shared_async_clients(core)
 
