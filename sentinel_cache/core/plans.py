@@ -353,8 +353,10 @@ class ClientBase:
         if self.core.previous_ring is None:
             return [(command, *keys)]
         previous_shard_for = self.core.previous_shard_for
-        moving = [key for key in keys if previous_shard_for(key) is not None]
-        staying = [key for key in keys if previous_shard_for(key) is None]
+        moving: list[Any] = []
+        staying: list[Any] = []
+        for key in keys:  # each key placed once on the previous ring
+            (staying if previous_shard_for(key) is None else moving).append(key)
         commands: list[Command] = [(command, *staying)] if staying else []
         if moving:
             commands.append(("EVAL", DELETE_MARKED, len(moving), *moving, TOMBSTONE_MS, command))
