@@ -161,6 +161,14 @@ def cluster(server_kind: str) -> Iterator[LocalSentinelCluster]:
         yield shared
 
 
+@pytest.fixture(scope="module")
+def three(server_kind: str) -> Iterator[LocalSentinelCluster]:
+    """A 3 shards x 0 replicas x 1 sentinel topology per module, for the resharding tests (a
+    shard appended or removed; nothing fails over)."""
+    with LocalSentinelCluster(shards=3, replicas=0, sentinels=1) as shared:
+        yield shared
+
+
 @pytest.fixture
 def make_cluster(server_kind: str) -> Iterator[Callable[..., LocalSentinelCluster]]:
     """Factory for private, started topologies (``make_cluster(shards=1, ...)``); all stopped after."""

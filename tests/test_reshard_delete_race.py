@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,12 +22,6 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 BEFORE, AFTER = ["shard0", "shard1"], ["shard0", "shard1", "shard2"]  # a master appended
 KEYS = [f"tomb:{n}" for n in range(3000)]
-
-
-@pytest.fixture(scope="module")
-def three(server_kind: str) -> Iterator[LocalSentinelCluster]:
-    with LocalSentinelCluster(shards=3, replicas=0, sentinels=1) as cluster:
-        yield cluster
 
 
 def core_for(

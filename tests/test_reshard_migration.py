@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,12 +31,6 @@ ClusterFactory = Callable[..., LocalSentinelCluster]
 KEYS = [f"mig:{n}" for n in range(3000)]
 TTL = 600  # seconds, for most keys
 PERSISTENT = KEYS[::10]  # every tenth key has no expiry
-
-
-@pytest.fixture(scope="module")
-def three(server_kind: str) -> Iterator[LocalSentinelCluster]:
-    with LocalSentinelCluster(shards=3, replicas=0, sentinels=1) as cluster:
-        yield cluster
 
 
 def core_for(

@@ -4,7 +4,6 @@ previous owner (and moved), and writes remove the previous owner's copy. Real se
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 from threads import Workers
@@ -19,12 +18,6 @@ from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 KEYS = [f"rs:{n}" for n in range(600)]
-
-
-@pytest.fixture(scope="module")
-def three(server_kind: str) -> Iterator[LocalSentinelCluster]:
-    with LocalSentinelCluster(shards=3, replicas=0, sentinels=1) as cluster:
-        yield cluster
 
 
 def core_for(

@@ -6,10 +6,8 @@ SessionStore."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from django.contrib.sessions.backends.cache import KEY_PREFIX, SessionStore
 from django_support import build_cache, cache_entry, remember, unique_prefix
 
@@ -17,12 +15,6 @@ from sentinel_cache.django import ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
 
 BEFORE, AFTER = ["shard0", "shard1"], ["shard0", "shard1", "shard2"]  # a master appended
-
-
-@pytest.fixture(scope="module")
-def three(server_kind: str) -> Iterator[LocalSentinelCluster]:
-    with LocalSentinelCluster(shards=3, replicas=0, sentinels=1) as cluster:
-        yield cluster
 
 
 def store(cache: ShardedSentinelCache, session_key: str | None = None) -> SessionStore:
