@@ -74,9 +74,9 @@ class Ours(Subject):
     label = "sentinel_cache (core CacheClient)"
 
     def __init__(self, sentinels: Sequence[str], masters: Sequence[str]) -> None:
-        from sentinel_cache.core.client import CacheClient
+        from sentinel_cache.core.ops.client import CacheClient
         from sentinel_cache.core.serializers import Codec
-        from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+        from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
         self.pool = ShardedSentinelPool(list(masters), list(sentinels))
         self.client = CacheClient(self.pool, Codec())

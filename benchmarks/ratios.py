@@ -33,7 +33,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from sentinel_cache.core.fair_pool import (
+from sentinel_cache.core.topology.fair_pool import (
     AsyncFairBlockingConnectionPool,
     FairBlockingConnectionPool,
 )

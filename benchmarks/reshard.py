@@ -1,6 +1,6 @@
 """Resharding's figures (issue 14), on one local topology of three masters (no replicas):
 
-* the migration rate (``sentinel_cache.core.reshard.migrate``) after appending a master to two,
+* the migration rate (``sentinel_cache.core.admin.reshard.migrate``) after appending a master to two,
   with values of 100 B, 1 KB and 10 KB (random bytes: nothing for ``DUMP`` to compress); keys
   moved per second over the wall time of the whole call (the final delete delay included), the
   median of three runs, and the scan rate (about two thirds of the keys scanned stay where they
@@ -23,11 +23,11 @@ import time
 from typing import Any
 
 from benchmarks.ratios import VALUE, compare
-from sentinel_cache.core import reshard
-from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.admin import reshard
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 from tests.threads import Workers
 

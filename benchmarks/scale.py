@@ -54,9 +54,9 @@ def _child(sentinels: list[str], masters: list[str], trace: bool) -> dict[str, A
 
     import redis  # noqa: F401  (imported before the baseline, like any app would have)
 
-    from sentinel_cache.core.client import CacheClient
+    from sentinel_cache.core.ops.client import CacheClient
     from sentinel_cache.core.serializers import Codec
-    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
     gc.collect()
     threads_before = threading.active_count()
@@ -131,9 +131,9 @@ def per_op(
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
     """get/set medians (µs) through CacheClient over 2..16 shards, interleaved."""
-    from sentinel_cache.core.client import CacheClient
+    from sentinel_cache.core.ops.client import CacheClient
     from sentinel_cache.core.serializers import Codec
-    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
     value = {"id": 1, "name": "scale", "tags": ["a", "b"]}
     counts = [c for c in SHARD_COUNTS if c <= len(masters)]

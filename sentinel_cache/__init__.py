@@ -34,7 +34,7 @@ __version__ = "0.1.0"
 # The core's two names Jedis users know, imported on first use so that ``import sentinel_cache``
 # (exceptions only) stays light and connects nothing.
 _LAZY = {
-    "ShardedSentinelPool": "sentinel_cache.core.sharded_pool",
+    "ShardedSentinelPool": "sentinel_cache.core.topology.sharded_pool",
     "HashRing": "sentinel_cache.core.ring",
 }
 
@@ -48,7 +48,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from sentinel_cache.core.ring import HashRing
-    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
 __all__ = [
     "ArgumentTypeError",

@@ -23,8 +23,8 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from sentinel_cache.core import registry
 from sentinel_cache.core.metrics import Metrics
+from sentinel_cache.core.topology import registry
 
 __all__ = ["PrometheusMetrics", "shared_metrics"]
 

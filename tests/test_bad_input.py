@@ -37,11 +37,11 @@ from sentinel_cache import (
     InvalidArgumentError,
     SentinelCacheError,
 )
-from sentinel_cache.core.aio import AsyncCacheClient
 from sentinel_cache.core.arguments import MAX_TIMEOUT
-from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 try:

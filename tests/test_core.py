@@ -19,15 +19,15 @@ from sentinel_cache import (
     SentinelCacheError,
 )
 from sentinel_cache.core.config import Address, PoolConfig
-from sentinel_cache.core.registry import shared_pool
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.registry import shared_pool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
 
 
 def test_core_imports_no_framework() -> None:
     code = (
-        "import sys, sentinel_cache, sentinel_cache.core.sharded_pool, sentinel_cache.core.client, "
-        "sentinel_cache.core.listener, sentinel_cache.testing, sentinel_cache.core.serializers\n"
+        "import sys, sentinel_cache, sentinel_cache.core.topology.sharded_pool, sentinel_cache.core.ops.client, "
+        "sentinel_cache.core.topology.listener, sentinel_cache.testing, sentinel_cache.core.serializers\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'flask', 'flask_caching')]\n"
         "assert not bad, bad\n"
     )
@@ -154,7 +154,7 @@ def test_unknown_master_name_is_a_different_error(cluster: LocalSentinelCluster)
 
 
 def test_an_answer_naming_a_replica_is_rejected(cluster: LocalSentinelCluster) -> None:
-    from sentinel_cache.core.discovery import Discovery, SentinelReply, SentinelSet
+    from sentinel_cache.core.topology.discovery import Discovery, SentinelReply, SentinelSet
 
     name = cluster.master_names[0]
     replica = Address(*cluster.replica_addresses(name)[0])
@@ -266,9 +266,9 @@ def test_top_level_names_are_imported_lazily() -> None:
     package loads neither (it connects nothing and stays light)."""
     code = (
         "import sys, sentinel_cache\n"
-        "assert 'sentinel_cache.core.sharded_pool' not in sys.modules, 'sharded_pool imported eagerly'\n"
+        "assert 'sentinel_cache.core.topology.sharded_pool' not in sys.modules, 'sharded_pool imported eagerly'\n"
         "from sentinel_cache import HashRing, ShardedSentinelPool\n"
-        "from sentinel_cache.core.sharded_pool import ShardedSentinelPool as Pool\n"
+        "from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool as Pool\n"
         "from sentinel_cache.core.ring import HashRing as Ring\n"
         "assert ShardedSentinelPool is Pool and HashRing is Ring\n"
         "try:\n"
@@ -287,7 +287,7 @@ def test_set_many_with_a_timeout_uses_msetex_where_the_master_has_it(
 ) -> None:
     """Valkey 9.1+ and Redis 8.4+ have MSETEX (one native command per shard); older servers
     get the script. Either way every key is stored with its TTL; each master is asked once."""
-    from sentinel_cache.core.client import CacheClient
+    from sentinel_cache.core.ops.client import CacheClient
     from sentinel_cache.core.serializers import Codec
 
     with ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, db=3) as pool:

@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.config import parse_cache_config
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import find_server_binary
 
 CLI = [sys.executable, "-m", "sentinel_cache.testing"]

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sentinel_cache.core import status
+from sentinel_cache.core.admin import status
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ShardUnavailableError
 from sentinel_cache.testing import LocalSentinelCluster
 

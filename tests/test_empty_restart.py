@@ -17,11 +17,11 @@ import pytest
 from prometheus_client import REGISTRY
 from waiting import key_on, wait_until
 
-from sentinel_cache.core import health, status
-from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.admin import health, status
 from sentinel_cache.core.config import Address
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 ClusterFactory = Callable[..., LocalSentinelCluster]

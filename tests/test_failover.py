@@ -16,8 +16,8 @@ from threads import Workers
 from waiting import wait_until
 
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.shard import SwitchEvent
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.shard import SwitchEvent
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 pytestmark = pytest.mark.failover

@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 from threads import Workers
 
-from sentinel_cache.core.fair_pool import (
+from sentinel_cache.core.topology.fair_pool import (
     EXHAUSTED,
     AsyncFairBlockingConnectionPool,
     FairBlockingConnectionPool,

@@ -36,7 +36,6 @@ from hypothesis import strategies as st
 from waiting import wait_until
 
 from sentinel_cache import ConfigurationError, DiscoveryError
-from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.config import (
     CONNECTION_PARAMETERS,
     OPTION_NAMES,
@@ -46,14 +45,15 @@ from sentinel_cache.core.config import (
     parse_sentinels,
     parse_url,
 )
-from sentinel_cache.core.listener import (
+from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.topology.listener import (
     CHANNELS,
     SentinelListener,
     parse_instance_event,
     parse_switch,
 )
-from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ArgumentValueError
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
 from sentinel_cache.testing.fake_sentinel import FakeSentinel, Raw, Script

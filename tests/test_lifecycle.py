@@ -7,9 +7,9 @@ import time
 
 from threads import Workers
 
-from sentinel_cache.core.aio import AsyncCacheClient
+from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 

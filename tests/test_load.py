@@ -30,9 +30,9 @@ import redis
 from threads import Workers
 from waiting import wait_until
 
-from sentinel_cache.core.client import CacheClient, escape_pattern
+from sentinel_cache.core.ops.client import CacheClient, escape_pattern
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 THREADS = 64

@@ -19,7 +19,7 @@ import pytest
 from waiting import key_on, wait_until
 
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConflictingMasterError
 from sentinel_cache.testing import LocalSentinelCluster
 from sentinel_cache.testing.fake_sentinel import FakeSentinel

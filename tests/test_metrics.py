@@ -12,11 +12,11 @@ from prometheus_client import REGISTRY
 from waiting import key_on, wait_until
 
 from sentinel_cache import ConfigurationError
-from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.config import PoolConfig
 from sentinel_cache.core.metrics import source_kind
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 

@@ -16,12 +16,12 @@ from threads import Workers
 from waiting import key_on, wait_until
 
 from sentinel_cache import ConfigurationError
-from sentinel_cache.core import _sync
-from sentinel_cache.core.aio import AsyncCacheClient
-from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.core.ops import _sync
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 from sentinel_cache.testing.faults import CLIENT
 
@@ -497,7 +497,7 @@ def test_bad_options_are_named(option: str, value: Any) -> None:
 
 
 def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool) -> None:
-    from sentinel_cache.core import status
+    from sentinel_cache.core.admin import status
 
     client = CacheClient(core, Codec())
     store(client, core, "near:st", 1)

@@ -16,10 +16,10 @@ import redis
 from waiting import wait_until
 
 from sentinel_cache import ConfigurationError, PoolExhaustedError, ShardUnavailableError
-from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.config import PoolConfig, parse_cache_config
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 from sentinel_cache.testing.faults import CLIENT
 
@@ -376,7 +376,7 @@ def test_health_reports_a_near_cache_that_is_on_but_not_tracking(
 ) -> None:
     """A user whose ACL forbids CLIENT TRACKING: the cache serves (from the servers), and the
     health report says the near cache does not track (before, it said nothing)."""
-    from sentinel_cache.core import health
+    from sentinel_cache.core.admin import health
 
     cluster = make_cluster(shards=1, replicas=0, sentinels=1)
     host, port = cluster.master_address(cluster.master_names[0])

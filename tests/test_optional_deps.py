@@ -92,5 +92,5 @@ def test_adapters_import_when_the_framework_is_installed(module: str) -> None:
 
 
 def test_the_core_needs_no_framework() -> None:
-    report = _import("sentinel_cache.core.sharded_pool", ("django", "flask", "flask_caching"))
+    report = _import("sentinel_cache.core.topology.sharded_pool", ("django", "flask", "flask_caching"))
     assert report["type"] is None, report

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from sentinel_cache.core import reshard
-from sentinel_cache.core.aio import AsyncCacheClient
-from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.admin import reshard
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 BEFORE, AFTER = ["shard0", "shard1"], ["shard0", "shard1", "shard2"]  # a master appended

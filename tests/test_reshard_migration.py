@@ -1,5 +1,5 @@
 """Resharding (issue 14): planning a change and the migration that empties the previous owners
-(``sentinel_cache.core.reshard``), against real topologies: appending, removing and reweighting;
+(``sentinel_cache.core.admin.reshard``), against real topologies: appending, removing and reweighting;
 readers and writers during the migration; TTLs; a failover and a killed master in the middle; a
 killed migration resumed."""
 
@@ -19,11 +19,11 @@ import pytest
 from threads import Workers
 
 from sentinel_cache import ConfigurationError
-from sentinel_cache.core import reshard
-from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.admin import reshard
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 ClusterFactory = Callable[..., LocalSentinelCluster]
@@ -517,8 +517,8 @@ def test_a_killed_migration_is_resumed(three: LocalSentinelCluster) -> None:
     sentinels = [f"{h}:{p}" for h, p in three.sentinel_addresses]
     script = (
         "import sys\n"
-        "from sentinel_cache.core import reshard\n"
-        "from sentinel_cache.core.sharded_pool import ShardedSentinelPool\n"
+        "from sentinel_cache.core.admin import reshard\n"
+        "from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool\n"
         f"core = ShardedSentinelPool({after!r}, {sentinels!r}, previous_masters={before!r})\n"
         "reshard.migrate(core, rate=600, batch=50, progress=lambda p: print(p.total_moved, "
         "flush=True))\n"

@@ -10,11 +10,11 @@ from threads import Workers
 from waiting import wait_until
 
 from sentinel_cache import ConfigurationError
-from sentinel_cache.core.aio import AsyncCacheClient
-from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 KEYS = [f"rs:{n}" for n in range(600)]

@@ -16,14 +16,14 @@ from threads import Workers
 from waiting import key_on, wait_until
 
 from sentinel_cache import PoolExhaustedError, ShardUnavailableError, StaleReplyError
-from sentinel_cache.core.aio import AsyncCacheClient
-from sentinel_cache.core.client import CacheClient
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.discovery import Discovery, Resolution, SentinelReply, SentinelSet
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.shard import Evidence
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.core.throttle import Throttle
+from sentinel_cache.core.topology.discovery import Discovery, Resolution, SentinelReply, SentinelSet
+from sentinel_cache.core.topology.shard import Evidence
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 ClusterFactory = Callable[..., LocalSentinelCluster]

@@ -22,14 +22,14 @@ import pytest
 from prometheus_client import REGISTRY
 from waiting import wait_until
 
-from sentinel_cache.core.aio import AsyncCacheClient
-from sentinel_cache.core.client import CacheClient, escape_pattern
 from sentinel_cache.core.config import Address, PoolConfig
-from sentinel_cache.core.plans import Command, FailOpen
-from sentinel_cache.core.scan import ShardScan
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.client import CacheClient, escape_pattern
+from sentinel_cache.core.ops.plans import Command, FailOpen
+from sentinel_cache.core.ops.scan import ShardScan
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.shard import Shard
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.shard import Shard
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 pytestmark = pytest.mark.failover

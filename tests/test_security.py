@@ -31,11 +31,11 @@ from sentinel_cache import (
     SentinelAuthenticationError,
     SentinelCacheError,
 )
-from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.admin.status import collect, render_json
 from sentinel_cache.core.config import PoolConfig, parse_cache_config, parse_url
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
-from sentinel_cache.core.status import collect, render_json
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 from sentinel_cache.testing.cluster import TLSFiles, server_supports_tls
 

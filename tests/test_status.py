@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from sentinel_cache.core import status
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.admin import status
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
 
 ClusterFactory = Callable[..., LocalSentinelCluster]

@@ -17,10 +17,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from threads import Workers
 from waiting import key_on
 
-from sentinel_cache.core.aio import AsyncCacheClient
-from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 EXPORTER = InMemorySpanExporter()

@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 import redis
 
-from sentinel_cache.core.aio import AsyncCacheClient
-from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 HERE = Path(__file__).resolve().parent

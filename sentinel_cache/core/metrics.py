@@ -5,7 +5,7 @@ outcome and latency), the hits and misses of reads, master switches (and how the
 write-fence holds, safety-net re-resolves and retries, shards skipped by ``IGNORE_EXCEPTIONS``.
 ``METRICS = True`` installs the Prometheus backend (:mod:`sentinel_cache.prometheus`); without
 it the core holds ``None`` and pays one attribute test per call. Gauges (connections, listeners)
-are not pushed: a backend reads them from :func:`sentinel_cache.core.registry.live_cores` when
+are not pushed: a backend reads them from :func:`sentinel_cache.core.topology.registry.live_cores` when
 it is scraped.
 """
 

@@ -14,8 +14,8 @@
 
 Like Django's own ``RedisCache``, this class only makes keys (``make_and_validate_key``) and
 timeouts (``get_backend_timeout``) and hands every call to a
-:class:`~sentinel_cache.core.client.CacheClient` (sync) or
-:class:`~sentinel_cache.core.aio.AsyncCacheClient` (async, native ``redis.asyncio``). Both run on the
+:class:`~sentinel_cache.core.ops.client.CacheClient` (sync) or
+:class:`~sentinel_cache.core.ops.aio.AsyncCacheClient` (async, native ``redis.asyncio``). Both run on the
 process-wide shared core for this configuration, so several aliases with equal settings share one
 set of pools, listeners and failover state; :meth:`close` never tears it down.
 
@@ -28,7 +28,7 @@ too long during a failover): reads return the default (``get_many`` returns what
 have), writes return False (``set_many`` returns the keys that were not stored), ``incr``/``decr``
 raise ``ValueError`` as for a missing key, and the failure is logged on the
 ``sentinel_cache.django`` logger at most once per shard every ``LOG_IGNORED_EXCEPTIONS_INTERVAL``
-seconds (the core's one fail-open rule, :class:`~sentinel_cache.core.plans.FailOpen`). Serialization errors and bad commands are never ignored.
+seconds (the core's one fail-open rule, :class:`~sentinel_cache.core.ops.plans.FailOpen`). Serialization errors and bad commands are never ignored.
 
 ``clear()`` with a ``KEY_PREFIX`` deletes only this cache's keys (``SCAN`` + ``UNLINK`` of the
 prefix pattern on every shard). **Without a ``KEY_PREFIX`` it empties the whole configured
@@ -52,14 +52,14 @@ from django.core.cache.backends.base import (
 )
 from django.core.exceptions import ImproperlyConfigured
 
-from sentinel_cache.core.aio import AsyncCacheClient
 from sentinel_cache.core.arguments import MAX_TIMEOUT, check_key, valid_delta, valid_timeout
-from sentinel_cache.core.client import SCAN_COUNT, CacheClient, escape_pattern
 from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
-from sentinel_cache.core.plans import FailOpen
-from sentinel_cache.core.registry import shared_pool
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.client import SCAN_COUNT, CacheClient, escape_pattern
+from sentinel_cache.core.ops.plans import FailOpen
 from sentinel_cache.core.serializers import Codec, build_codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.registry import shared_pool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ArgumentValueError, ConfigurationError, PicklingError
 
 logger = logging.getLogger("sentinel_cache.django")
@@ -148,7 +148,7 @@ class InvalidKeyError(InvalidCacheKey, ArgumentValueError):
 
 
 class ShardedSentinelCache(BaseCache):
-    """Django ``BaseCache`` over :class:`~sentinel_cache.core.sharded_pool.ShardedSentinelPool`."""
+    """Django ``BaseCache`` over :class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool`."""
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         super().__init__(params)

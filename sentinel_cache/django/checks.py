@@ -21,14 +21,14 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from sentinel_cache.core.config import PoolConfig
-from sentinel_cache.core.status import (
+from sentinel_cache.core.admin.status import (
     NOT_MONITORED,
     SentinelProbe,
     master_view,
     probe_sentinels,
     run_all,
 )
+from sentinel_cache.core.config import PoolConfig
 from sentinel_cache.exceptions import ConfigurationError
 
 BACKEND = "sentinel_cache.django.ShardedSentinelCache"

@@ -12,8 +12,8 @@ from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sentinel_cache.core import status
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.admin import status
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django.checks import BACKEND, sentinel_aliases
 from sentinel_cache.exceptions import ConfigurationError
 

@@ -1,7 +1,7 @@
 """Health endpoints for Django: a plain JSON view and a django-health-check (4.x) check.
 
 Both probe every cache alias whose ``BACKEND`` is ``sentinel_cache.django.ShardedSentinelCache``
-with :func:`sentinel_cache.core.health.check` (aliases with equal settings share one core and
+with :func:`sentinel_cache.core.admin.health.check` (aliases with equal settings share one core and
 are probed once): a key written and read back on every shard's current master, all shards at
 once, within a short budget; a shard that fails is named.
 
@@ -45,9 +45,9 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from sentinel_cache.core import health as core_health
-from sentinel_cache.core.health import DEFAULT_TIMEOUT, DOWN, HealthReport
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.admin import health as core_health
+from sentinel_cache.core.admin.health import DEFAULT_TIMEOUT, DOWN, HealthReport
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django.checks import sentinel_aliases
 
 __all__ = ["SentinelCacheHealthCheck", "check_caches", "health_view"]
@@ -77,7 +77,7 @@ def _cores(
 def check_caches(
     aliases: Iterable[str] | None = None, *, timeout: float | None = None, deep: bool = False
 ) -> dict[str, HealthReport | str]:
-    """:func:`~sentinel_cache.core.health.check` for every alias of our backend (or the
+    """:func:`~sentinel_cache.core.admin.health.check` for every alias of our backend (or the
     ``aliases`` given), all at once: alias -> report, or the error that kept it unchecked."""
     cores, _ = _cores(aliases)
     return core_health.check_all(cores, timeout=timeout, deep=deep)

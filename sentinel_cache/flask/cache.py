@@ -61,9 +61,9 @@ Semantics (cachelib's ``RedisCache`` contract):
   without ``RuntimeError``), ``inc``/``dec`` return None, ``clear`` returns False; the failure is
   logged on ``sentinel_cache.flask`` at most once per shard every
   ``LOG_IGNORED_EXCEPTIONS_INTERVAL`` seconds. Serialization errors and bad commands still raise.
-* ``.core`` is the process-wide :class:`~sentinel_cache.core.sharded_pool.ShardedSentinelPool` (shared by
+* ``.core`` is the process-wide :class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool` (shared by
   every cache with the same connection settings, never closed by a cache) and ``.client`` the
-  :class:`~sentinel_cache.core.client.CacheClient`.
+  :class:`~sentinel_cache.core.ops.client.CacheClient`.
 
 Command line: building the backend for an app registers ``flask sentinel-status`` with it (so
 ``CACHE_TYPE`` is all a Flask user writes). It prints each shard's master, replicas, sentinel
@@ -85,12 +85,12 @@ from flask import Flask
 from flask_caching.backends.base import BaseCache
 
 from sentinel_cache.core.arguments import MAX_TIMEOUT, valid_delta, valid_timeout
-from sentinel_cache.core.client import CacheClient, escape_pattern
 from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
-from sentinel_cache.core.plans import FailOpen
-from sentinel_cache.core.registry import shared_pool
+from sentinel_cache.core.ops.client import CacheClient, escape_pattern
+from sentinel_cache.core.ops.plans import FailOpen
 from sentinel_cache.core.serializers import Codec, build_codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.registry import shared_pool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.flask.cli import init_app
 from sentinel_cache.flask.settings import in_flask_terms, translate_settings
@@ -112,7 +112,7 @@ def _whole_seconds(timeout: Any) -> int:
 
 
 class ShardedSentinelCache(BaseCache):
-    """Flask-Caching/cachelib backend over :class:`~sentinel_cache.core.sharded_pool.ShardedSentinelPool`.
+    """Flask-Caching/cachelib backend over :class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool`.
 
     ``location`` and ``options`` are what :func:`~sentinel_cache.core.config.parse_cache_config`
     takes (sentinel addresses or a ``sentinel://`` URL, and upper-case option names), so the

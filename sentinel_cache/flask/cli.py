@@ -14,8 +14,8 @@ import click
 from flask import Flask, current_app
 from flask.cli import ScriptInfo
 
-from sentinel_cache.core import status
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.admin import status
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConfigurationError
 
 if TYPE_CHECKING:

@@ -26,9 +26,9 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from flask_caching import Cache
 
-from sentinel_cache.core import health as core_health
-from sentinel_cache.core.health import DOWN
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.admin import health as core_health
+from sentinel_cache.core.admin.health import DOWN
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.flask.cache import ShardedSentinelCache
 from sentinel_cache.flask.cli import sentinel_backends
 

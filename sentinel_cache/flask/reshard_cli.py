@@ -15,8 +15,8 @@ from typing import Any
 import click
 from flask import Flask
 
-from sentinel_cache.core import reshard
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.admin import reshard
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.flask.cli import (
     CACHE_TYPE,
     StatusCommand,

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sentinel_cache.core.client import CacheClient
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 OK = "ok"

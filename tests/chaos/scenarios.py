@@ -19,9 +19,9 @@ from typing import Any
 
 import redis
 
-from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 from .history import Call, Report, Writers, judge

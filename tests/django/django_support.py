@@ -19,7 +19,7 @@ import django
 from django.apps import apps
 from django.conf import settings
 
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django import ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
 

@@ -14,7 +14,7 @@ from typing import Any
 from flask import Flask
 from flask_caching import Cache
 
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.flask import CACHE_TYPE, ShardedSentinelCache
 from sentinel_cache.testing import LocalSentinelCluster
 

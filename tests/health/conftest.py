@@ -1,4 +1,4 @@
-"""Fixtures for the health endpoint tests (``sentinel_cache.core.health`` and its Django and
+"""Fixtures for the health endpoint tests (``sentinel_cache.core.admin.health`` and its Django and
 Flask endpoints), against the shared topology and private, killable ones."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``sentinel_cache.core.health``: the probe every health endpoint serves, on real topologies."""
+"""``sentinel_cache.core.admin.health``: the probe every health endpoint serves, on real topologies."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from health_support import HEALTH_DB
 
-from sentinel_cache.core import health
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.admin import health
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 ClusterFactory = Callable[..., LocalSentinelCluster]

@@ -11,7 +11,7 @@ from flask import Flask
 from flask_caching import Cache
 from health_support import flask_settings
 
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.flask import ShardedSentinelCache
 from sentinel_cache.flask.health import health_blueprint, init_health
 from sentinel_cache.testing import LocalSentinelCluster

@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sentinel_cache.core.client import CacheClient
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 BACKEND = "sentinel_cache.django.ShardedSentinelCache"

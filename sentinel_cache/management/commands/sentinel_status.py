@@ -14,8 +14,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from sentinel_cache.core import status
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.admin import status
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django.checks import BACKEND
 from sentinel_cache.django.commands import SentinelCacheCommand, config_error
 

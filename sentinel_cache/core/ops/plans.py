@@ -1,6 +1,6 @@
 """What each cache operation sends and how its replies are read: no I/O here.
 
-The operations themselves (:mod:`sentinel_cache.core._async.client`, and the sync client generated
+The operations themselves (:mod:`sentinel_cache.core.ops._async.client`, and the sync client generated
 from it) turn a call into commands per shard with these helpers, hand them to one executor
 with the safety net, and read the replies back with them. Keys arrive final, exactly as stored,
 so placement matches Jedis. Multi-key calls are grouped per shard and scattered: every shard's
@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sentinel_cache.core.arguments import distinct
-from sentinel_cache.core.near import NearCache
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.shard import Shard
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
 from sentinel_cache.core.throttle import Throttle
+from sentinel_cache.core.topology.near import NearCache
+from sentinel_cache.core.topology.shard import Shard
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import IncrementError, InvalidValueError
 
 logger = logging.getLogger("sentinel_cache")

@@ -21,11 +21,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from sentinel_cache.core._sync.connection import ShardConnection, ShardSSLConnection
 from sentinel_cache.core.config import Address, PoolConfig, connection_class_and_kwargs
-from sentinel_cache.core.fair_pool import FairBlockingConnectionPool
 from sentinel_cache.core.metrics import Metrics
 from sentinel_cache.core.throttle import Throttle
+from sentinel_cache.core.topology._sync.connection import ShardConnection, ShardSSLConnection
+from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
 )

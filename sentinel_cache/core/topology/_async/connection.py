@@ -1,6 +1,6 @@
 """Shard connections: they follow their shard's master and doubt replies from a replaced one.
 
-The asyncio source; ``sentinel_cache/core/_sync/connection.py`` is generated from it by
+The asyncio source; ``sentinel_cache/core/topology/_sync/connection.py`` is generated from it by
 ``scripts/unasync.py``. redis-py calls ``connect_check_health`` (>= 5.3) or ``connect`` on every
 checkout, so a connection whose shard switched drops its socket and reconnects to the current
 master there, without any coordination; only the switching shard's connections are touched.
@@ -14,7 +14,7 @@ from typing import Any
 import redis.asyncio.connection
 from redis.exceptions import ReadOnlyError, ResponseError
 
-from sentinel_cache.core.following import ShardBound
+from sentinel_cache.core.topology.following import ShardBound
 
 
 class AsyncShardConnectionMixin(ShardBound):

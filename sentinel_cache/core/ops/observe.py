@@ -16,11 +16,11 @@ from time import perf_counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from sentinel_cache.core.plans import Command, command_name, outcome
+from sentinel_cache.core.ops.plans import Command, command_name, outcome
 
 if TYPE_CHECKING:
-    from sentinel_cache.core.shard import Shard
-    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+    from sentinel_cache.core.topology.shard import Shard
+    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
 try:  # the API only; without an SDK configured its spans are no-ops
     from opentelemetry import trace as _trace

@@ -13,7 +13,7 @@ owner is served from the previous owner, and moved). This module empties the pre
   included, still followed through the sentinels) and moves each key whose owner is now another
   shard: ``PTTL`` + ``DUMP`` on the source, the ``RESTORE_MISSING`` script on the owner (never
   over a value written meanwhile through the new ring, nor over a delete since: see
-  :data:`~sentinel_cache.core.plans.DELETE_MARKED`), then ``DEL`` on the source. Batched
+  :data:`~sentinel_cache.core.ops.plans.DELETE_MARKED`), then ``DEL`` on the source. Batched
   (one round trip per step and batch, the owners' restores sent together), rate-limited,
   resumable (a second run moves nothing; a killed one is simply run again), and it follows a
   failover of any shard in the middle.
@@ -38,13 +38,13 @@ from typing import Any
 
 from redis.exceptions import AuthenticationError, ResponseError
 
-from sentinel_cache.core.client import CacheClient
-from sentinel_cache.core.plans import RESTORE_MISSING, Command, copy_deadline, is_reserved
+from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.ops.plans import RESTORE_MISSING, Command, copy_deadline, is_reserved
+from sentinel_cache.core.ops.scan import ShardScan
 from sentinel_cache.core.ring import NODES_PER_WEIGHT, murmur64a
-from sentinel_cache.core.scan import ShardScan
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.shard import MASTER_ERRORS, Shard
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.shard import MASTER_ERRORS, Shard
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConfigurationError
 
 __all__ = [
@@ -933,7 +933,7 @@ class _Migration:
     # -- one source shard -----------------------------------------------------------------
     def _shard(self, tally: _Tally) -> None:
         """Every key of the shard that belongs elsewhere now, moved. After the shard's master
-        changed the scan begins again (:class:`~sentinel_cache.core.scan.ShardScan`; a rescan is
+        changed the scan begins again (:class:`~sentinel_cache.core.ops.scan.ShardScan`; a rescan is
         cheap: what moved is gone)."""
         shard = tally.shard
         owner_of = self.owner_of
@@ -967,7 +967,7 @@ class _Migration:
     ) -> tuple[_Restores, _Gone, _Deadlines]:
         """The source's half of a chunk: each key's TTL and ``DUMP`` read in one script, with
         every owner's clock in the same round trip (the restores' deadlines, see
-        :func:`~sentinel_cache.core.plans.copy_deadline`); per owner, what to restore there and
+        :func:`~sentinel_cache.core.ops.plans.copy_deadline`); per owner, what to restore there and
         the keys that were gone."""
         keys = [key for key, _ in chunk]
         plan: dict[Shard, list[Command]] = {

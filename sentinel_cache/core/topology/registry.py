@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sentinel_cache.core.config import PoolConfig
-    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
 # -- process-wide registry: equal configurations share one core --------------------------------
 _registry: dict[PoolConfig, ShardedSentinelPool] = {}
@@ -18,7 +18,9 @@ _registry_lock = threading.Lock()
 
 def shared_pool(config: PoolConfig) -> ShardedSentinelPool:
     """The live core for ``config`` in this process, created on first request."""
-    from sentinel_cache.core.sharded_pool import ShardedSentinelPool  # it registers itself here
+    from sentinel_cache.core.topology.sharded_pool import (
+        ShardedSentinelPool,  # it registers itself here
+    )
 
     with _registry_lock:
         pool = _registry.get(config)

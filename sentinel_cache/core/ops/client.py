@@ -2,8 +2,8 @@
 sync-only escape hatches (a raw redis-py client, a lock).
 
 Adapters make keys and timeouts and hand every call here (as Django's ``RedisCache`` hands them
-to its client). See :mod:`sentinel_cache.core._async.client` for the operations, and
-:mod:`sentinel_cache.core.plans` for their commands and replies.
+to its client). See :mod:`sentinel_cache.core.ops._async.client` for the operations, and
+:mod:`sentinel_cache.core.ops.plans` for their commands and replies.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import redis
 
-from sentinel_cache.core._sync.client import SCAN_COUNT, CacheOperations
-from sentinel_cache.core.plans import (
+from sentinel_cache.core.ops._sync.client import SCAN_COUNT, CacheOperations
+from sentinel_cache.core.ops.plans import (
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
     MISS,

@@ -60,14 +60,14 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from sentinel_cache.core._sync.connection import ShardConnection, ShardSSLConnection
 from sentinel_cache.core.arguments import check_key
 from sentinel_cache.core.config import connection_class_and_kwargs
 from sentinel_cache.core.throttle import Throttle
+from sentinel_cache.core.topology._sync.connection import ShardConnection, ShardSSLConnection
 
 if TYPE_CHECKING:
     from sentinel_cache.core.config import PoolConfig
-    from sentinel_cache.core.shard import Shard
+    from sentinel_cache.core.topology.shard import Shard
 
 logger = logging.getLogger("sentinel_cache.near")
 

@@ -1,6 +1,6 @@
 """Native asyncio cache operations over the same sharded core, on ``redis.asyncio``.
 
-The sync core (:class:`~sentinel_cache.core.sharded_pool.ShardedSentinelPool`) owns everything that is
+The sync core (:class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool`) owns everything that is
 shared: discovery, the sentinel listeners, each shard's current master and generation, and the
 write fences. This module adds only what asyncio needs of its own, because asyncio connections
 are bound to the event loop that opened them: per core and per running loop, one
@@ -31,17 +31,20 @@ import redis
 import redis.asyncio
 import redis.asyncio.connection
 
-from sentinel_cache.core._async.client import AsyncCacheOperations
-from sentinel_cache.core._async.connection import AsyncShardConnection, AsyncShardSSLConnection
 from sentinel_cache.core.config import (
     Address,
     PoolConfig,
     connection_class_and_kwargs,
     connection_parameters,
 )
-from sentinel_cache.core.fair_pool import AsyncFairBlockingConnectionPool
-from sentinel_cache.core.shard import Shard
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.ops._async.client import AsyncCacheOperations
+from sentinel_cache.core.topology._async.connection import (
+    AsyncShardConnection,
+    AsyncShardSSLConnection,
+)
+from sentinel_cache.core.topology.fair_pool import AsyncFairBlockingConnectionPool
+from sentinel_cache.core.topology.shard import Shard
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -234,8 +237,8 @@ def shared_async_clients(core: ShardedSentinelPool) -> AsyncShardClients:
 
 class AsyncCacheClient(AsyncCacheOperations):
     """The asyncio client: the same operations, arguments and semantics as
-    :class:`~sentinel_cache.core.client.CacheClient` (one source, see
-    :mod:`sentinel_cache.core._async.client`). Cheap to create: connections belong to the core's
+    :class:`~sentinel_cache.core.ops.client.CacheClient` (one source, see
+    :mod:`sentinel_cache.core.ops._async.client`). Cheap to create: connections belong to the core's
     :class:`AsyncShardClients`."""
 
     @property

@@ -1,6 +1,6 @@
 """Every cache operation, written once: the asyncio source of both clients.
 
-``sentinel_cache/core/_sync/client.py`` is generated from this file by ``scripts/unasync.py`` (as
+``sentinel_cache/core/ops/_sync/client.py`` is generated from this file by ``scripts/unasync.py`` (as
 httpcore generates its ``_sync`` package): ``async``/``await`` are erased and ``Async`` names
 lose their prefix. Do not edit the generated file; ``make test`` fails when it is stale.
 
@@ -9,7 +9,7 @@ wait: each flavour's ``*_io.py`` module beside this package, hand-written and sm
 Everything else is here once: the safety net (re-resolve without waiting on the node that
 failed, one retry of idempotent commands when the shard moved, no acknowledgement from a
 replaced master), the write fence, the scatter of multi-key batches, and each operation's
-commands and replies (with the plans of :mod:`sentinel_cache.core.plans`).
+commands and replies (with the plans of :mod:`sentinel_cache.core.ops.plans`).
 
 ``timeout`` is seconds, None means never expire, zero or less means the value expires at once
 (as in Django). Every entry point that takes a timeout, a delta or keys applies the rules of
@@ -33,10 +33,10 @@ from sentinel_cache.core.arguments import (
     valid_delta,
     valid_timeout,
 )
-from sentinel_cache.core.async_io import AsyncShardIO, run_blocking, wait_fence
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.observe import Observed, note, observed
-from sentinel_cache.core.plans import (
+from sentinel_cache.core.ops.async_io import AsyncShardIO, run_blocking, wait_fence
+from sentinel_cache.core.ops.observe import Observed, note, observed
+from sentinel_cache.core.ops.plans import (
     CLEARED,
     DELETE_MARKED,
     INCR_IF_EXISTS,
@@ -59,10 +59,10 @@ from sentinel_cache.core.plans import (
     short_key,
     wrong_type,
 )
-from sentinel_cache.core.scan import ShardScan
+from sentinel_cache.core.ops.scan import ShardScan
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.shard import FEATURES, MASTER_ERRORS, Shard
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import InvalidValueError, PoolExhaustedError
 
 T = TypeVar("T")
@@ -77,7 +77,7 @@ class AsyncCacheOperations(ClientBase):
     """The cache operations over the sharded core (the adapters' client)."""
 
     def __init__(self, core: ShardedSentinelPool, codec: Codec, **options: Any) -> None:
-        """``options``: see :class:`~sentinel_cache.core.plans.ClientBase` (durability, fail-open)."""
+        """``options``: see :class:`~sentinel_cache.core.ops.plans.ClientBase` (durability, fail-open)."""
         super().__init__(core, codec, **options)
         self.io = AsyncShardIO(core)
 
@@ -336,7 +336,7 @@ class AsyncCacheOperations(ClientBase):
         ``keep``: the stored data and timeout of a write the near cache may keep. It goes on
         the shard's writer connection when that is free (the server does not echo it to us),
         and is kept if nothing read or wrote the key meanwhile
-        (:meth:`~sentinel_cache.core.near.NearCache.own`); any other write evicts the key."""
+        (:meth:`~sentinel_cache.core.topology.near.NearCache.own`); any other write evicts the key."""
         shard = self.core.shard_for(key)
         near = self.core.near
         writer = ticket = None
@@ -555,7 +555,7 @@ class AsyncCacheOperations(ClientBase):
 
     async def learn(self, shards: Iterable[Shard], feature: str) -> None:
         """Ask the masters not asked yet whether they allow ``feature`` (see
-        :data:`~sentinel_cache.core.shard.FEATURES`): once per master, so not batched."""
+        :data:`~sentinel_cache.core.topology.shard.FEATURES`): once per master, so not batched."""
         command, allowed = FEATURES[feature]
         for shard in shards:
             if shard.allows(feature) is not None:
@@ -640,7 +640,7 @@ class AsyncCacheOperations(ClientBase):
         operation: str = "iter_keys",
     ) -> AsyncIterator[bytes]:
         """Every key of one shard matching ``pattern`` (``SCAN`` on its master, never ``KEYS``),
-        begun again on a new master (:mod:`sentinel_cache.core.scan`: none missed, some maybe
+        begun again on a new master (:mod:`sentinel_cache.core.ops.scan`: none missed, some maybe
         repeated); each batch goes through the safety net."""
         await self.ready(shard, write)
         scan = ShardScan(shard, pattern, count, operation=operation)
@@ -711,7 +711,7 @@ class AsyncCacheOperations(ClientBase):
         return deleted
 
     async def clear(self, pattern: str | None) -> bool:
-        """With a pattern (this cache's keys, see :func:`~sentinel_cache.core.plans.escape_pattern`):
+        """With a pattern (this cache's keys, see :func:`~sentinel_cache.core.ops.plans.escape_pattern`):
         SCAN + UNLINK of the matching keys on every shard. Without one: the whole database of
         every shard is flushed, as Django's RedisCache does. False if IGNORE_EXCEPTIONS skipped
         a shard."""
@@ -815,7 +815,7 @@ class AsyncCacheOperations(ClientBase):
         wait: bool,
     ) -> dict[Any, Any]:
         """Write the copies on their owners unless a newer value, a tombstone or the deadline
-        stops them (:data:`~sentinel_cache.core.plans.COPY_MISSING`). Key -> the stored data on
+        stops them (:data:`~sentinel_cache.core.ops.plans.COPY_MISSING`). Key -> the stored data on
         its owner now.
 
         Without ``wait`` (a read moving what it found) the writes are posted, where the owner
@@ -853,7 +853,7 @@ class AsyncCacheOperations(ClientBase):
     async def _drop_previous(self, keys: Iterable[Any]) -> int:
         """Delete ``keys`` from their previous owners: after a write on the owner (whose value
         then wins over any copy), before a delete on the owner (whose tombstone must come after:
-        see :data:`~sentinel_cache.core.plans.DELETE_MARKED`)."""
+        see :data:`~sentinel_cache.core.ops.plans.DELETE_MARKED`)."""
         if self.core.previous_ring is None:
             return 0
         plan = self.previous_del_plan(keys)

@@ -3,7 +3,7 @@
 
 A ``SCAN`` cursor belongs to one server's hash table (seeded at random per process): sent to
 another server it means nothing, and the scan silently skips and repeats keys. So a scan notes
-the shard's master generation (:meth:`~sentinel_cache.core.shard.Shard.current`) before its
+the shard's master generation (:meth:`~sentinel_cache.core.topology.shard.Shard.current`) before its
 first ``SCAN``, and begins again from cursor 0 whenever the generation changed: seen before a
 ``SCAN`` is sent, or after its reply (the safety net may have re-resolved and sent it again on
 the new master, with the old cursor). A scan is sent to the master only, never to a replica in
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sentinel_cache.core.plans import Command, logger
-from sentinel_cache.core.shard import Shard
+from sentinel_cache.core.ops.plans import Command, logger
+from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.exceptions import ShardUnavailableError
 
 #: Restarts of one shard's scan (its master changed each time) before the scan gives up: a

@@ -30,7 +30,7 @@ left, the probe is tried once more there.
 
 Nothing here can hang: every shard is probed on a thread of its own and the report is made when
 the budget is spent, a shard still unanswered reported as failed. :func:`check` never raises for
-a dead topology. ``deep=True`` adds the sentinels' view (:func:`sentinel_cache.core.status.collect`:
+a dead topology. ``deep=True`` adds the sentinels' view (:func:`sentinel_cache.core.admin.status.collect`:
 every sentinel asked about every master, replicas, quorum), which takes up to about four budgets.
 """
 
@@ -51,14 +51,14 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from sentinel_cache.core import status as status_module
+from sentinel_cache.core.admin import status as status_module
 from sentinel_cache.core.config import Address, connection_class_and_kwargs
-from sentinel_cache.core.discovery import redact, reply_text, secret_values
+from sentinel_cache.core.topology.discovery import redact, reply_text, secret_values
 from sentinel_cache.exceptions import AuthenticationFailedError, ProbeFailed
 
 if TYPE_CHECKING:
-    from sentinel_cache.core.shard import Shard
-    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+    from sentinel_cache.core.topology.shard import Shard
+    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -141,7 +141,7 @@ class HealthReport:
     checked_at: str
     #: Per sentinel address: is this process's failover listener connected (None: no listener).
     listeners: Mapping[str, bool | None] = field(default_factory=dict)
-    #: The sentinels' view (:func:`sentinel_cache.core.status.collect`) when asked ``deep=True``.
+    #: The sentinels' view (:func:`sentinel_cache.core.admin.status.collect`) when asked ``deep=True``.
     deep: Mapping[str, Any] | None = None
 
     @property

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.discovery import (
+from sentinel_cache.core.topology.discovery import (
     config_epoch,
     direct_client,
     instance_healthy,
@@ -43,7 +43,7 @@ from sentinel_cache.core.discovery import (
 )
 
 if TYPE_CHECKING:
-    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -30,7 +30,7 @@ import redis
 from sentinel_cache.core.config import Address, connection_class_and_kwargs
 
 if TYPE_CHECKING:
-    from sentinel_cache.core.shard import Shard
+    from sentinel_cache.core.topology.shard import Shard
 
 logger = logging.getLogger("sentinel_cache")
 

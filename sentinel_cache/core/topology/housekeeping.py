@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.discovery import direct_client, reply_text
+from sentinel_cache.core.topology.discovery import direct_client, reply_text
 
 if TYPE_CHECKING:
-    from sentinel_cache.core.shard import Shard
-    from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+    from sentinel_cache.core.topology.shard import Shard
+    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
 logger = logging.getLogger("sentinel_cache")
 

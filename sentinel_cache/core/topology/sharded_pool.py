@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import redis
 
-from sentinel_cache.core import registry
 from sentinel_cache.core.arguments import check_key
 from sentinel_cache.core.config import Address, PoolConfig
-from sentinel_cache.core.discovery import (
+from sentinel_cache.core.metrics import Metrics, source_kind
+from sentinel_cache.core.ring import HashRing
+from sentinel_cache.core.topology import registry
+from sentinel_cache.core.topology.discovery import (
     Discovery,
     Resolution,
     SentinelSet,
@@ -23,13 +25,11 @@ from sentinel_cache.core.discovery import (
     data_node_refusal,
     direct_client,
 )
-from sentinel_cache.core.following import run_id_of
-from sentinel_cache.core.housekeeping import STALE_FENCE_SECONDS, Housekeeper
-from sentinel_cache.core.listener import ListenerGroup
-from sentinel_cache.core.metrics import Metrics, source_kind
-from sentinel_cache.core.near import NearCache
-from sentinel_cache.core.ring import HashRing
-from sentinel_cache.core.shard import (
+from sentinel_cache.core.topology.following import run_id_of
+from sentinel_cache.core.topology.housekeeping import STALE_FENCE_SECONDS, Housekeeper
+from sentinel_cache.core.topology.listener import ListenerGroup
+from sentinel_cache.core.topology.near import NearCache
+from sentinel_cache.core.topology.shard import (
     Evidence,
     Shard,
     SwitchCallback,
@@ -44,7 +44,7 @@ from sentinel_cache.exceptions import (
 )
 
 if TYPE_CHECKING:
-    from sentinel_cache.core.client import CacheClient
+    from sentinel_cache.core.ops.client import CacheClient
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -549,14 +549,14 @@ class ShardedSentinelPool:
     ) -> T:
         """Run ``operation(client)`` on the shard (a ``redis.Redis`` on its master, or for a
         read on a replica in rotation) with the cache operations' safety net, the one
-        definition of it (:meth:`~sentinel_cache.core.client.CacheClient.run`): re-resolve on
+        definition of it (:meth:`~sentinel_cache.core.ops.client.CacheClient.run`): re-resolve on
         a connection error, timeout or READONLY, one retry of an idempotent operation if the
         master moved, :class:`StaleReplyError` for a non-idempotent one whose reply came from a
         replaced master, and the write fence."""
         operations = self._operations
         if operations is None:
             # The operations are built on this core (their module imports this one).
-            from sentinel_cache.core.client import CacheClient
+            from sentinel_cache.core.ops.client import CacheClient
             from sentinel_cache.core.serializers import Codec
 
             operations = self._operations = CacheClient(self, Codec())
@@ -771,7 +771,7 @@ def _tracer(config: PoolConfig) -> Any:
     """This library's OpenTelemetry tracer when ``TRACING`` is on, else None."""
     if not config.tracing:
         return None
-    from sentinel_cache.core import observe
+    from sentinel_cache.core.ops import observe
 
     try:
         return observe.tracer()

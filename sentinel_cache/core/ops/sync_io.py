@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.shard import Shard
-from sentinel_cache.core.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.shard import Shard
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
 T = TypeVar("T")
 
@@ -35,7 +35,7 @@ class ShardIO:
     def writer(self, shard: Shard, key: Any) -> Any:
         """The near cache's writer connection, leased for a write of ``key`` whose value may
         be kept (the server does not echo writes made on it), or None: see
-        :meth:`~sentinel_cache.core.near.NearCache.lease`."""
+        :meth:`~sentinel_cache.core.topology.near.NearCache.lease`."""
         near = self.core.near
         return None if near is None else near.lease(shard, key)
 

@@ -10,7 +10,7 @@ from sentinel_cache.core.config import Address
 from sentinel_cache.exceptions import ShardUnavailableError, StaleReplyError
 
 if TYPE_CHECKING:
-    from sentinel_cache.core.shard import Shard
+    from sentinel_cache.core.topology.shard import Shard
 
 
 class ShardBound:

@@ -1,0 +1,1 @@
+"""Operator tools on top of the topology and the operations: status, health, resharding."""
