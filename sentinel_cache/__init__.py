@@ -28,8 +28,7 @@ from sentinel_cache.exceptions import (
     ShardUnavailableError,
     StaleReplyError,
 )
-
-__version__ = "0.1.0"
+from sentinel_cache.version import __version__
 
 # The core's two names Jedis users know, imported on first use so that ``import sentinel_cache``
 # (exceptions only) stays light and connects nothing.

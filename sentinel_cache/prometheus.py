@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from sentinel_cache.core.metrics import Metrics
-from sentinel_cache.core.topology import registry
+from sentinel_cache.core.topology.sharded_pool import live_cores
 
 __all__ = ["PrometheusMetrics", "shared_metrics"]
 
@@ -163,7 +163,7 @@ class _Gauges(Collector):
         busy: dict[str, int] = {}
         free: dict[str, int] = {}
         sentinels: dict[str, int] = {}
-        for core in registry.live_cores():
+        for core in live_cores():
             for shard in core.shards:
                 busy[shard.name] = busy.get(shard.name, 0) + shard.pool.in_use()
                 free[shard.name] = free.get(shard.name, 0) + shard.pool.idle()
@@ -211,7 +211,7 @@ def _near_cache_metrics() -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     )
     rows: dict[str, list[int]] = {}  # shard -> tracked, entries, hits, misses, invalidations
     causes: dict[tuple[str, str], int] = {}
-    for core in registry.live_cores():
+    for core in live_cores():
         near = core.near
         if near is None:
             continue

@@ -19,8 +19,8 @@ from sentinel_cache import (
     SentinelCacheError,
 )
 from sentinel_cache.core.config import Address, PoolConfig
-from sentinel_cache.core.topology.registry import shared_pool
-from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.ops.client import execute
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
 from sentinel_cache.testing import BlackHoleServer, LocalSentinelCluster
 
 
@@ -196,10 +196,10 @@ def test_pool_exhaustion_is_a_clear_error(cluster: LocalSentinelCluster) -> None
         held = shard.pool.get_connection()
         started = time.monotonic()
         with pytest.raises(PoolExhaustedError, match=r"shard 0 \(shard0\).*max_connections=1"):
-            pool.execute(shard, lambda c: c.ping())
+            execute(pool, shard, lambda c: c.ping())
         assert 0.15 < time.monotonic() - started < 1.0
         shard.pool.release(held)
-        assert pool.execute(shard, lambda c: c.ping())
+        assert execute(pool, shard, lambda c: c.ping())
 
 
 def test_reads_from_replicas_round_robin(cluster: LocalSentinelCluster) -> None:

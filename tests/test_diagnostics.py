@@ -19,6 +19,7 @@ import pytest
 
 from sentinel_cache.core.admin import status
 from sentinel_cache.core.config import Address
+from sentinel_cache.core.ops.client import execute
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ShardUnavailableError
 from sentinel_cache.testing import LocalSentinelCluster
@@ -349,7 +350,7 @@ def test_repeated_reresolve_failures_are_logged_once_per_interval_with_a_count(
             until = time.monotonic() + 2.6
             while time.monotonic() < until:
                 try:
-                    pool.execute(shard, lambda client: client.get("k"))
+                    execute(pool, shard, lambda client: client.get("k"))
                 except ShardUnavailableError:
                     failures += 1
                 time.sleep(0.01)

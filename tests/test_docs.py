@@ -234,7 +234,7 @@ def validate_config(code: str, label: str) -> list[str]:
 
 def run_page(page: Path, sentinels: Sequence[str]) -> int:
     """Run one page's blocks in order in one namespace; print a line per block."""
-    from sentinel_cache.core.topology.registry import close_all
+    from sentinel_cache.core.topology.sharded_pool import close_all
 
     namespace: dict[str, Any] = {"__name__": "__docs__"}
     try:

@@ -19,7 +19,7 @@ from waiting import key_on, wait_until
 
 from sentinel_cache.core.admin import health, status
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.ops.client import CacheClient, execute
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
@@ -102,7 +102,7 @@ def test_a_master_restarted_empty_is_reported_and_its_near_copies_dropped(
         assert [pool.near.get(key) for key in keys] == [None] * 20
         # Another connection to the same restarted process reports nothing new.
         shard.pool.disconnect()
-        pool.execute(shard, lambda c: c.ping())
+        execute(pool, shard, lambda c: c.ping())
         assert shard.restarts == 1 and other.restarts == 0
     finally:
         pool.close()
@@ -118,7 +118,7 @@ def test_a_failover_is_no_restart(make_cluster: ClusterFactory) -> None:
     try:
         pool.discover()
         shard = pool.shards[0]
-        pool.execute(shard, lambda c: c.set("k", "v"))
+        execute(pool, shard, lambda c: c.set("k", "v"))
         old = Address(*cluster.master_address(name))
         cluster.failover(name)
         new = cluster.wait_for_master_change(name, old, timeout=30)
@@ -132,7 +132,7 @@ def test_a_failover_is_no_restart(make_cluster: ClusterFactory) -> None:
 
 def ping(pool: ShardedSentinelPool) -> Any:
     try:
-        return pool.execute(pool.shards[0], lambda c: c.ping())
+        return execute(pool, pool.shards[0], lambda c: c.ping())
     except Exception:
         return None
 
@@ -149,7 +149,7 @@ def test_the_sentinels_reboot_event_reports_a_restart_nothing_reconnected_throug
     try:
         pool.discover()
         shard = pool.shards[0]
-        pool.execute(shard, lambda c: c.set("k", "v"))
+        execute(pool, shard, lambda c: c.set("k", "v"))
         wait_until(
             lambda: all(pool.listener_states().values()) and bool(pool.listener_states()),
             10,

@@ -16,6 +16,7 @@ from threads import Workers
 from waiting import wait_until
 
 from sentinel_cache.core.config import Address
+from sentinel_cache.core.ops.client import execute
 from sentinel_cache.core.topology.shard import SwitchEvent
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
@@ -53,7 +54,7 @@ class Writer(threading.Thread):
             key = next(self.keys)
             started = time.monotonic()
             try:
-                self.pool.execute(shard, lambda c, k=key: c.set(k, k))
+                execute(self.pool, shard, lambda c, k=key: c.set(k, k))
             except Exception as exc:
                 self.errors.append(
                     (started, f"{type(exc).__name__}: {exc}", time.monotonic() - started)
@@ -217,8 +218,8 @@ def test_all_sentinels_down_keeps_serving(make_cluster: ClusterFactory) -> None:
     wait_until(lambda: not any(pool.listeners.status().values()), 10, "listeners to drop")
     for i in range(50):
         key = f"still:{i}"
-        pool.execute(pool.shard_for(key), lambda c, k=key: c.set(k, k))
-        assert pool.execute(pool.shard_for(key), lambda c, k=key: c.get(k)) == key.encode()
+        execute(pool, pool.shard_for(key), lambda c, k=key: c.set(k, k))
+        assert execute(pool, pool.shard_for(key), lambda c, k=key: c.get(k)) == key.encode()
     assert all(s["address"] for s in pool.status()["shards"])
     pool.close()
 
@@ -265,12 +266,12 @@ def test_fence_holds_then_fails_clearly(cluster: LocalSentinelCluster) -> None:
     shard.raise_fence("+selected-slave")
     started = time.monotonic()
     with pytest.raises(FailoverInProgressError, match=r"shard 0 \(shard0\).*\+selected-slave"):
-        pool.execute(shard, lambda c: c.set("fenced", 1))
+        execute(pool, shard, lambda c: c.set("fenced", 1))
     assert 0.25 < time.monotonic() - started < 1.5
-    assert pool.execute(shard, lambda c: c.get("anything"), write=False) is None  # reads pass
+    assert execute(pool, shard, lambda c: c.get("anything"), write=False) is None  # reads pass
     with Workers(timeout=5) as workers:
         workers.after(0.1, shard.lower_fence)
-        assert pool.execute(shard, lambda c: c.set("fenced", 1))
+        assert execute(pool, shard, lambda c: c.set("fenced", 1))
     pool.close()
 
 
@@ -285,7 +286,7 @@ def test_safety_net_follows_without_listeners(make_cluster: ClusterFactory) -> N
     deadline = time.monotonic() + 5
     while True:
         try:
-            assert pool.execute(pool.shards[0], lambda c: c.set("net", 1))
+            assert execute(pool, pool.shards[0], lambda c: c.set("net", 1))
             break
         except redis.ConnectionError:
             assert time.monotonic() < deadline
@@ -305,7 +306,7 @@ def test_readonly_reply_triggers_reresolve(make_cluster: ClusterFactory) -> None
     new = cluster.wait_for_master_change(name, old, timeout=30)
     wait_until(lambda: role(cluster, old) == "slave", 30, "the old master to be demoted")
     # The pooled connection still points at the demoted node: READONLY -> re-resolve -> retry.
-    assert pool.execute(pool.shards[0], lambda c: c.set("ro", 1))
+    assert execute(pool, pool.shards[0], lambda c: c.set("ro", 1))
     assert pool.shards[0].address == new
     pool.close()
 
@@ -326,9 +327,9 @@ def test_32_threads_through_a_failover(make_cluster: ClusterFactory) -> None:
             shard = pool.shard_for(key)
             try:
                 if rng.random() < 0.5:
-                    pool.execute(shard, lambda c, k=key: c.set(k, k))
+                    execute(pool, shard, lambda c, k=key: c.set(k, k))
                 else:
-                    pool.execute(shard, lambda c, k=key: c.get(k), write=False)
+                    execute(pool, shard, lambda c, k=key: c.get(k), write=False)
                 done[0] += 1
             except Exception as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
@@ -403,5 +404,5 @@ def test_a_silently_vanished_sentinel_is_noticed_within_seconds(
     assert noticed < 5.0
     wait_until(lambda: pool.listeners.status()[frozen], 10, "the listener to reconnect")
     # The cache kept working throughout.
-    assert pool.execute(pool.shards[0], lambda c: c.set("alive", 1))
+    assert execute(pool, pool.shards[0], lambda c: c.set("alive", 1))
     pool.close()

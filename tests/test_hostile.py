@@ -45,7 +45,7 @@ from sentinel_cache.core.config import (
     parse_sentinels,
     parse_url,
 )
-from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.ops.client import CacheClient, execute
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.listener import (
     CHANNELS,
@@ -347,7 +347,7 @@ def test_switch_master_to_a_wrong_address_is_ignored(
         assert shard.current() == before
         assert elapsed < 2.0
         assert any(str(address) in r.getMessage() for r in caplog.records)
-        assert pool.execute(shard, lambda c: c.ping())
+        assert execute(pool, shard, lambda c: c.ping())
     finally:
         pool.close()
         for thing in holder:

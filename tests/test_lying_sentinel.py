@@ -19,6 +19,7 @@ import pytest
 from waiting import key_on, wait_until
 
 from sentinel_cache.core.config import Address
+from sentinel_cache.core.ops.client import execute
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConflictingMasterError
 from sentinel_cache.testing import LocalSentinelCluster
@@ -95,7 +96,7 @@ def test_fresh_caches_never_put_two_shards_on_one_node(
         try:
             found = pool.discover()
             key = key_on(pool, 0, f"try{attempt}")
-            pool.execute(pool.shards[0], lambda c, k=key: c.set(k, "x"))
+            execute(pool, pool.shards[0], lambda c, k=key: c.set(k, "x"))
             written.append(key)
         finally:
             pool.close()

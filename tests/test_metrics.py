@@ -14,7 +14,7 @@ from waiting import key_on, wait_until
 from sentinel_cache import ConfigurationError
 from sentinel_cache.core.config import PoolConfig
 from sentinel_cache.core.metrics import source_kind
-from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.ops.client import CacheClient, execute
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
@@ -65,8 +65,8 @@ def test_an_error_is_counted_as_one(core: ShardedSentinelPool) -> None:
     client = CacheClient(core, Codec())
     key = key_on(core, 1, "metrics-wrongtype")
     name = core.shards[1].name
-    core.execute(core.shards[1], lambda c: c.delete(key) and None)
-    core.execute(core.shards[1], lambda c: c.rpush(key, "x"))
+    execute(core, core.shards[1], lambda c: c.delete(key) and None)
+    execute(core, core.shards[1], lambda c: c.rpush(key, "x"))
     series = "sentinel_cache_command_duration_seconds_count"
     before = sample(series, shard=name, command="incrby", outcome="error")
     with pytest.raises(Exception, match="WRONGTYPE"):

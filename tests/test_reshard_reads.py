@@ -12,7 +12,7 @@ from waiting import wait_until
 from sentinel_cache import ConfigurationError
 from sentinel_cache.core.config import PoolConfig
 from sentinel_cache.core.ops.aio import AsyncCacheClient
-from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.ops.client import CacheClient, execute
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
@@ -234,7 +234,7 @@ def test_a_moving_key_holding_a_list_reads_as_a_miss(three: LocalSentinelCluster
         key = next(k for k in (f"rs:list:{n}" for n in range(1000)) if core.previous_shard_for(k))
         previous = core.previous_shard_for(key)
         assert previous is not None
-        core.execute(previous, lambda client: client.rpush(key, "x"))
+        execute(core, previous, lambda client: client.rpush(key, "x"))
         assert CacheClient(core, Codec()).get(key, "default") == "default"
     finally:
         core.close()

@@ -18,7 +18,7 @@ from waiting import key_on, wait_until
 from sentinel_cache import PoolExhaustedError, ShardUnavailableError, StaleReplyError
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.ops.aio import AsyncCacheClient
-from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.ops.client import CacheClient, execute
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.core.topology.discovery import Discovery, Resolution, SentinelReply, SentinelSet
@@ -134,7 +134,7 @@ def test_a_reply_that_arrives_after_a_switch_is_retried_on_the_new_master(
     key = key_on(pool, 0, "stale-idem")
     with Workers(timeout=5) as workers:
         switch_later(workers, pool, 0, new, 0.1)  # stand-in for a failover: shard 0 moves to new
-        reply = pool.execute(shard, slow_write(key, "v"), idempotent=True)
+        reply = execute(pool, shard, slow_write(key, "v"), idempotent=True)
     assert reply[0] is True or reply[0] == b"OK"
     assert shard.address == new
     # Applied again on the new master, which is where the value now is.
@@ -150,7 +150,7 @@ def test_a_non_idempotent_write_answered_by_a_replaced_master_raises(
     assert old is not None and new is not None
     with Workers(timeout=5) as workers, pytest.raises(StaleReplyError) as caught:
         switch_later(workers, pool, 0, new, 0.1)
-        pool.execute(shard, slow_write(key_on(pool, 0, "stale-once"), "v"), idempotent=False)
+        execute(pool, shard, slow_write(key_on(pool, 0, "stale-once"), "v"), idempotent=False)
     assert caught.value.address == old and "outcome is unknown" in str(caught.value)
     assert isinstance(caught.value, ShardUnavailableError)
     shard.switch(old, source="test restore")
@@ -169,19 +169,19 @@ def test_a_promotion_while_a_write_is_in_flight_voids_its_reply(
     # A fence alone (the failover has only begun) does not void replies already in flight...
     workers.after(0.1, lambda: shard.raise_fence("+selected-slave"))
     workers.after(0.5, shard.lower_fence)
-    pool.execute(shard, slow_write(key_on(pool, 0, "fence0"), "v"), idempotent=False)
+    execute(pool, shard, slow_write(key_on(pool, 0, "fence0"), "v"), idempotent=False)
     wait_until(lambda: not shard.fenced, 2, "the fence to drop")
     # ...a promotion does.
     workers.after(0.1, lambda: promote(shard))
     workers.after(0.5, shard.lower_fence)  # aborted: no switch
     with pytest.raises(StaleReplyError, match="promoted a replica"):
-        pool.execute(shard, slow_write(key_on(pool, 0, "fence"), "v"), idempotent=False)
+        execute(pool, shard, slow_write(key_on(pool, 0, "fence"), "v"), idempotent=False)
     wait_until(lambda: not shard.fenced, 2, "the aborted failover's fence to drop")
     # An idempotent write waits for the fence and is applied once more on the same master.
     workers.after(0.1, lambda: promote(shard))
     workers.after(0.5, shard.lower_fence)
     started = time.monotonic()
-    pool.execute(shard, slow_write(key_on(pool, 0, "fence2"), "v"), idempotent=True)
+    execute(pool, shard, slow_write(key_on(pool, 0, "fence2"), "v"), idempotent=True)
     assert time.monotonic() - started >= 0.5
     workers.join()
 

@@ -18,7 +18,7 @@ from threads import Workers
 from waiting import key_on
 
 from sentinel_cache.core.ops.aio import AsyncCacheClient
-from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.ops.client import CacheClient, execute
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
@@ -133,8 +133,8 @@ def test_redis_py_instrumentation_works_on_the_core_clients(core: ShardedSentine
     instrumentor.instrument()
     try:
         shard = core.shards[0]
-        core.execute(shard, lambda client: client.set("trace-raw", "v"))
-        assert core.execute(shard, lambda client: client.get("trace-raw"), write=False) == b"v"
+        execute(core, shard, lambda client: client.set("trace-raw", "v"))
+        assert execute(core, shard, lambda client: client.get("trace-raw"), write=False) == b"v"
         client = CacheClient(core, Codec())
         client.set("trace-cache", 1, 60)  # our own sends are unaffected by the patching
         assert client.get("trace-cache") == 1

@@ -1,15 +1,32 @@
-"""What the core tells a metrics backend, and when.
+"""What the core tells a metrics backend and a tracer, and when.
 
 The core calls a :class:`Metrics` at a few points: each command batch sent to a shard (its
 outcome and latency), the hits and misses of reads, master switches (and how they were learned),
 write-fence holds, safety-net re-resolves and retries, shards skipped by ``IGNORE_EXCEPTIONS``.
 ``METRICS = True`` installs the Prometheus backend (:mod:`sentinel_cache.prometheus`); without
 it the core holds ``None`` and pays one attribute test per call. Gauges (connections, listeners)
-are not pushed: a backend reads them from :func:`sentinel_cache.core.topology.registry.live_cores` when
-it is scraped.
+are not pushed: a backend reads them from
+:func:`sentinel_cache.core.topology.sharded_pool.live_cores` when it is scraped.
+
+The exporter is a layer above the core, so the core loads it by name (:data:`EXPORTER`), as
+Django loads a cache ``BACKEND``, and never imports it.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from sentinel_cache.exceptions import ConfigurationError
+from sentinel_cache.version import __version__
+
+try:  # the API only; without an SDK configured its spans are no-ops
+    from opentelemetry import trace as _trace
+except ImportError:  # pragma: no cover - exercised by the TRACING option's error
+    _trace = None  # type: ignore[assignment]
+
+# The module whose ``shared_metrics()`` is the process's backend when ``METRICS`` is on.
+EXPORTER = "sentinel_cache.prometheus"
 
 
 class Metrics:
@@ -58,3 +75,32 @@ def source_kind(source: str) -> str:
         if source.startswith(prefix):
             return kind
     return "other"
+
+
+def metrics_backend(enabled: bool) -> Metrics | None:
+    """The process's metrics backend when ``METRICS`` is on (shared by every core), else None."""
+    if not enabled:
+        return None
+    try:
+        exporter = importlib.import_module(EXPORTER)
+    except ImportError as exc:
+        raise ConfigurationError(
+            option="METRICS",
+            value=True,
+            reason='needs prometheus_client: pip install "sentinel-cache[prometheus]"',
+        ) from exc
+    backend: Metrics = exporter.shared_metrics()
+    return backend
+
+
+def tracer(enabled: bool) -> Any:
+    """This library's OpenTelemetry tracer when ``TRACING`` is on, else None."""
+    if not enabled:
+        return None
+    if _trace is None:
+        raise ConfigurationError(
+            option="TRACING",
+            value=True,
+            reason='needs opentelemetry-api: pip install "sentinel-cache[opentelemetry]"',
+        )
+    return _trace.get_tracer("sentinel_cache", __version__)

@@ -69,7 +69,7 @@ import threading
 import types
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sentinel_cache.exceptions import (
     ConfigurationError,
@@ -78,8 +78,20 @@ from sentinel_cache.exceptions import (
     SerializationError,
 )
 
-if TYPE_CHECKING:
-    from sentinel_cache.core.config import CacheOptions
+
+class CodecOptions(Protocol):
+    """The parsed options a codec is built from (``config.CacheOptions``; the config module
+    checks them with this module's ``check_*`` functions, so this one cannot import it)."""
+
+    @property
+    def serializer(self) -> Any: ...
+    @property
+    def compressor(self) -> Any: ...
+    @property
+    def compress_min_length(self) -> int: ...
+    @property
+    def signing_key(self) -> bytes | None: ...
+
 
 __all__ = ["Codec", "build_codec"]
 
@@ -617,7 +629,7 @@ def _coerce_stored(data: object) -> bytes | int:
     raise InvalidValueError(f"got {_type_name(data)}, not bytes")
 
 
-def build_codec(options: CacheOptions) -> Codec:
+def build_codec(options: CodecOptions) -> Codec:
     """The codec for a cache front end's parsed options."""
     return Codec(
         serializer=options.serializer,

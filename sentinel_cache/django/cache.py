@@ -58,8 +58,7 @@ from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import SCAN_COUNT, CacheClient, escape_pattern
 from sentinel_cache.core.ops.plans import FailOpen
 from sentinel_cache.core.serializers import Codec, build_codec
-from sentinel_cache.core.topology.registry import shared_pool
-from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
 from sentinel_cache.exceptions import ArgumentValueError, ConfigurationError, PicklingError
 
 logger = logging.getLogger("sentinel_cache.django")

@@ -89,8 +89,7 @@ from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_con
 from sentinel_cache.core.ops.client import CacheClient, escape_pattern
 from sentinel_cache.core.ops.plans import FailOpen
 from sentinel_cache.core.serializers import Codec, build_codec
-from sentinel_cache.core.topology.registry import shared_pool
-from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.flask.cli import init_app
 from sentinel_cache.flask.settings import in_flask_terms, translate_settings

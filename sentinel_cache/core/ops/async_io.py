@@ -1,6 +1,6 @@
 """How the asyncio operations reach a shard and wait: the only async-specific part.
 
-Connections belong to the core's per-event-loop clients (:class:`~sentinel_cache.core.ops.aio.
+Connections belong to the core's per-event-loop clients (:class:`~sentinel_cache.core.ops.async_clients.
 AsyncShardClients`, shared by every cache object of the core); blocking work of the core
 (first discovery, the safety net's re-resolve) goes to a thread; a write fence is awaited by
 polling, since the fence is a ``threading.Event`` set by a listener thread.
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sentinel_cache.core.config import Address
+from sentinel_cache.core.ops.async_clients import shared_async_clients
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import FailoverInProgressError
@@ -27,9 +28,6 @@ class AsyncShardIO:
     """The running event loop's connection pools to one core's shards."""
 
     def __init__(self, core: ShardedSentinelPool) -> None:
-        # Deferred: aio imports the client, which imports this module.
-        from sentinel_cache.core.ops.aio import shared_async_clients
-
         self.clients = shared_async_clients(core)
 
     def __repr__(self) -> str:

@@ -8,7 +8,9 @@ to its client). See :mod:`sentinel_cache.core.ops._async.client` for the operati
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 
@@ -23,6 +25,11 @@ from sentinel_cache.core.ops.plans import (
     is_ok,
     short_key,
 )
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.topology.shard import Shard
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+
+T = TypeVar("T")
 
 
 class CacheClient(CacheOperations):
@@ -39,6 +46,28 @@ class CacheClient(CacheOperations):
         return self.core.client_for(key, write=True).lock(key, **kwargs)
 
 
+_raw: weakref.WeakKeyDictionary[ShardedSentinelPool, CacheClient] = weakref.WeakKeyDictionary()
+
+
+def execute(
+    pool: ShardedSentinelPool,
+    shard: Shard,
+    operation: Callable[[redis.Redis], T],
+    *,
+    write: bool = True,
+    idempotent: bool = True,
+) -> T:
+    """Run ``operation(client)`` on the shard (a ``redis.Redis`` on its master, or for a read on
+    a replica in rotation) with the cache operations' safety net, the one definition of it
+    (:meth:`CacheClient.run`): re-resolve on a connection error, timeout or READONLY, one retry
+    of an idempotent operation if the master moved, :class:`~sentinel_cache.StaleReplyError`
+    for a non-idempotent one whose reply came from a replaced master, and the write fence."""
+    client = _raw.get(pool)
+    if client is None:
+        client = _raw[pool] = CacheClient(pool, Codec())
+    return client.run(shard, operation, write=write, idempotent=idempotent)
+
+
 __all__ = [
     "INCR_IF_EXISTS",
     "INCR_IF_EXISTS_SHA",
@@ -47,6 +76,7 @@ __all__ = [
     "CacheClient",
     "ClientBase",
     "escape_pattern",
+    "execute",
     "expiry_args",
     "is_ok",
     "short_key",

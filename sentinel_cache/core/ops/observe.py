@@ -24,17 +24,8 @@ if TYPE_CHECKING:
 
 try:  # the API only; without an SDK configured its spans are no-ops
     from opentelemetry import trace as _trace
-except ImportError:  # pragma: no cover - exercised by the TRACING option's error
+except ImportError:  # pragma: no cover - the core's tracer is None then, and nothing here runs
     _trace = None  # type: ignore[assignment]
-
-
-def tracer() -> Any:
-    """This library's OpenTelemetry tracer (ImportError if ``opentelemetry-api`` is missing)."""
-    if _trace is None:
-        raise ImportError("opentelemetry-api is not installed")
-    from sentinel_cache import __version__
-
-    return _trace.get_tracer("sentinel_cache", __version__)
 
 
 class Observed:

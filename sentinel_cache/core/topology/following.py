@@ -4,25 +4,37 @@ are in ``_async/connection.py`` (and the sync ones generated from it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.exceptions import ShardUnavailableError, StaleReplyError
 
-if TYPE_CHECKING:
-    from sentinel_cache.core.topology.shard import Shard
+
+class Followed(Protocol):
+    """What a connection reads of its shard (:class:`~sentinel_cache.core.topology.shard.Shard`,
+    which builds the connections, so this module cannot import it)."""
+
+    label: str
+    generation: int
+    promotions: int
+
+    def current(self) -> tuple[Address | None, int]: ...
+
+    def note_run_id(
+        self, generation: int, run_id: str, asked_at: float, *, source: str
+    ) -> object: ...
 
 
 class ShardBound:
     """A connection (sync or async) that knows its shard and the address generation it was
     made for; the shard's current master is looked up at connect time."""
 
-    _shard: Shard
+    _shard: Followed
     _generation: int
     host: str
     port: int
 
-    def __init__(self, *, shard: Shard, **kwargs: Any) -> None:
+    def __init__(self, *, shard: Followed, **kwargs: Any) -> None:
         self._shard = shard
         address, self._generation = shard.current()
         self._sent_promotions = shard.promotions

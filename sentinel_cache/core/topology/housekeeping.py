@@ -17,17 +17,14 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import redis
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.topology.discovery import direct_client, reply_text
-
-if TYPE_CHECKING:
-    from sentinel_cache.core.topology.shard import Shard
-    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.shard import Shard
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -69,12 +66,25 @@ def replica_problem(role: Any, master: Address | None) -> str | None:
     return None
 
 
+class Kept(Protocol):
+    """What the housekeeper drives: the sharded pool, which owns it."""
+
+    @property
+    def shards(self) -> Sequence[Shard]: ...
+
+    def check_fences(self) -> None: ...
+
+    def recheck_failed(self) -> None: ...
+
+    def refresh_replicas(self, name: str) -> None: ...
+
+
 class Housekeeper:
     """The clock of one core: stale fences every ``interval``, replicas every ``replica_interval``."""
 
     def __init__(
         self,
-        core: ShardedSentinelPool,
+        core: Kept,
         connection_kwargs: Mapping[str, Any],
         *,
         replicas: bool,

@@ -1,78 +1,62 @@
-"""Process-wide registry: equal configurations share one core; fork and shutdown hooks."""
+"""Every live core of this process, for the fork hooks and for metrics scraped from gauges.
+
+It holds cores weakly and knows them only by what the hooks call, so it sits below the sharded
+pool (which registers each core it builds); the per-configuration sharing is the pool's own
+(:func:`~sentinel_cache.core.topology.sharded_pool.shared_pool`).
+"""
 
 from __future__ import annotations
 
 import os
-import threading
 import weakref
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sentinel_cache.core.config import PoolConfig
-    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
-
-# -- process-wide registry: equal configurations share one core --------------------------------
-_registry: dict[PoolConfig, ShardedSentinelPool] = {}
-_registry_lock = threading.Lock()
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 
-def shared_pool(config: PoolConfig) -> ShardedSentinelPool:
-    """The live core for ``config`` in this process, created on first request."""
-    from sentinel_cache.core.topology.sharded_pool import (
-        ShardedSentinelPool,  # it registers itself here
-    )
+class Tracked(Protocol):
+    """What the fork hooks call on a core."""
 
-    with _registry_lock:
-        pool = _registry.get(config)
-        if pool is None or pool.closed:
-            pool = ShardedSentinelPool.from_config(config)
-            _registry[config] = pool
-        return pool
+    closed: bool
+
+    def before_fork(self) -> None: ...
+
+    def after_fork_in_child(self) -> None: ...
 
 
-def _reinit_registry_lock() -> None:
-    global _registry_lock
-    _registry_lock = threading.Lock()
+C = TypeVar("C", bound=Tracked)
+
+# Every core of this process (weak: a core nobody holds is not kept alive).
+_live: weakref.WeakSet[Tracked] = weakref.WeakSet()
+# Run in a new child before the cores' own hooks (the pool resets its sharing lock there).
+_child_resets: list[Callable[[], None]] = []
 
 
-# Every core of this process, for the fork hook (weak: a core nobody holds is not kept alive).
-_live: weakref.WeakSet[ShardedSentinelPool] = weakref.WeakSet()
+def track(core: Tracked) -> None:
+    """Let the fork hooks reach ``core`` (every core registers itself when built)."""
+    _live.add(core)
 
 
-def track(pool: ShardedSentinelPool) -> None:
-    """Let the fork hook reach ``pool`` (every core registers itself when built)."""
-    _live.add(pool)
+def on_fork_in_child(reset: Callable[[], None]) -> None:
+    """Call ``reset()`` in every new child, before the cores' ``after_fork_in_child``."""
+    _child_resets.append(reset)
 
 
 def _before_fork() -> None:
-    for pool in list(_live):
-        pool.before_fork()
+    for core in list(_live):
+        core.before_fork()
 
 
 def _after_fork_in_child() -> None:
-    _reinit_registry_lock()
-    for pool in list(_live):
-        pool.after_fork_in_child()
+    for reset in _child_resets:
+        reset()
+    for core in list(_live):
+        core.after_fork_in_child()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
-def forget(pool: ShardedSentinelPool) -> None:
-    with _registry_lock:
-        if _registry.get(pool.config) is pool:
-            del _registry[pool.config]
-
-
-def close_all() -> None:
-    """Close every shared core (tests, and servers that shut down cleanly)."""
-    with _registry_lock:
-        pools = list(_registry.values())
-    for pool in pools:
-        pool.close()
-
-
-def live_cores() -> list[ShardedSentinelPool]:
-    """Every core of this process that is not closed (metrics read their gauges here)."""
-    return [core for core in list(_live) if not core.closed]
+def live_cores(kind: type[C]) -> list[C]:
+    """Every core of ``kind`` in this process that is not closed (metrics read their gauges)."""
+    return [core for core in list(_live) if isinstance(core, kind) and not core.closed]

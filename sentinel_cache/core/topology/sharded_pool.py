@@ -8,13 +8,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import redis
 
 from sentinel_cache.core.arguments import check_key
 from sentinel_cache.core.config import Address, PoolConfig
-from sentinel_cache.core.metrics import Metrics, source_kind
+from sentinel_cache.core.metrics import metrics_backend, source_kind, tracer
 from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.topology import registry
 from sentinel_cache.core.topology.discovery import (
@@ -37,14 +37,10 @@ from sentinel_cache.core.topology.shard import (
 )
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
-    ConfigurationError,
     ConflictingMasterError,
     ShardUnavailableError,
     StaleReplyError,
 )
-
-if TYPE_CHECKING:
-    from sentinel_cache.core.ops.client import CacheClient
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -112,10 +108,9 @@ class ShardedSentinelPool:
         self._previous = tuple(self._by_name[name] for name in config.previous_masters)
         self._callbacks: list[SwitchCallback] = []
         self._closers: list[Callable[[], None]] = []
-        self._operations: CacheClient | None = None  # for execute(), built on first use
-        self.metrics = _metrics_backend(config)
+        self.metrics = metrics_backend(config.metrics)
         self.near = NearCache(config, self.shards, self.shard_index) if config.near_cache else None
-        self.tracer = _tracer(config)
+        self.tracer = tracer(config.tracing)
         for shard in self.every_shard:
             shard.metrics = self.metrics
             shard.restarted = self._report_restart
@@ -456,7 +451,9 @@ class ShardedSentinelPool:
                 return
             self.closed = True
             self._started = False  # the next use takes the slow path and sees "closed"
-        registry.forget(self)
+        with _shared_lock:
+            if _shared.get(self.config) is self:
+                del _shared[self.config]
         self._stop_background(wait=True)
         self.sentinels.close()
         for shard in self.every_shard:
@@ -538,29 +535,6 @@ class ShardedSentinelPool:
                 ) from None
         if write and shard.fenced:
             shard.wait_fence(self.config.failover_hold)
-
-    def execute(
-        self,
-        shard: Shard,
-        operation: Callable[[redis.Redis], T],
-        *,
-        write: bool = True,
-        idempotent: bool = True,
-    ) -> T:
-        """Run ``operation(client)`` on the shard (a ``redis.Redis`` on its master, or for a
-        read on a replica in rotation) with the cache operations' safety net, the one
-        definition of it (:meth:`~sentinel_cache.core.ops.client.CacheClient.run`): re-resolve on
-        a connection error, timeout or READONLY, one retry of an idempotent operation if the
-        master moved, :class:`StaleReplyError` for a non-idempotent one whose reply came from a
-        replaced master, and the write fence."""
-        operations = self._operations
-        if operations is None:
-            # The operations are built on this core (their module imports this one).
-            from sentinel_cache.core.ops.client import CacheClient
-            from sentinel_cache.core.serializers import Codec
-
-            operations = self._operations = CacheClient(self, Codec())
-        return operations.run(shard, operation, write=write, idempotent=idempotent)
 
     def should_reresolve(self, shard: Shard, exc: BaseException, generation: int) -> bool:
         """The safety net's first step after ``exc`` on the shard's master: True if the
@@ -752,32 +726,36 @@ class ShardedSentinelPool:
         }
 
 
-def _metrics_backend(config: PoolConfig) -> Metrics | None:
-    """The process's Prometheus metrics when ``METRICS`` is on (shared by every core)."""
-    if not config.metrics:
-        return None
-    try:
-        from sentinel_cache.prometheus import shared_metrics
-    except ImportError as exc:
-        raise ConfigurationError(
-            option="METRICS",
-            value=True,
-            reason='needs prometheus_client: pip install "sentinel-cache[prometheus]"',
-        ) from exc
-    return shared_metrics()
+# -- sharing: equal configurations share one core per process ---------------------------------
+_shared: dict[PoolConfig, ShardedSentinelPool] = {}
+_shared_lock = threading.Lock()
 
 
-def _tracer(config: PoolConfig) -> Any:
-    """This library's OpenTelemetry tracer when ``TRACING`` is on, else None."""
-    if not config.tracing:
-        return None
-    from sentinel_cache.core.ops import observe
+def shared_pool(config: PoolConfig) -> ShardedSentinelPool:
+    """The live core for ``config`` in this process, created on first request."""
+    with _shared_lock:
+        pool = _shared.get(config)
+        if pool is None or pool.closed:
+            pool = _shared[config] = ShardedSentinelPool.from_config(config)
+        return pool
 
-    try:
-        return observe.tracer()
-    except ImportError as exc:
-        raise ConfigurationError(
-            option="TRACING",
-            value=True,
-            reason='needs opentelemetry-api: pip install "sentinel-cache[opentelemetry]"',
-        ) from exc
+
+def close_all() -> None:
+    """Close every shared core (tests, and servers that shut down cleanly)."""
+    with _shared_lock:
+        pools = list(_shared.values())
+    for pool in pools:
+        pool.close()
+
+
+def live_cores() -> list[ShardedSentinelPool]:
+    """Every core of this process that is not closed (metrics read their gauges here)."""
+    return registry.live_cores(ShardedSentinelPool)
+
+
+def _reset_shared_lock() -> None:  # a child must not inherit a lock held in the parent
+    global _shared_lock
+    _shared_lock = threading.Lock()
+
+
+registry.on_fork_in_child(_reset_shared_lock)
