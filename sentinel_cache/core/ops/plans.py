@@ -15,6 +15,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sentinel_cache.core.arguments import distinct
@@ -263,6 +264,39 @@ class FailOpen:
             exc,
         )
         return True
+
+
+@dataclass(frozen=True)
+class Access:
+    """What an operation does to its keys; the rules every operation must follow are derived from
+    it in one place (the clients' ``keyed`` and ``planned``), never written out per operation.
+
+    - ``write``: it goes to the master, waits for a raised write fence, and evicts the near-cache
+      copy of its keys once sent, whatever the outcome (an unknown outcome is no copy either).
+    - ``adopt`` (while resharding): it acts on the key where it lives now, so a key not moved yet
+      is copied from its previous owner first, and acknowledged (``add``, ``incr``, ``ttl``).
+    - ``replace`` (while resharding): its value wins, so the previous owner's copy is deleted
+      after it, whatever the outcome (``set``, ``set_many``).
+    - ``delete`` (while resharding): the previous owner's copy is deleted first, and the owner's
+      delete leaves a tombstone (:data:`DELETE_MARKED`: build it with ``del_commands``), so no
+      copy read meanwhile comes back; the previous owner's deletes count as deleted.
+
+    A read's misses are looked up on the previous owner by the reads themselves (``get``,
+    ``get_many``, ``has_key``), each merging that into its own round trip.
+    """
+
+    write: bool
+    adopt: bool = False
+    replace: bool = False
+    delete: bool = False
+
+
+READ = Access(write=False)
+READ_OWNED = Access(write=False, adopt=True)  # e.g. ttl: the key's own clock, where it lives now
+WRITE = Access(write=True)  # e.g. get_or_set_many's SET NX of keys just read
+UPDATE = Access(write=True, adopt=True)  # add, incr, touch: act on the current value
+REPLACE = Access(write=True, replace=True)  # set, set_many
+DELETE = Access(write=True, delete=True)  # delete, delete_many, remove_many
 
 
 class ClientBase:

@@ -39,12 +39,19 @@ from sentinel_cache.core.ops.sync_io import ShardIO, run_blocking, wait_fence
 from sentinel_cache.core.ops.observe import Observed, note, observed
 from sentinel_cache.core.ops.plans import (
     CLEARED,
+    DELETE,
     DELETE_MARKED,
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
     MISS,
+    READ,
+    READ_OWNED,
+    REPLACE,
     REPLY_SKIP,
     TOMBSTONE_MS,
+    UPDATE,
+    WRITE,
+    Access,
     ClientBase,
     Command,
     Groups,
@@ -320,6 +327,66 @@ class CacheOperations(ClientBase):
                     exc,
                 )
 
+    def keyed(
+        self,
+        key: Any,
+        commands: list[Command],
+        absent: list[Any],
+        access: Access,
+        *,
+        idempotent: bool = True,
+        replicas: bool = True,
+        keep: tuple[bytes, float | None] | None = None,
+    ) -> tuple[list[Any], int]:
+        """The one way a single-key operation runs: ``commands`` on the key's shard, with the
+        rules its ``access`` calls for (:class:`~sentinel_cache.core.ops.plans.Access`). The
+        replies, and how many copies its previous owner deleted (a ``delete`` while resharding).
+        With IGNORE_EXCEPTIONS an unavailable shard answers ``absent``: the replies as if the
+        key did not exist (the one fail-open rule)."""
+        dropped = 0
+        if self.core.previous_ring is not None:
+            if access.adopt:
+                self._adopted(key, wait=True)
+            if access.delete:  # first: see plans.DELETE_MARKED
+                dropped = self._drop_previous([key])
+        try:
+            replies = self._on(
+                key,
+                commands,
+                absent,
+                write=access.write,
+                idempotent=idempotent,
+                replicas=replicas,
+                keep=keep,
+            )
+        finally:
+            if access.replace:
+                self._drop_previous([key])
+        return replies, dropped
+
+    def planned(
+        self,
+        plan: Mapping[Shard, Sequence[Command]],
+        keys: Iterable[Any],
+        access: Access,
+        operation: str,
+    ) -> tuple[dict[Shard, list[Any] | None], int]:
+        """The one way a multi-key operation runs: its plan on every shard at once
+        (:meth:`scatter`) with the rules its ``access`` calls for on ``keys``, as
+        :meth:`keyed`."""
+        keys = list(keys)
+        dropped = 0
+        if access.delete and self.core.previous_ring is not None:
+            dropped = self._drop_previous(keys)  # first: see plans.DELETE_MARKED
+        try:
+            replies = self.scatter(plan, write=access.write, operation=operation)
+        finally:
+            if access.write:
+                self.forget(keys)
+            if access.replace:
+                self._drop_previous(keys)
+        return replies, dropped
+
     def _on(
         self,
         key: Any,
@@ -327,12 +394,11 @@ class CacheOperations(ClientBase):
         absent: list[Any],
         *,
         write: bool,
-        idempotent: bool = True,
-        replicas: bool = True,
-        keep: tuple[bytes, float | None] | None = None,
+        idempotent: bool,
+        replicas: bool,
+        keep: tuple[bytes, float | None] | None,
     ) -> list[Any]:
-        """``commands`` on the key's shard. With IGNORE_EXCEPTIONS an unavailable shard
-        answers ``absent``: the replies as if the key did not exist (the one fail-open rule).
+        """:meth:`keyed`'s round trip, and the near cache's part of it.
 
         ``keep``: the stored data and timeout of a write the near cache may keep. It goes on
         the shard's writer connection when that is free (the server does not echo it to us),
@@ -388,10 +454,10 @@ class CacheOperations(ClientBase):
             if previous is not None:  # its owner changed: ask both at once
                 data = self._get_moving(key, previous)
             elif ticket is None:
-                (data,) = self._on(key, [("GET", key)], [None], write=False)
+                (data,), _ = self.keyed(key, [("GET", key)], [None], READ)
             else:  # read on the master (the node tracked), with the time the copy may live
-                data, pttl = self._on(
-                    key, [("GET", key), ("PTTL", key)], [None, -2], write=False, replicas=False
+                (data, pttl), _ = self.keyed(
+                    key, [("GET", key), ("PTTL", key)], [None, -2], READ, replicas=False
                 )
                 near.fill(shard, key, ticket, data, pttl)  # type: ignore[union-attr]
         except BaseException as exc:
@@ -414,18 +480,18 @@ class CacheOperations(ClientBase):
         data = self.encode(value)
         command: Command = ("SET", key, data, *expiry_args(timeout))
         keep = None
-        if nx:
+        if nx:  # a key not moved yet is on its previous owner: NX must see it (UPDATE)
             command += ("NX",)
-            self._adopt(key)  # a key not moved yet is there: NX must see it
         elif type(data) is bytes:
             keep = (data, timeout)
-        try:
-            replies = self._on(
-                key, self.durable([command]), [None], write=True, idempotent=not nx, keep=keep
-            )
-        finally:
-            if not nx:
-                self._drop_previous([key])
+        replies, _ = self.keyed(
+            key,
+            self.durable([command]),
+            [None],
+            UPDATE if nx else REPLACE,
+            idempotent=not nx,
+            keep=keep,
+        )
         self.check_durable(key, replies)
         return is_ok(replies[0])
 
@@ -436,30 +502,27 @@ class CacheOperations(ClientBase):
         """True if the key exists (PERSIST alone answers 0 for a key that had no expiry)."""
         if type(timeout) is not int or timeout > MAX_TIMEOUT:
             timeout = valid_timeout(timeout)
-        self._adopt(key)
         if timeout is None:
-            exists, _ = self._on(key, [("EXISTS", key), ("PERSIST", key)], [0, 0], write=True)
+            (exists, _), _ = self.keyed(
+                key, [("EXISTS", key), ("PERSIST", key)], [0, 0], UPDATE
+            )
             return bool(exists)
         if timeout <= 0:
             return self.delete(key)
         ms = max(1, int(timeout * 1000))
-        (reply,) = self._on(key, [("PEXPIRE", key, ms)], [0], write=True)
+        (reply,), _ = self.keyed(key, [("PEXPIRE", key, ms)], [0], UPDATE)
         return bool(reply)
 
     def delete(self, key: Any) -> bool:
-        if self.core.previous_ring is None:
-            (reply,) = self._on(key, [("DEL", key)], [0], write=True)
-            return bool(reply)
-        dropped = self._drop_previous([key])  # first: see plans.DELETE_MARKED
         commands = self.del_commands([key])
-        replies = self._on(key, commands, [0] * len(commands), write=True)
+        replies, dropped = self.keyed(key, commands, [0] * len(commands), DELETE)
         return sum(replies) > 0 or dropped > 0
 
     def has_key(self, key: Any) -> bool:
         near = self.core.near
         if near is not None and near.get(key) is not None:
             return True
-        (reply,) = self._on(key, [("EXISTS", key)], [0], write=False)
+        (reply,), _ = self.keyed(key, [("EXISTS", key)], [0], READ)
         if not reply and self.core.previous_ring is not None:
             return self._adopted(key) is not None
         return bool(reply)
@@ -471,19 +534,18 @@ class CacheOperations(ClientBase):
         raises :class:`~sentinel_cache.IncrementError` naming the key."""
         if type(delta) is not int or not INT64_MIN <= delta <= INT64_MAX:
             delta = valid_delta(delta)
-        self._adopt(key)
         try:
             if create:
-                (value,) = self._on(
-                    key, [("INCRBY", key, delta)], [None], write=True, idempotent=False
+                (value,), _ = self.keyed(
+                    key, [("INCRBY", key, delta)], [None], UPDATE, idempotent=False
                 )
                 return None if value is None else int(value)
             command: Command = ("EVALSHA", INCR_IF_EXISTS_SHA, 1, key, delta)
             try:
-                (value,) = self._on(key, [command], [_SKIPPED], write=True, idempotent=False)
+                (value,), _ = self.keyed(key, [command], [_SKIPPED], UPDATE, idempotent=False)
             except NoScriptError:  # nothing ran: safe to send the body, which caches it
                 command = ("EVAL", INCR_IF_EXISTS, 1, key, delta)
-                (value,) = self._on(key, [command], [_SKIPPED], write=True, idempotent=False)
+                (value,), _ = self.keyed(key, [command], [_SKIPPED], UPDATE, idempotent=False)
         except ResponseError as exc:
             raise incr_refused(key, exc) from None
         if value is _SKIPPED:
@@ -494,8 +556,7 @@ class CacheOperations(ClientBase):
 
     def ttl(self, key: Any) -> float | None:
         """Seconds left; None for no expiry; 0 for a missing key."""
-        self._adopt(key)
-        (ms,) = self._on(key, [("PTTL", key)], [-2], write=False)
+        (ms,), _ = self.keyed(key, [("PTTL", key)], [-2], READ_OWNED)
         if ms == -1:
             return None
         return 0 if ms < 0 else ms / 1000
@@ -548,11 +609,8 @@ class CacheOperations(ClientBase):
         if timeout is not None:
             self.learn(groups, "MSETEX")
         plan = self.set_plan(groups, mapping, timeout)
-        try:
-            return self.not_set(groups, self.scatter(plan, write=True, operation="set_many"))
-        finally:
-            self.forget(mapping)
-            self._drop_previous(mapping)
+        replies, _ = self.planned(plan, mapping, REPLACE, "set_many")
+        return self.not_set(groups, replies)
 
     def learn(self, shards: Iterable[Shard], feature: str) -> None:
         """Ask the masters not asked yet whether they allow ``feature`` (see
@@ -586,10 +644,7 @@ class CacheOperations(ClientBase):
         if timeout is not None and timeout <= 0:  # stored and expired at once
             return {**missing, **found}
         groups, plan = self.add_plan(missing, timeout)
-        try:
-            replies = self.scatter(plan, write=True, operation="get_or_set_many")
-        finally:
-            self.forget(missing)
+        replies, _ = self.planned(plan, missing, WRITE, "get_or_set_many")
         found.update(self.stored(groups, replies))
         return found
 
@@ -598,11 +653,7 @@ class CacheOperations(ClientBase):
         plan = self.del_plan(keys)
         if not plan:
             return 0
-        dropped = self._drop_previous(keys)  # first: see plans.DELETE_MARKED
-        try:
-            replies = self.scatter(plan, write=True, operation="delete_many")
-        finally:
-            self.forget(keys)
+        replies, dropped = self.planned(plan, keys, DELETE, "delete_many")
         return dropped + sum(int(x) for r in replies.values() if r is not None for x in r)
 
     def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
@@ -619,11 +670,7 @@ class CacheOperations(ClientBase):
         if not plan:
             return gone
         every = [key for group in groups.values() for key in group]
-        self._drop_previous(every)  # first: see plans.DELETE_MARKED
-        try:
-            removed = self.scatter(plan, write=True, operation="delete_many")
-        finally:
-            self.forget(every)
+        removed, _ = self.planned(plan, every, DELETE, "delete_many")
         for shard, replies in removed.items():
             if replies is not None:
                 checks = replies[len(replies) - len(groups[shard]) :]
@@ -737,12 +784,6 @@ class CacheOperations(ClientBase):
         return complete
 
     # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
-    def _adopt(self, key: Any) -> None:
-        """Before an operation that needs the key where it lives now (add, incr, touch, ttl):
-        the copy is written, and acknowledged, before that operation is sent."""
-        if self.core.previous_ring is not None:
-            self._adopted(key, wait=True)
-
     def _adopted(self, key: Any, *, wait: bool = False) -> Any:
         """Move ``key`` from its previous owner if it is there; the stored data now on its owner
         (None: nothing to move). ``wait``: see :meth:`_restore`."""
