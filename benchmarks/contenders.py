@@ -351,7 +351,7 @@ def _ours_core(topo: Topology) -> Contender:
     from sentinel_cache.core.config import PoolConfig
     from sentinel_cache.core.ops.client import CacheClient
     from sentinel_cache.core.serializers import Codec
-    from sentinel_cache.core.topology.registry import shared_pool
+    from sentinel_cache.core.topology.sharded_pool import shared_pool
 
     pool = shared_pool(PoolConfig.create(list(topo.masters), topo.sentinel_strings))
     return CoreClient(CacheClient(pool, Codec()))

@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.scale, args.duration = 2, 0.25, 0.25
     warnings.filterwarnings("ignore", module="django_redis")
     warnings.filterwarnings("ignore", message=".*sharded client should not specify client.*")
-    from sentinel_cache.core.topology.registry import close_all
+    from sentinel_cache.core.topology.sharded_pool import close_all
     from sentinel_cache.testing import LocalSentinelCluster
 
     RESULTS.mkdir(parents=True, exist_ok=True)

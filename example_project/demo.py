@@ -257,7 +257,7 @@ class Demo:
             with contextlib.suppress(Exception):
                 self.server.stop()
         with contextlib.suppress(Exception):
-            from sentinel_cache.core.topology.registry import close_all
+            from sentinel_cache.core.topology.sharded_pool import close_all
 
             close_all()
         if self.cluster is not None:

@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from example_project.server import DjangoServer, ensure_user, setup_django
-    from sentinel_cache.core.topology.registry import close_all
+    from sentinel_cache.core.topology.sharded_pool import close_all
     from sentinel_cache.testing import LocalSentinelCluster
 
     done = threading.Event()

@@ -234,7 +234,7 @@ def main() -> int:
     began = time.monotonic()
     version = check_installation(args.checkout.resolve())
 
-    from sentinel_cache.core.topology.registry import close_all
+    from sentinel_cache.core.topology.sharded_pool import close_all
     from sentinel_cache.testing import LocalSentinelCluster
 
     cluster = LocalSentinelCluster(shards=2, replicas=1, sentinels=3, server=args.server)
