@@ -17,21 +17,20 @@ SOURCE = Path(plans.__file__).resolve().parent / "_async" / "client.py"
 # resharding helpers themselves, and whole-shard work (a scan's batches, a flush), which has
 # no declared keys.
 RULE_HOMES = {
-    "keyed": {"_adopted", "_drop_previous"},
-    "planned": {"_drop_previous", "forget", "scatter"},
+    "keyed": {"_move", "_drop_previous"},
+    "planned": {"_move", "_drop_previous", "forget", "scatter"},
     "_on": {"forget"},
-    "_adopted": set(),
-    "_with_adopted": set(),
+    "_move": {"scatter", "_drop_previous"},
+    "_with_adopted": {"adopt_many"},
     "_get_moving": {"scatter"},
     "adopt_many": {"scatter"},
     "_restore": {"scatter"},
     "_drop_previous": {"scatter"},
     "_unlink": {"forget", "scatter"},
     "clear": {"forget_shard", "scatter"},
-    "has_key": {"_adopted"},  # a read's fallback (see Access)
     "get_many": {"scatter"},  # a read: its near-cache fill and fallback in one round trip
 }
-RULES = {"forget", "forget_shard", "_adopted", "_drop_previous", "_adopt", "scatter"}
+RULES = {"forget", "forget_shard", "_move", "_drop_previous", "adopt_many", "scatter"}
 
 
 def calls_by_method() -> dict[str, set[str]]:

@@ -181,8 +181,8 @@ def test_async_a_delete_between_a_read_and_its_copy_is_final(
 
 
 def test_get_many_and_ttl_copies_refused_after_a_delete(three: LocalSentinelCluster) -> None:
-    """The multi-key read (posted copies) and an acknowledged copy (ttl moves the key before
-    answering) with the delete forced between their read and their copy."""
+    """The multi-key read (posted copies) and an acknowledged move (ttl moves the key, DUMP and
+    RESTORE, before answering) with the delete forced between their read and their copy."""
     core = resharding(three)
     try:
         reader, deleter = CacheClient(core, Codec()), CacheClient(core, Codec())
@@ -195,6 +195,14 @@ def test_get_many_and_ttl_copies_refused_after_a_delete(three: LocalSentinelClus
 
         reader._restore = delete_then_restore  # type: ignore[method-assign]
         assert reader.get_many(keys[:4]) == {key: f"v{key}" for key in keys[:4]}
+        real_plan = reader.restore_plan
+
+        def delete_then_plan(groups: Any, *args: Any) -> Any:  # after the DUMP, before RESTORE
+            moved = [key for group in groups.values() for key in group]
+            assert deleter.delete_many(moved) == len(moved)
+            return real_plan(groups, *args)
+
+        reader.restore_plan = delete_then_plan  # type: ignore[method-assign]
         assert reader.ttl(keys[4]) == 0  # acknowledged: refused, so absent where it lives
         fresh = CacheClient(core, Codec())
         wait_until(lambda: on_any_node(three, keys) == [], 5, "no copy anywhere")

@@ -90,3 +90,13 @@ def distinct(keys: Iterable[Any]) -> dict[Any, None]:
             for key in keys:
                 check_key(key)
         raise
+
+
+def check_field(argument: str, value: Any) -> None:
+    """A hash field or set/sorted-set member name sent as it is: str, bytes, int or float (as
+    redis-py sends them; a bool or None would be refused by the server's protocol or mean
+    something else)."""
+    if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
+        raise ArgumentTypeError(
+            argument, value, f"must be str, bytes, int or float, not {type(value).__name__}"
+        )

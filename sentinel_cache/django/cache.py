@@ -38,10 +38,9 @@ the database is shared with anything else.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import redis
 from django.core.cache.backends.base import (
@@ -59,6 +58,8 @@ from sentinel_cache.core.ops.client import SCAN_COUNT, CacheClient, escape_patte
 from sentinel_cache.core.ops.plans import FailOpen
 from sentinel_cache.core.serializers import Codec, build_codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
+from sentinel_cache.django.hashes import HashMethods
+from sentinel_cache.django.operations import NOT_DONE, Call, nothing, operation
 from sentinel_cache.exceptions import ArgumentValueError, ConfigurationError, PicklingError
 
 logger = logging.getLogger("sentinel_cache.django")
@@ -78,64 +79,6 @@ def _quiet(key: str) -> bool:
 
 
 ClientT = TypeVar("ClientT", CacheClient, AsyncCacheClient)
-_NOT_DONE: Any = object()
-
-
-def _nothing(_: Any) -> None:
-    return None
-
-
-class _Call(NamedTuple):
-    """What a multi-key Django method does, made of keys and timeouts: the client operation to
-    run, its arguments, how to turn its result into Django's (None: as it is), or the answer at
-    once (``done``, e.g. ``get_many([])``). A single-key method gives just the arguments."""
-
-    method: str
-    args: tuple[Any, ...]
-    finish: Callable[[Any], Any] | None = None
-    kwargs: Mapping[str, Any] = {}
-    done: Any = _NOT_DONE
-
-
-def _operation(
-    prepare: Callable[..., _Call | tuple[Any, ...]],
-    method: str | None = None,
-    finish: Callable[[Any], Any] | None = None,
-) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """One declaration gives the sync method and its ``a``-prefixed async twin, on the clients
-    of the same flavour. ``prepare`` makes keys and timeouts into the client method's arguments
-    (the method is ``method``, by default named as the operation, and ``finish`` turns its
-    result into Django's), or into a :class:`_Call` when the call needs more than that. The
-    arguments-only form keeps a near-cache hit to a few microseconds."""
-    name = prepare.__name__.lstrip("_")
-    target = method or name
-
-    @functools.wraps(prepare)
-    def sync(self: ShardedSentinelCache, *args: Any, **kwargs: Any) -> Any:
-        call = prepare(self, *args, **kwargs)
-        if isinstance(call, _Call):
-            if call.done is not _NOT_DONE:
-                return call.done
-            result = getattr(self.client, call.method)(*call.args, **call.kwargs)
-            return result if call.finish is None else call.finish(result)
-        result = getattr(self.client, target)(*call)
-        return result if finish is None else finish(result)
-
-    @functools.wraps(prepare)
-    async def asynchronous(self: ShardedSentinelCache, *args: Any, **kwargs: Any) -> Any:
-        call = prepare(self, *args, **kwargs)
-        if isinstance(call, _Call):
-            if call.done is not _NOT_DONE:
-                return call.done
-            result = await getattr(self.aclient, call.method)(*call.args, **call.kwargs)
-            return result if call.finish is None else call.finish(result)
-        result = await getattr(self.aclient, target)(*call)
-        return result if finish is None else finish(result)
-
-    sync.__name__, asynchronous.__name__ = name, f"a{name}"
-    sync.__qualname__ = f"ShardedSentinelCache.{name}"
-    asynchronous.__qualname__ = f"ShardedSentinelCache.a{name}"
-    return sync, asynchronous
 
 
 CachePicklingError = PicklingError  # the name this module exported first
@@ -146,7 +89,7 @@ class InvalidKeyError(InvalidCacheKey, ArgumentValueError):
     memcached backends raise for their keys, and the core's key error."""
 
 
-class ShardedSentinelCache(BaseCache):
+class ShardedSentinelCache(HashMethods):
     """Django ``BaseCache`` over :class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool`."""
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
@@ -347,45 +290,45 @@ class ShardedSentinelCache(BaseCache):
         self.get_backend_timeout(timeout)
         return await super().aget_or_set(key, default, timeout, version)
 
-    def _get_many(self, keys: Iterable[Any], version: Any = None) -> _Call:
+    def _get_many(self, keys: Iterable[Any], version: Any = None) -> Call:
         key_map = self._key_map(keys, version)
-        return _Call(
+        return Call(
             "get_many",
             (key_map,),
             lambda found: {key_map[key]: value for key, value in found.items()},
-            done={} if not key_map else _NOT_DONE,
+            done={} if not key_map else NOT_DONE,
         )
 
     def _set_many(
         self, data: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> _Call:
+    ) -> Call:
         """Returns the keys that were not stored (empty when all were)."""
         originals = self._key_map(data, version)
         safe = {made: data[key] for made, key in originals.items()}
-        return _Call(
+        return Call(
             "set_many",
             (safe, self.get_backend_timeout(timeout)),
             lambda failed: [originals[key] for key in failed],
-            done=[] if not data else _NOT_DONE,
+            done=[] if not data else NOT_DONE,
         )
 
     def _get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> _Call:
+    ) -> Call:
         """``get_or_set`` for many keys: each missing key is added with its default (a
         concurrent writer's value wins); returns every key's value. Two round trips."""
         originals = self._key_map(defaults, version)
         made = {stored: defaults[key] for stored, key in originals.items()}
-        return _Call(
+        return Call(
             "get_or_set_many",
             (made, self.get_backend_timeout(timeout)),
             lambda found: {originals[key]: value for key, value in found.items()},
-            done={} if not made else _NOT_DONE,
+            done={} if not made else NOT_DONE,
         )
 
-    def _delete_many(self, keys: Iterable[Any], version: Any = None) -> _Call:
+    def _delete_many(self, keys: Iterable[Any], version: Any = None) -> Call:
         safe = list(self._key_map(keys, version))
-        return _Call("delete_many", (safe,), _nothing, done=None if not safe else _NOT_DONE)
+        return Call("delete_many", (safe,), nothing, done=None if not safe else NOT_DONE)
 
     def _clear(self) -> tuple[Any, ...]:
         """With KEY_PREFIX: delete this cache's keys on every shard. Without: FLUSHDB ASYNC of
@@ -410,27 +353,27 @@ class ShardedSentinelCache(BaseCache):
         version: Any = None,
         prefix: str | None = None,
         itersize: int | None = None,
-    ) -> _Call:
+    ) -> Call:
         """Delete every key matching ``pattern`` (made into a full pattern) on every shard."""
         full = self.make_pattern(pattern, version=version, prefix=prefix)
-        return _Call("delete_pattern", (full,), None, {"count": itersize or SCAN_COUNT})
+        return Call("delete_pattern", (full,), None, {"count": itersize or SCAN_COUNT})
 
-    add, aadd = _operation(_add, finish=bool)
-    set, aset = _operation(_set, finish=bool)  # Django's result is None; a bool is more useful
-    touch, atouch = _operation(_touch, finish=bool)
-    delete, adelete = _operation(_delete, finish=bool)
-    has_key, ahas_key = _operation(_has_key, finish=bool)
-    incr, aincr = _operation(_incr, finish=int)
-    decr, adecr = _operation(_decr, "incr", int)
-    get_many, aget_many = _operation(_get_many)
-    set_many, aset_many = _operation(_set_many)
-    get_or_set_many, aget_or_set_many = _operation(_get_or_set_many)
-    delete_many, adelete_many = _operation(_delete_many)
-    clear, aclear = _operation(_clear)  # a bool, like RedisCache
-    ttl, attl = _operation(_ttl)
-    expire, aexpire = _operation(_expire, "touch", bool)
-    persist, apersist = _operation(_persist, "touch", bool)
-    delete_pattern, adelete_pattern = _operation(_delete_pattern)
+    add, aadd = operation(_add, finish=bool)
+    set, aset = operation(_set, finish=bool)  # Django's result is None; a bool is more useful
+    touch, atouch = operation(_touch, finish=bool)
+    delete, adelete = operation(_delete, finish=bool)
+    has_key, ahas_key = operation(_has_key, finish=bool)
+    incr, aincr = operation(_incr, finish=int)
+    decr, adecr = operation(_decr, "incr", int)
+    get_many, aget_many = operation(_get_many)
+    set_many, aset_many = operation(_set_many)
+    get_or_set_many, aget_or_set_many = operation(_get_or_set_many)
+    delete_many, adelete_many = operation(_delete_many)
+    clear, aclear = operation(_clear)  # a bool, like RedisCache
+    ttl, attl = operation(_ttl)
+    expire, aexpire = operation(_expire, "touch", bool)
+    persist, apersist = operation(_persist, "touch", bool)
+    delete_pattern, adelete_pattern = operation(_delete_pattern)
 
     def close(self, **kwargs: Any) -> None:
         """Nothing to do per request: connections are pooled by the shared core, which lives as

@@ -154,6 +154,16 @@ end
 return done
 """
 )
+# Each key's remaining TTL in ms and its DUMP, read at once (one command, one consistent view):
+# how a hash, set or sorted set (or any key) is read from its previous owner.
+DUMP_WITH_TTL = """
+local out = {}
+for i, key in ipairs(KEYS) do
+    out[2 * i - 1] = redis.call('PTTL', key)
+    out[2 * i] = redis.call('DUMP', key)
+end
+return out
+"""
 # Sent as EVALSHA: the body goes over the wire (and through the server's SHA1) only when a
 # server answers NOSCRIPT (first use, restart, failover to a fresh replica, SCRIPT FLUSH).
 INCR_IF_EXISTS_SHA = hashlib.sha1(INCR_IF_EXISTS.encode()).hexdigest()
@@ -273,8 +283,12 @@ class Access:
 
     - ``write``: it goes to the master, waits for a raised write fence, and evicts the near-cache
       copy of its keys once sent, whatever the outcome (an unknown outcome is no copy either).
-    - ``adopt`` (while resharding): it acts on the key where it lives now, so a key not moved yet
-      is copied from its previous owner first, and acknowledged (``add``, ``incr``, ``ttl``).
+    - ``move`` (while resharding): it acts on the key where it lives now, whatever its type
+      (``add``, ``incr``, ``touch``, ``ttl``, hashes, sets, sorted sets), so a key not moved yet
+      is moved first: ``DUMP`` on its previous owner, ``RESTORE`` on its owner where the owner has
+      none (under the guard of every copy, :data:`RESTORE_MISSING`), acknowledged, and then the
+      previous owner's copy deleted, all before the operation runs: a field, member or expiry it
+      changes (or a key it empties) cannot come back from an old copy.
     - ``replace`` (while resharding): its value wins, so the previous owner's copy is deleted
       after it, whatever the outcome (``set``, ``set_many``).
     - ``delete`` (while resharding): the previous owner's copy is deleted first, and the owner's
@@ -286,15 +300,15 @@ class Access:
     """
 
     write: bool
-    adopt: bool = False
+    move: bool = False
     replace: bool = False
     delete: bool = False
 
 
 READ = Access(write=False)
-READ_OWNED = Access(write=False, adopt=True)  # e.g. ttl: the key's own clock, where it lives now
+READ_MOVED = Access(write=False, move=True)  # ttl, hlen, smembers, zrange, ...
 WRITE = Access(write=True)  # e.g. get_or_set_many's SET NX of keys just read
-UPDATE = Access(write=True, adopt=True)  # add, incr, touch: act on the current value
+UPDATE = Access(write=True, move=True)  # add, incr, touch, hset, sadd, zadd, ...
 REPLACE = Access(write=True, replace=True)  # set, set_many
 DELETE = Access(write=True, delete=True)  # delete, delete_many, remove_many
 
@@ -379,6 +393,54 @@ class ClientBase:
             args = [x for key in keys for x in copies[key]]
             plan[shard] = [("EVAL", COPY_MISSING, len(keys), *keys, deadlines[shard], *args)]
         return owners, plan
+
+    def dump_plan(self, keys: Iterable[Any]) -> tuple[Groups, Plan]:
+        """Keys not moved yet, by previous owner, and what each previous owner is asked (:data:`DUMP_WITH_TTL`); each owner's clock is read in the same round trip."""
+        groups: Groups = {}
+        owners: set[Shard] = set()
+        previous_shard_for = self.core.previous_shard_for
+        for key in dict.fromkeys(keys):
+            previous = previous_shard_for(key)
+            if previous is not None:
+                groups.setdefault(previous, []).append(key)
+                owners.add(self.core.shard_for(key))
+        plan: Plan = {
+            shard: [("EVAL", DUMP_WITH_TTL, len(group), *group)] for shard, group in groups.items()
+        }
+        for owner in owners:
+            plan.setdefault(owner, []).append(("TIME",))
+        return groups, plan
+
+    def restore_plan(
+        self, groups: Groups, replies: Mapping[Shard, list[Any] | None], elapsed: float
+    ) -> Plan:
+        """Per owner one :data:`RESTORE_MISSING` of the dumps found (a key gone meanwhile has
+        nothing to move; an owner whose clock was not read gets nothing)."""
+        owners = {self.core.shard_for(key) for keys in groups.values() for key in keys}
+        deadlines = {  # each owner's TIME is the last command of its part (see dump_plan)
+            owner: copy_deadline(owned[-1], elapsed)
+            for owner in owners
+            if (owned := replies.get(owner)) is not None
+        }
+        restores: dict[Shard, list[Any]] = {}
+        for shard, keys in groups.items():
+            shard_replies = replies.get(shard)
+            if shard_replies is None:
+                continue
+            dumped = shard_replies[0]
+            for i, key in enumerate(keys):
+                ttl, dump = dumped[2 * i], dumped[2 * i + 1]
+                if dump is None or ttl == -2:
+                    continue
+                owner = self.core.shard_for(key)
+                if owner in deadlines:
+                    restores.setdefault(owner, []).append((key, max(0, int(ttl)), dump))
+        plan: Plan = {}
+        for owner, found in restores.items():
+            keys = [key for key, _, _ in found]
+            args = [x for _, ttl, dump in found for x in (ttl, dump)]
+            plan[owner] = [("EVAL", RESTORE_MISSING, len(keys), *keys, deadlines[owner], *args)]
+        return plan
 
     def del_commands(self, keys: Sequence[Any], command: str = "DEL") -> list[Command]:
         """The delete of one owner's ``keys`` (their replies add up to the keys deleted): the

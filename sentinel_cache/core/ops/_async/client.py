@@ -44,7 +44,7 @@ from sentinel_cache.core.ops.plans import (
     INCR_IF_EXISTS_SHA,
     MISS,
     READ,
-    READ_OWNED,
+    READ_MOVED,
     REPLACE,
     REPLY_SKIP,
     TOMBSTONE_MS,
@@ -344,8 +344,8 @@ class AsyncCacheOperations(ClientBase):
         key did not exist (the one fail-open rule)."""
         dropped = 0
         if self.core.previous_ring is not None:
-            if access.adopt:
-                await self._adopted(key, wait=True)
+            if access.move:
+                await self._move([key])
             if access.delete:  # first: see plans.DELETE_MARKED
                 dropped = await self._drop_previous([key])
         try:
@@ -375,8 +375,11 @@ class AsyncCacheOperations(ClientBase):
         :meth:`keyed`."""
         keys = list(keys)
         dropped = 0
-        if access.delete and self.core.previous_ring is not None:
-            dropped = await self._drop_previous(keys)  # first: see plans.DELETE_MARKED
+        if self.core.previous_ring is not None:
+            if access.move:
+                await self._move(keys)
+            if access.delete:  # first: see plans.DELETE_MARKED
+                dropped = await self._drop_previous(keys)
         try:
             replies = await self.scatter(plan, write=access.write, operation=operation)
         finally:
@@ -522,8 +525,8 @@ class AsyncCacheOperations(ClientBase):
         if near is not None and near.get(key) is not None:
             return True
         (reply,), _ = await self.keyed(key, [("EXISTS", key)], [0], READ)
-        if not reply and self.core.previous_ring is not None:
-            return await self._adopted(key) is not None
+        if not reply and self.core.previous_ring is not None:  # maybe not moved yet
+            (reply,), _ = await self.keyed(key, [("EXISTS", key)], [0], READ_MOVED)
         return bool(reply)
 
     async def incr(self, key: Any, delta: int = 1, *, create: bool = False) -> int | None:
@@ -555,7 +558,7 @@ class AsyncCacheOperations(ClientBase):
 
     async def ttl(self, key: Any) -> float | None:
         """Seconds left; None for no expiry; 0 for a missing key."""
-        (ms,), _ = await self.keyed(key, [("PTTL", key)], [-2], READ_OWNED)
+        (ms,), _ = await self.keyed(key, [("PTTL", key)], [-2], READ_MOVED)
         if ms == -1:
             return None
         return 0 if ms < 0 else ms / 1000
@@ -783,14 +786,6 @@ class AsyncCacheOperations(ClientBase):
         return complete
 
     # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
-    async def _adopted(self, key: Any, *, wait: bool = False) -> Any:
-        """Move ``key`` from its previous owner if it is there; the stored data now on its owner
-        (None: nothing to move). ``wait``: see :meth:`_restore`."""
-        previous = self.core.previous_shard_for(key)
-        if previous is None:
-            return None
-        return (await self.adopt_many({previous: [key]}, wait=wait)).get(key)
-
     async def _with_adopted(self, found: dict[Any, Any], groups: Groups) -> dict[Any, Any]:
         """``get_many``'s misses read from their previous owners (and moved), batched."""
         if self.core.previous_ring is None:
@@ -822,11 +817,9 @@ class AsyncCacheOperations(ClientBase):
         if own is None:  # the owner skipped (IGNORE_EXCEPTIONS): nothing to copy onto
             return copies[key][0] if key in copies else None
         deadlines = {owner: copy_deadline(own[1], elapsed)}
-        return (await self._restore(copies, deadlines, wait=False)).get(key)
+        return (await self._restore(copies, deadlines)).get(key)
 
-    async def adopt_many(
-        self, groups: Mapping[Shard, Sequence[Any]], *, wait: bool = False
-    ) -> dict[Any, Any]:
+    async def adopt_many(self, groups: Mapping[Shard, Sequence[Any]]) -> dict[Any, Any]:
         """Move keys from their previous owners (``groups``: previous shard -> keys) to their
         owners, batched per shard: read value and TTL, then write them where the owner has no
         newer value (:meth:`_restore`). Key -> the stored data now on its owner. The previous
@@ -846,33 +839,29 @@ class AsyncCacheOperations(ClientBase):
             for owner in owners
             if (reply := replies.get(owner)) is not None
         }
-        return await self._restore(self.copies(groups, replies), deadlines, wait=wait)
+        return await self._restore(self.copies(groups, replies), deadlines)
 
     async def _restore(
         self,
         copies: Mapping[Any, tuple[bytes, int]],
         deadlines: Mapping[Shard, int],
-        *,
-        wait: bool,
     ) -> dict[Any, Any]:
         """Write the copies on their owners unless a newer value, a tombstone or the deadline
         stops them (:data:`~sentinel_cache.core.ops.plans.COPY_MISSING`). Key -> the stored data on
         its owner now.
 
-        Without ``wait`` (a read moving what it found) the writes are posted, where the owner
-        allows it: the read returns the value it found without a second round trip, and a copy
-        that fails to land stays on its previous owner, to be read and moved again. With it (an
-        operation about to act on the key where it lives now), each write is acknowledged and
-        a newer value found on the owner is read and returned."""
+        A read moves what it found: the writes are posted where the owner allows it, so the read
+        returns the value it found without a second round trip, and a copy that fails to land
+        stays on its previous owner, to be read and moved again. Elsewhere each write is
+        acknowledged and a newer value found on the owner is read and returned. (An operation
+        that acts on the key where it lives now moves it with :meth:`_move` instead.)"""
         if not copies:
             return {}
         owners, plan = self.adopt_plan(copies, deadlines)
-        moved: dict[Any, Any] = {}
-        if not wait:
-            await self.learn(owners, "CLIENT REPLY")
-            posted = {shard: plan.pop(shard) for shard in owners if shard.allows("CLIENT REPLY")}
-            await self.post(posted)
-            moved.update((key, copies[key][0]) for shard in posted for key in owners[shard])
+        await self.learn(owners, "CLIENT REPLY")
+        posted = {shard: plan.pop(shard) for shard in owners if shard.allows("CLIENT REPLY")}
+        await self.post(posted)
+        moved = {key: copies[key][0] for shard in posted for key in owners[shard]}
         newer: list[Any] = []
         written = await self.scatter(plan, write=True, operation="reshard") if plan else {}
         for shard, replies in written.items():
@@ -890,6 +879,21 @@ class AsyncCacheOperations(ClientBase):
                 )
             )
         return moved
+
+    async def _move(self, keys: Sequence[Any]) -> None:
+        """Move keys not moved yet to their owners (``DUMP``, then ``RESTORE`` where
+        the owner has none, acknowledged), then delete the previous owners' copies: the
+        operation that follows finds each key where it lives now, and no old copy is left to
+        come back (see :class:`~sentinel_cache.core.ops.plans.Access`)."""
+        groups, plan = self.dump_plan(keys)
+        if not groups:
+            return
+        began = perf_counter()  # on the masters: their copies are deleted next
+        replies = await self.scatter(plan, write=True, operation="reshard")
+        restores = self.restore_plan(groups, replies, perf_counter() - began)
+        if restores:
+            await self.scatter(restores, write=True, operation="reshard")
+        await self._drop_previous([key for group in groups.values() for key in group])
 
     async def _drop_previous(self, keys: Iterable[Any]) -> int:
         """Delete ``keys`` from their previous owners: after a write on the owner (whose value

@@ -45,7 +45,7 @@ from sentinel_cache.core.ops.plans import (
     INCR_IF_EXISTS_SHA,
     MISS,
     READ,
-    READ_OWNED,
+    READ_MOVED,
     REPLACE,
     REPLY_SKIP,
     TOMBSTONE_MS,
@@ -345,8 +345,8 @@ class CacheOperations(ClientBase):
         key did not exist (the one fail-open rule)."""
         dropped = 0
         if self.core.previous_ring is not None:
-            if access.adopt:
-                self._adopted(key, wait=True)
+            if access.move:
+                self._move([key])
             if access.delete:  # first: see plans.DELETE_MARKED
                 dropped = self._drop_previous([key])
         try:
@@ -376,8 +376,11 @@ class CacheOperations(ClientBase):
         :meth:`keyed`."""
         keys = list(keys)
         dropped = 0
-        if access.delete and self.core.previous_ring is not None:
-            dropped = self._drop_previous(keys)  # first: see plans.DELETE_MARKED
+        if self.core.previous_ring is not None:
+            if access.move:
+                self._move(keys)
+            if access.delete:  # first: see plans.DELETE_MARKED
+                dropped = self._drop_previous(keys)
         try:
             replies = self.scatter(plan, write=access.write, operation=operation)
         finally:
@@ -523,8 +526,8 @@ class CacheOperations(ClientBase):
         if near is not None and near.get(key) is not None:
             return True
         (reply,), _ = self.keyed(key, [("EXISTS", key)], [0], READ)
-        if not reply and self.core.previous_ring is not None:
-            return self._adopted(key) is not None
+        if not reply and self.core.previous_ring is not None:  # maybe not moved yet
+            (reply,), _ = self.keyed(key, [("EXISTS", key)], [0], READ_MOVED)
         return bool(reply)
 
     def incr(self, key: Any, delta: int = 1, *, create: bool = False) -> int | None:
@@ -556,7 +559,7 @@ class CacheOperations(ClientBase):
 
     def ttl(self, key: Any) -> float | None:
         """Seconds left; None for no expiry; 0 for a missing key."""
-        (ms,), _ = self.keyed(key, [("PTTL", key)], [-2], READ_OWNED)
+        (ms,), _ = self.keyed(key, [("PTTL", key)], [-2], READ_MOVED)
         if ms == -1:
             return None
         return 0 if ms < 0 else ms / 1000
@@ -784,14 +787,6 @@ class CacheOperations(ClientBase):
         return complete
 
     # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
-    def _adopted(self, key: Any, *, wait: bool = False) -> Any:
-        """Move ``key`` from its previous owner if it is there; the stored data now on its owner
-        (None: nothing to move). ``wait``: see :meth:`_restore`."""
-        previous = self.core.previous_shard_for(key)
-        if previous is None:
-            return None
-        return (self.adopt_many({previous: [key]}, wait=wait)).get(key)
-
     def _with_adopted(self, found: dict[Any, Any], groups: Groups) -> dict[Any, Any]:
         """``get_many``'s misses read from their previous owners (and moved), batched."""
         if self.core.previous_ring is None:
@@ -823,11 +818,9 @@ class CacheOperations(ClientBase):
         if own is None:  # the owner skipped (IGNORE_EXCEPTIONS): nothing to copy onto
             return copies[key][0] if key in copies else None
         deadlines = {owner: copy_deadline(own[1], elapsed)}
-        return (self._restore(copies, deadlines, wait=False)).get(key)
+        return (self._restore(copies, deadlines)).get(key)
 
-    def adopt_many(
-        self, groups: Mapping[Shard, Sequence[Any]], *, wait: bool = False
-    ) -> dict[Any, Any]:
+    def adopt_many(self, groups: Mapping[Shard, Sequence[Any]]) -> dict[Any, Any]:
         """Move keys from their previous owners (``groups``: previous shard -> keys) to their
         owners, batched per shard: read value and TTL, then write them where the owner has no
         newer value (:meth:`_restore`). Key -> the stored data now on its owner. The previous
@@ -847,33 +840,29 @@ class CacheOperations(ClientBase):
             for owner in owners
             if (reply := replies.get(owner)) is not None
         }
-        return self._restore(self.copies(groups, replies), deadlines, wait=wait)
+        return self._restore(self.copies(groups, replies), deadlines)
 
     def _restore(
         self,
         copies: Mapping[Any, tuple[bytes, int]],
         deadlines: Mapping[Shard, int],
-        *,
-        wait: bool,
     ) -> dict[Any, Any]:
         """Write the copies on their owners unless a newer value, a tombstone or the deadline
         stops them (:data:`~sentinel_cache.core.ops.plans.COPY_MISSING`). Key -> the stored data on
         its owner now.
 
-        Without ``wait`` (a read moving what it found) the writes are posted, where the owner
-        allows it: the read returns the value it found without a second round trip, and a copy
-        that fails to land stays on its previous owner, to be read and moved again. With it (an
-        operation about to act on the key where it lives now), each write is acknowledged and
-        a newer value found on the owner is read and returned."""
+        A read moves what it found: the writes are posted where the owner allows it, so the read
+        returns the value it found without a second round trip, and a copy that fails to land
+        stays on its previous owner, to be read and moved again. Elsewhere each write is
+        acknowledged and a newer value found on the owner is read and returned. (An operation
+        that acts on the key where it lives now moves it with :meth:`_move` instead.)"""
         if not copies:
             return {}
         owners, plan = self.adopt_plan(copies, deadlines)
-        moved: dict[Any, Any] = {}
-        if not wait:
-            self.learn(owners, "CLIENT REPLY")
-            posted = {shard: plan.pop(shard) for shard in owners if shard.allows("CLIENT REPLY")}
-            self.post(posted)
-            moved.update((key, copies[key][0]) for shard in posted for key in owners[shard])
+        self.learn(owners, "CLIENT REPLY")
+        posted = {shard: plan.pop(shard) for shard in owners if shard.allows("CLIENT REPLY")}
+        self.post(posted)
+        moved = {key: copies[key][0] for shard in posted for key in owners[shard]}
         newer: list[Any] = []
         written = self.scatter(plan, write=True, operation="reshard") if plan else {}
         for shard, replies in written.items():
@@ -891,6 +880,21 @@ class CacheOperations(ClientBase):
                 )
             )
         return moved
+
+    def _move(self, keys: Sequence[Any]) -> None:
+        """Move keys not moved yet to their owners (``DUMP``, then ``RESTORE`` where
+        the owner has none, acknowledged), then delete the previous owners' copies: the
+        operation that follows finds each key where it lives now, and no old copy is left to
+        come back (see :class:`~sentinel_cache.core.ops.plans.Access`)."""
+        groups, plan = self.dump_plan(keys)
+        if not groups:
+            return
+        began = perf_counter()  # on the masters: their copies are deleted next
+        replies = self.scatter(plan, write=True, operation="reshard")
+        restores = self.restore_plan(groups, replies, perf_counter() - began)
+        if restores:
+            self.scatter(restores, write=True, operation="reshard")
+        self._drop_previous([key for group in groups.values() for key in group])
 
     def _drop_previous(self, keys: Iterable[Any]) -> int:
         """Delete ``keys`` from their previous owners: after a write on the owner (whose value
