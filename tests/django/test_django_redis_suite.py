@@ -64,8 +64,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_backend.py::TestDjangoRedisCache::test_incr_no_timeout": f"{MISSING}: incr/decr past 64 bits, django-redis's read-modify-write fallback (issue 24)",
     "test_backend.py::TestDjangoRedisCache::test_decr": f"{MISSING}: incr/decr past 64 bits, django-redis's read-modify-write fallback (issue 24)",
     "test_backend.py::TestDjangoRedisCache::test_incr_ignore_check": f"{MISSING}: incr(ignore_key_check=...) (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_delete_many": f"{MISSING}: delete_many returning the count (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_delete_many_generator": f"{MISSING}: delete_many returning the count (issue 24)",
     "test_backend.py::TestDjangoRedisCache::test_delete_pattern": f"{MISSING}: keys() (issue 24)",
     "test_backend.py::TestDjangoRedisCache::test_pttl": f"{MISSING}: pttl (issue 24)",
     "test_backend.py::TestDjangoRedisCache::test_pexpire": f"{MISSING}: pexpire (issue 24)",
