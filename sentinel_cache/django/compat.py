@@ -17,7 +17,8 @@ Here, translated into this library's options before the core parses them:
 * ``DJANGO_REDIS_SCAN_ITERSIZE``: ``delete_pattern``'s default ``itersize``.
 
 Any other ``DJANGO_REDIS_*`` global is reported by the system check (``sentinel_cache.W004``);
-a django-redis-only option in ``OPTIONS`` is refused naming what replaces it.
+django-redis's serializer and compressor classes become this library's names for the same
+format; a django-redis-only option in ``OPTIONS`` is refused naming what replaces it.
 """
 
 from __future__ import annotations
@@ -89,6 +90,22 @@ DJANGO_REDIS_OPTIONS: Mapping[str, str] = {
     ),
 }
 
+#: django-redis's serializer and compressor classes -> this library's name for the same format
+#: (None: no compression). The stored bytes are framed differently: a new KEY_PREFIX still
+#: starts the cache cold (docs/migration.md).
+DJANGO_REDIS_CODECS: Mapping[str, Mapping[str, str | None]] = {
+    "SERIALIZER": {
+        "django_redis.serializers.pickle.PickleSerializer": "pickle",
+        "django_redis.serializers.json.JSONSerializer": "json",
+        "django_redis.serializers.msgpack.MSGPackSerializer": "msgpack",
+    },
+    "COMPRESSOR": {
+        "django_redis.compressors.zlib.ZlibCompressor": "zlib",
+        "django_redis.compressors.zstd.ZStdCompressor": "zstd",
+        "django_redis.compressors.identity.IdentityCompressor": None,
+    },
+}
+
 _UNSET: Any = object()
 
 
@@ -143,6 +160,23 @@ def translate_options(options: Mapping[str, Any], settings: Any) -> Translated:
             raise ConfigurationError(
                 option=str(key), value=translated[key], reason=f"a django-redis option; {hint}"
             )
+    for option, names in DJANGO_REDIS_CODECS.items():
+        given = _find(translated, option)
+        value = None if given is None else translated[given]
+        if given is None or not isinstance(value, str) or not value.startswith("django_redis."):
+            continue
+        if value not in names:
+            choices = " or ".join(f'"{n}"' for n in names.values() if n)
+            raise ConfigurationError(
+                option=given,
+                value=value,
+                reason=f"django-redis's {value.rpartition('.')[2]} has no equivalent here; "
+                f"use {choices} (got {value!r})",
+            )
+        if names[value] is None:
+            del translated[given]
+        else:
+            translated[given] = names[value]
     if _find(translated, "IGNORE_EXCEPTIONS") is None:
         ignore = getattr(settings, "DJANGO_REDIS_IGNORE_EXCEPTIONS", _UNSET)
         if ignore is not _UNSET:

@@ -120,6 +120,11 @@ def test_a_global_log_switch_leaves_a_caches_own_interval(cluster: LocalSentinel
         ({}, {"CLIENT_CLASS": "django_redis.client.ShardClient"}, "CLIENT_CLASS: a django-redis"),
         ({}, {"CONNECTION_POOL_KWARGS": {}}, "MAX_CONNECTIONS and the other keyword arguments"),
         ({}, {"SENTINELS": [("h", 26379)]}, "the sentinels are LOCATION here"),
+        (
+            {},
+            {"COMPRESSOR": "django_redis.compressors.lz4.Lz4Compressor"},
+            """COMPRESSOR: django-redis's Lz4Compressor has no equivalent here; use "zlib" or""",
+        ),
     ],
 )
 def test_bad_or_django_redis_only_settings_are_refused_naming_them(
@@ -158,6 +163,30 @@ def test_scan_itersize_global_is_delete_patterns_batch(
         counts[itersize] = unlinks() - before
     assert counts[None] == 2  # the default: one batch per shard
     assert counts[3] >= 4  # at least two batches on each shard
+
+
+@pytest.mark.parametrize(
+    ("serializer", "compressor", "codec"),
+    [
+        ("django_redis.serializers.json.JSONSerializer", None, ("json", None)),
+        ("django_redis.serializers.msgpack.MSGPackSerializer", None, ("msgpack", None)),
+        (
+            "django_redis.serializers.pickle.PickleSerializer",
+            "django_redis.compressors.zlib.ZlibCompressor",
+            ("pickle", "zlib"),
+        ),
+        (None, "django_redis.compressors.identity.IdentityCompressor", ("pickle", None)),
+    ],
+)
+def test_django_redis_serializer_and_compressor_paths_carry_over(
+    make_cache: MakeCache, serializer: str | None, compressor: str | None, codec: tuple[Any, ...]
+) -> None:
+    options = {"SERIALIZER": serializer, "COMPRESSOR": compressor}
+    cache = make_cache(OPTIONS={k: v for k, v in options.items() if v is not None})
+    assert (cache.cache_options.serializer, cache.cache_options.compressor) == codec
+    value = {"text": "x" * 2000, "n": [1, 2]}
+    cache.set("codec", value)
+    assert cache.get("codec") == value
 
 
 # -- get_redis_connection ---------------------------------------------------------------------
