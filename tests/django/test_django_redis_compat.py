@@ -34,6 +34,12 @@ def dead_cache(cluster: LocalSentinelCluster, **options: Any) -> ShardedSentinel
     return remember(build_cache(entry))
 
 
+def default_cache() -> ShardedSentinelCache:
+    cache = caches["default"]
+    assert isinstance(cache, ShardedSentinelCache)
+    return cache
+
+
 def ignored(caplog: pytest.LogCaptureFixture, logger: str) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == logger and "IGNORE_EXCEPTIONS" in r.message]
 
@@ -195,7 +201,7 @@ def test_get_redis_connection_is_the_raw_client_of_the_keys_shard(
 ) -> None:
     entry = cache_entry(cluster, KEY_PREFIX="raw")
     with override_settings(CACHES={"default": entry}):
-        cache = remember(caches["default"])
+        cache = remember(default_cache())
         names = {cache.core.shard_for(f"board{i}").name: f"board{i}" for i in range(50)}
         assert len(names) == 2, "the sample must span both shards"
         for name, key in names.items():
@@ -217,7 +223,7 @@ def test_get_redis_connection_is_the_raw_client_of_the_keys_shard(
 def test_get_redis_connection_needs_no_key_on_one_shard(cluster: LocalSentinelCluster) -> None:
     entry = cache_entry(cluster, OPTIONS={"MASTERS": cluster.master_names[:1]})
     with override_settings(CACHES={"default": entry}):
-        remember(caches["default"])
+        remember(default_cache())
         connection = get_redis_connection(write=True)
         connection.set("one-shard-probe", b"here")
         master = cluster.master_address(cluster.master_names[0])
@@ -237,7 +243,7 @@ def test_get_redis_connection_of_another_backend_names_django_redis() -> None:
 
 def test_django_redis_get_redis_connection_names_ours(cluster: LocalSentinelCluster) -> None:
     with override_settings(CACHES={"default": cache_entry(cluster)}):
-        remember(caches["default"])
+        remember(default_cache())
         with pytest.raises(TypeError) as raised:
             django_redis.get_redis_connection("default")
     assert "sentinel_cache.django.get_redis_connection(alias, key=...)" in str(raised.value)
