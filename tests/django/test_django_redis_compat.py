@@ -1,7 +1,8 @@
 """What a django-redis project brings along works here or fails saying what replaces it: its
 settings for ignored exceptions (``LOG_IGNORED_EXCEPTIONS``, ``DJANGO_REDIS_IGNORE_EXCEPTIONS``,
 ``DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS``, ``DJANGO_REDIS_LOGGER``), ``DJANGO_REDIS_SCAN_ITERSIZE``,
-its options with no meaning here, ``get_redis_connection``, and the results django-redis gives
+its options with no meaning here, our ``get_redis_connection`` (django-redis's own, called on
+this cache: tests/django_redis_suite), and the results django-redis gives
 (``delete_many``'s count, ``ttl`` in whole seconds). On real servers: the session topology, and
 a port where no sentinel listens for a cache whose every shard is unavailable."""
 
@@ -12,7 +13,6 @@ import logging
 from collections import Counter
 from typing import Any
 
-import django_redis
 import pytest
 import redis
 from django.core.cache import caches
@@ -239,14 +239,6 @@ def test_get_redis_connection_of_another_backend_names_django_redis() -> None:
         pytest.raises(TypeError, match="django_redis.get_redis_connection"),
     ):
         get_redis_connection("default", key="k")
-
-
-def test_django_redis_get_redis_connection_names_ours(cluster: LocalSentinelCluster) -> None:
-    with override_settings(CACHES={"default": cache_entry(cluster)}):
-        remember(default_cache())
-        with pytest.raises(TypeError) as raised:
-            django_redis.get_redis_connection("default")
-    assert "sentinel_cache.django.get_redis_connection(alias, key=...)" in str(raised.value)
 
 
 # -- django-redis's results -------------------------------------------------------------------

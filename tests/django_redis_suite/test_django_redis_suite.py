@@ -7,8 +7,8 @@ django-redis (``tests/test_backend.py``, ``test_backend_sorted_sets.py``,
 once into ``.cache/sdists`` by ``upstream_sdist``; without it this test fails, it never skips)
 and run with pytest in a subprocess (their ``cache`` fixture calls ``django.setup()`` on a
 settings module of its own, which this process, already configured, cannot do). Upstream's
-conftest is replaced by ``django_redis_conftest.py`` (the same fixtures, one settings module:
-``django_redis_settings.py``, upstream's ``sqlite.py`` translated as docs/migration.md says).
+conftest is replaced by ``upstream_conftest.py`` (the same fixtures, one settings module:
+``upstream_settings.py``, upstream's ``sqlite.py`` translated as docs/migration.md says).
 
 Every upstream test must pass unless :data:`KNOWN_FAILURES` names it with the reason; an entry
 that passes fails this test too, so the table can only shrink as the backend gains the API.
@@ -26,13 +26,14 @@ from pathlib import Path
 
 import django_redis
 import pytest
-from django_support import HERE
 from upstream_sdist import SdistUnavailable, extract, sdist
 
 import sentinel_cache
 from sentinel_cache.testing import LocalSentinelCluster
 from sentinel_cache.testing.processes import free_ports
 
+HERE = Path(__file__).resolve().parent
+MEASURED_ON = "7.0.0"  # the django-redis whose suite KNOWN_FAILURES and MIN_TESTS describe
 DJANGO_REDIS_SUITE_DB = 4  # a database of its own: its cache fixture's clear() flushes it
 SUITE_FILES = (
     "test_backend.py",
@@ -40,7 +41,7 @@ SUITE_FILES = (
     "test_cache_options.py",
     "test_session.py",
 )
-# How many tests each file holds in django-redis 7.0.0: a file that collects fewer (an import
+# How many tests each file holds in MEASURED_ON: a file that collects fewer (an import
 # error, a renamed fixture) fails this test rather than passing with fewer tests.
 MIN_TESTS = {
     "test_backend.py": 95,
@@ -164,8 +165,8 @@ def extract_suite(archive: Path, target: Path) -> None:
     except SdistUnavailable as exc:
         pytest.fail(str(exc))
     (tests / "settings" / "__init__.py").write_text("")
-    shutil.copy(HERE / "django_redis_conftest.py", tests / "conftest.py")
-    shutil.copy(HERE / "django_redis_settings.py", tests / "settings" / "sentinel_cache.py")
+    shutil.copy(HERE / "upstream_conftest.py", tests / "conftest.py")
+    shutil.copy(HERE / "upstream_settings.py", tests / "settings" / "sentinel_cache.py")
     (target / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
 
 
@@ -227,6 +228,10 @@ def test_known_failures_are_reasoned() -> None:
 def test_django_redis_suite(
     cluster: LocalSentinelCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    assert django_redis.__version__ == MEASURED_ON, (
+        f"KNOWN_FAILURES and MIN_TESTS describe django-redis {MEASURED_ON}'s suite, but "
+        f"{django_redis.__version__} is installed: run this test and measure the table again"
+    )
     extract_suite(django_redis_sdist(), tmp_path)
     config = cluster.config()
     (dead_port,) = free_ports(1)
