@@ -109,8 +109,8 @@ _NOT_DONE: Any = object()
 
 
 def _whole_seconds(seconds: float | None) -> int | None:
-    """The core's seconds left (milliseconds / 1000) as ``TTL`` gives them: ``(ms + 500) //
-    1000``. Never below 0 (the core's 0 means "no such key")."""
+    """The core's seconds left (PTTL's milliseconds / 1000) rounded as Redis's ``TTL`` rounds
+    them, ``(ms + 500) // 1000``: what django-redis returns."""
     return None if seconds is None else int(seconds + 0.5)
 
 
