@@ -216,7 +216,8 @@ def check_django_redis_settings(
     messages: list[checks.CheckMessage] = []
     names = ", ".join(map(repr, aliases))
     for name in sorted(dir(settings)):
-        if name.startswith("DJANGO_REDIS_") and name not in HONOURED_GLOBALS:
+        django_redis = name.startswith("DJANGO_REDIS_") or name in NO_EFFECT_GLOBALS
+        if django_redis and name not in HONOURED_GLOBALS:
             why = NO_EFFECT_GLOBALS.get(name, "sentinel_cache reads no such setting")
             messages.append(
                 checks.Warning(

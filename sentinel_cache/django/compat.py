@@ -51,7 +51,8 @@ HONOURED_GLOBALS = frozenset(
     }
 )
 
-#: django-redis globals that mean nothing here, and why (the system check reports them).
+#: django-redis globals that mean nothing here, and why (the system check reports them, and
+#: any other ``DJANGO_REDIS_*``).
 NO_EFFECT_GLOBALS: Mapping[str, str] = {
     "DJANGO_REDIS_CLOSE_CONNECTION": (
         "close() does nothing per request: connections are pooled by the process-wide core"
@@ -60,6 +61,7 @@ NO_EFFECT_GLOBALS: Mapping[str, str] = {
         "connections are made by the sharded Sentinel pool; their keyword arguments go in "
         "OPTIONS['CONNECTION_KWARGS']"
     ),
+    "CACHE_HERD_TIMEOUT": "it is django-redis's HerdClient's, and there is no herd client here",
 }
 
 _OWN_POOLS = (
@@ -85,8 +87,8 @@ DJANGO_REDIS_OPTIONS: Mapping[str, str] = {
     ),
     "REPLICA_READ_ONLY": "replica reads are READ_FROM_REPLICAS here",
     "PICKLE_VERSION": (
-        "not an option here: values are pickled with pickle.HIGHEST_PROTOCOL, and values "
-        "django-redis pickled with any protocol are read"
+        "not an option here: values are pickled with pickle.HIGHEST_PROTOCOL (those "
+        "django-redis pickled are still read)"
     ),
 }
 

@@ -30,6 +30,7 @@ def test_globals_with_no_effect_are_W004(use_caches: UseCaches) -> None:
         DJANGO_REDIS_CLOSE_CONNECTION=True,
         DJANGO_REDIS_CONNECTION_FACTORY="django_redis.pool.SentinelConnectionFactory",
         DJANGO_REDIS_TYPO=1,
+        CACHE_HERD_TIMEOUT=60,
         # honoured, so not reported:
         DJANGO_REDIS_IGNORE_EXCEPTIONS=True,
         DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS=True,
@@ -38,15 +39,17 @@ def test_globals_with_no_effect_are_W004(use_caches: UseCaches) -> None:
     ):
         messages = check_django_redis_settings(None)
     assert _ids(messages) == [
+        ("sentinel_cache.W004", "settings.CACHE_HERD_TIMEOUT"),
         ("sentinel_cache.W004", "settings.DJANGO_REDIS_CLOSE_CONNECTION"),
         ("sentinel_cache.W004", "settings.DJANGO_REDIS_CONNECTION_FACTORY"),
         ("sentinel_cache.W004", "settings.DJANGO_REDIS_TYPO"),
     ]
     assert all(m.level == checks.WARNING for m in messages)
-    assert "close() does nothing per request" in messages[0].msg
-    assert "CONNECTION_KWARGS" in messages[1].msg
-    assert "sentinel_cache reads no such setting" in messages[2].msg
-    assert "'sessions'" in messages[0].msg
+    assert "no herd client" in messages[0].msg
+    assert "close() does nothing per request" in messages[1].msg
+    assert "CONNECTION_KWARGS" in messages[2].msg
+    assert "sentinel_cache reads no such setting" in messages[3].msg
+    assert "'sessions'" in messages[1].msg
 
 
 def test_nothing_is_reported_without_a_sentinel_cache() -> None:
