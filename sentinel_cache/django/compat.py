@@ -1,5 +1,5 @@
-"""What a django-redis project brings along: its settings (translated, or refused with the
-replacement named) and its ``get_redis_connection``.
+"""The settings a django-redis project brings along: translated into this library's, or refused
+with the replacement named (``get_redis_connection`` is in :mod:`sentinel_cache.django.connection`).
 
 django-redis takes ``IGNORE_EXCEPTIONS`` from a cache's ``OPTIONS`` or, when the cache does not
 set it, from the global ``DJANGO_REDIS_IGNORE_EXCEPTIONS``; it logs every ignored exception
@@ -28,15 +28,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
-from sentinel_cache.exceptions import ArgumentTypeError, ConfigurationError
+from sentinel_cache.exceptions import ConfigurationError
 
 __all__ = [
     "HONOURED_GLOBALS",
     "NO_EFFECT_GLOBALS",
     "Translated",
-    "get_redis_connection",
     "log_every_ignored",
     "translate_options",
 ]
@@ -221,39 +218,3 @@ def translate_options(options: Mapping[str, Any], settings: Any) -> Translated:
         logger=None if name is _UNSET else logging.getLogger(name),
         scan_itersize=None if itersize is _UNSET else itersize,
     )
-
-
-def get_redis_connection(
-    alias: str = "default", *, key: str | bytes | None = None, write: bool = True
-) -> redis.Redis:
-    """The raw redis-py client of the shard that holds ``key`` on the sentinel cache ``alias``
-    (django-redis's ``get_redis_connection``, which has one server to give).
-
-    ``key`` is the name as sent to Redis, so ``get_redis_connection(key="board").zadd("board",
-    ...)`` lands where the ring places ``"board"``; for a cache key, pass ``cache.make_key(k)``.
-    It is the shard's current master, or a replica with ``write=False`` when replica reads are
-    configured. It may be left out only when the cache has one shard. Raw commands bypass the
-    safety net (no write fence during a failover, no fail-open).
-    """
-    from django.core.cache import caches
-
-    from sentinel_cache.django.cache import ShardedSentinelCache
-
-    cache = caches[alias]
-    if not isinstance(cache, ShardedSentinelCache):
-        raise TypeError(
-            f"CACHES[{alias!r}] is a {type(cache).__module__}.{type(cache).__qualname__}, not a "
-            "sentinel_cache.django.ShardedSentinelCache (for a django-redis cache, use "
-            "django_redis.get_redis_connection)"
-        )
-    core = cache.core
-    if key is None:
-        if len(core.shards) != 1:
-            raise ArgumentTypeError(
-                "key",
-                key,
-                f"get_redis_connection({alias!r}) needs the key whose shard to connect to: "
-                f"the cache has {len(core.shards)} shards, each with its own connections",
-            )
-        key = ""  # one shard: every key is on it
-    return core.client_for(key, write=write)
