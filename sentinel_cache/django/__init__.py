@@ -1,6 +1,7 @@
 """Django adapter: ``"BACKEND": "sentinel_cache.django.ShardedSentinelCache"``.
 
-``cache`` holds the backend and ``checks`` the system checks; the ``sentinel_status`` command and
+``cache`` holds the backend, ``checks`` the system checks, ``compat`` the django-redis settings
+it translates and ``connection`` django-redis's ``get_redis_connection``; the ``sentinel_status`` command and
 the app config live at the package root, where Django looks for them
 (``INSTALLED_APPS = ["sentinel_cache"]``).
 """
@@ -17,5 +18,6 @@ except ImportError as exc:  # the optional dependency is missing: say which extr
     ) from exc
 
 from sentinel_cache.django.cache import InvalidKeyError, ShardedSentinelCache
+from sentinel_cache.django.connection import get_redis_connection
 
-__all__ = ["InvalidKeyError", "ShardedSentinelCache"]
+__all__ = ["InvalidKeyError", "ShardedSentinelCache", "get_redis_connection"]

@@ -27,8 +27,11 @@ is stored. Integers are stored raw, so ``incr``/``decr`` are atomic on the serve
 too long during a failover): reads return the default (``get_many`` returns what the other shards
 have), writes return False (``set_many`` returns the keys that were not stored), ``incr``/``decr``
 raise ``ValueError`` as for a missing key, and the failure is logged on the
-``sentinel_cache.django`` logger at most once per shard every ``LOG_IGNORED_EXCEPTIONS_INTERVAL``
-seconds (the core's one fail-open rule, :class:`~sentinel_cache.core.ops.plans.FailOpen`). Serialization errors and bad commands are never ignored.
+``sentinel_cache.django`` logger (or ``DJANGO_REDIS_LOGGER``'s) at most once per shard every
+``LOG_IGNORED_EXCEPTIONS_INTERVAL`` seconds (the core's one fail-open rule,
+:class:`~sentinel_cache.core.ops.plans.FailOpen`). Serialization errors and bad commands are never
+ignored. django-redis's settings for this (``DJANGO_REDIS_IGNORE_EXCEPTIONS``,
+``LOG_IGNORED_EXCEPTIONS``, ...) are translated by :mod:`sentinel_cache.django.compat`.
 
 ``clear()`` with a ``KEY_PREFIX`` deletes only this cache's keys (``SCAN`` + ``UNLINK`` of the
 prefix pattern on every shard). **Without a ``KEY_PREFIX`` it empties the whole configured
@@ -43,6 +46,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import redis
+from django.conf import settings
 from django.core.cache.backends.base import (
     DEFAULT_TIMEOUT,
     BaseCache,
@@ -58,9 +62,15 @@ from sentinel_cache.core.ops.client import SCAN_COUNT, CacheClient, escape_patte
 from sentinel_cache.core.ops.plans import FailOpen
 from sentinel_cache.core.serializers import Codec, build_codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
+from sentinel_cache.django.compat import translate_options
 from sentinel_cache.django.hashes import HashMethods
-from sentinel_cache.django.operations import NOT_DONE, Call, nothing, operation
-from sentinel_cache.exceptions import ArgumentValueError, ConfigurationError, PicklingError
+from sentinel_cache.django.operations import NOT_DONE, Call, operation
+from sentinel_cache.exceptions import (
+    ArgumentTypeError,
+    ArgumentValueError,
+    ConfigurationError,
+    PicklingError,
+)
 
 logger = logging.getLogger("sentinel_cache.django")
 
@@ -78,7 +88,27 @@ def _quiet(key: str) -> bool:
     return len(key) <= 250 and key.isprintable() and " " not in key
 
 
-ClientT = TypeVar("ClientT", CacheClient, AsyncCacheClient)
+class DjangoCacheClient(CacheClient):
+    """The sync client, with a clear error for ``django_redis.get_redis_connection(alias)``,
+    which calls ``cache.client.get_client(write)``: a bool where the key goes."""
+
+    def get_client(self, key: Any, *, write: bool = True) -> redis.Redis:
+        if type(key) is bool:
+            raise ArgumentTypeError(
+                "key",
+                key,
+                "django_redis.get_redis_connection() cannot pick one connection of a sharded "
+                "cache; use sentinel_cache.django.get_redis_connection(alias, key=...), the "
+                "raw client of the shard that holds the key",
+            )
+        return super().get_client(key, write=write)
+
+
+ClientT = TypeVar("ClientT", DjangoCacheClient, AsyncCacheClient)
+def _whole_seconds(seconds: float | None) -> int | None:
+    """The core's seconds left (PTTL's milliseconds / 1000) rounded as Redis's ``TTL`` rounds
+    them, ``(ms + 500) // 1000``: what django-redis returns."""
+    return None if seconds is None else int(seconds + 0.5)
 
 
 CachePicklingError = PicklingError  # the name this module exported first
@@ -103,8 +133,14 @@ class ShardedSentinelCache(HashMethods):
         self._config: PoolConfig | None = None
         self._options: CacheOptions | None = None
         self._codec: Codec | None = None
+        self._fail_open_logger = logger
+        self._scan_itersize = SCAN_COUNT
         try:
-            config, cache_options = parse_cache_config(server, options)
+            # django-redis's settings in this library's terms (see compat), then the core's.
+            translated = translate_options(options, settings if settings.configured else None)
+            self._fail_open_logger = translated.logger or logger
+            self._scan_itersize = translated.scan_itersize or SCAN_COUNT
+            config, cache_options = parse_cache_config(server, translated.options)
             self._codec = build_codec(cache_options)
             self._config, self._options = config, cache_options
         except ConfigurationError as exc:
@@ -113,7 +149,7 @@ class ShardedSentinelCache(HashMethods):
             # sentinel_cache.django.checks reports this as sentinel_cache.E001.
             self._config_error = str(exc)
         self._core: ShardedSentinelPool | None = None
-        self._client: CacheClient | None = None
+        self._client: DjangoCacheClient | None = None
         self._aclient: AsyncCacheClient | None = None
         # No make_key/validate_key override: with the default KEY_FUNCTION (checked per call,
         # it may be replaced) keys are then formatted here, not through three calls per key.
@@ -161,11 +197,11 @@ class ShardedSentinelCache(HashMethods):
         return core
 
     @property
-    def client(self) -> CacheClient:
+    def client(self) -> DjangoCacheClient:
         """The sync operations, on :attr:`core` (a new client once that core is closed)."""
         client = self._client
         if client is None or client.core.closed:
-            client = self._client = self._build(CacheClient)
+            client = self._client = self._build(DjangoCacheClient)
         return client
 
     @property
@@ -184,7 +220,9 @@ class ShardedSentinelCache(HashMethods):
             durable_replicas=options.durable_replicas,
             durable_timeout_ms=options.durable_timeout_ms,
             fail_open=FailOpen(
-                options.ignore_exceptions, options.log_ignored_exceptions_interval, logger
+                options.ignore_exceptions,
+                options.log_ignored_exceptions_interval,
+                self._fail_open_logger,
             ),
         )
 
@@ -327,8 +365,10 @@ class ShardedSentinelCache(HashMethods):
         )
 
     def _delete_many(self, keys: Iterable[Any], version: Any = None) -> Call:
+        """How many of the keys were deleted (django-redis's result); None for no keys, as
+        Django's contract (and its own suite) has it, falsy like django-redis's 0."""
         safe = list(self._key_map(keys, version))
-        return Call("delete_many", (safe,), nothing, done=None if not safe else NOT_DONE)
+        return Call("delete_many", (safe,), done=None if not safe else NOT_DONE)
 
     def _clear(self) -> tuple[Any, ...]:
         """With KEY_PREFIX: delete this cache's keys on every shard. Without: FLUSHDB ASYNC of
@@ -336,7 +376,8 @@ class ShardedSentinelCache(HashMethods):
         return (self._clear_pattern(),)
 
     def _ttl(self, key: Any, version: Any = None) -> tuple[Any, ...]:
-        """Seconds left (fractional); None if the key never expires; 0 if it does not exist."""
+        """Whole seconds left, rounded as Redis's ``TTL`` rounds (django-redis returns that);
+        None if the key never expires; 0 if it does not exist."""
         return (self.make_and_validate_key(key, version=version),)
 
     def _expire(self, key: Any, timeout: Any, version: Any = None) -> tuple[Any, ...]:
@@ -354,9 +395,10 @@ class ShardedSentinelCache(HashMethods):
         prefix: str | None = None,
         itersize: int | None = None,
     ) -> Call:
-        """Delete every key matching ``pattern`` (made into a full pattern) on every shard."""
+        """Delete every key matching ``pattern`` (made into a full pattern) on every shard,
+        ``itersize`` (default: ``DJANGO_REDIS_SCAN_ITERSIZE``, else the core's) at a time."""
         full = self.make_pattern(pattern, version=version, prefix=prefix)
-        return Call("delete_pattern", (full,), None, {"count": itersize or SCAN_COUNT})
+        return Call("delete_pattern", (full,), None, {"count": itersize or self._scan_itersize})
 
     add, aadd = operation(_add, finish=bool)
     set, aset = operation(_set, finish=bool)  # Django's result is None; a bool is more useful
@@ -370,7 +412,7 @@ class ShardedSentinelCache(HashMethods):
     get_or_set_many, aget_or_set_many = operation(_get_or_set_many)
     delete_many, adelete_many = operation(_delete_many)
     clear, aclear = operation(_clear)  # a bool, like RedisCache
-    ttl, attl = operation(_ttl)
+    ttl, attl = operation(_ttl, finish=_whole_seconds)
     expire, aexpire = operation(_expire, "touch", bool)
     persist, apersist = operation(_persist, "touch", bool)
     delete_pattern, adelete_pattern = operation(_delete_pattern)

@@ -29,6 +29,7 @@ from sentinel_cache.core.admin.status import (
     run_all,
 )
 from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.django.compat import HONOURED_GLOBALS, NO_EFFECT_GLOBALS, log_every_ignored
 from sentinel_cache.exceptions import ConfigurationError
 
 BACKEND = "sentinel_cache.django.ShardedSentinelCache"
@@ -49,16 +50,19 @@ def sentinel_aliases() -> dict[str, Mapping[str, Any]]:
     }
 
 
-def pool_config(entry: Mapping[str, Any]) -> PoolConfig:
-    """The alias's pool configuration, exactly as the backend reads it (nothing connects).
-
-    Built the way Django's cache handler builds a backend, so the check can never disagree with
-    the backend about what is valid (options it filters, serializers it resolves, ...).
-    """
+def build_backend(entry: Mapping[str, Any]) -> Any:
+    """The alias's backend, built the way Django's cache handler builds it (nothing connects),
+    so the checks can never disagree with the backend about what is valid (options it filters,
+    serializers it resolves, django-redis settings it translates, ...)."""
     params = dict(entry)
     backend = import_string(params.pop("BACKEND"))
     location = params.pop("LOCATION", "")
-    config: PoolConfig = backend(location, params).pool_config
+    return backend(location, params)
+
+
+def pool_config(entry: Mapping[str, Any]) -> PoolConfig:
+    """The alias's pool configuration, exactly as the backend reads it (nothing connects)."""
+    config: PoolConfig = build_backend(entry).pool_config
     return config
 
 
@@ -199,7 +203,64 @@ def _sentinel_messages(
     return messages
 
 
+def check_django_redis_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """django-redis settings that do not carry over, never silently ignored (see
+    :mod:`sentinel_cache.django.compat` for those that do): W004 for a ``DJANGO_REDIS_*`` global
+    or a ``REVERSE_KEY_FUNCTION`` with no effect here, W005 for ``LOG_IGNORED_EXCEPTIONS =
+    False`` on a cache that ignores exceptions (they are always logged here, rate-limited)."""
+    aliases = sentinel_aliases()
+    if not aliases:
+        return []
+    messages: list[checks.CheckMessage] = []
+    names = ", ".join(map(repr, aliases))
+    for name in sorted(dir(settings)):
+        django_redis = name.startswith("DJANGO_REDIS_") or name in NO_EFFECT_GLOBALS
+        if django_redis and name not in HONOURED_GLOBALS:
+            why = NO_EFFECT_GLOBALS.get(name, "sentinel_cache reads no such setting")
+            messages.append(
+                checks.Warning(
+                    f"settings.{name} has no effect on the sentinel caches ({names}): {why}.",
+                    hint="Remove it (or silence sentinel_cache.W004 while django-redis caches "
+                    "still read it); docs/migration.md lists what carries over.",
+                    obj=f"settings.{name}",
+                    id="sentinel_cache.W004",
+                )
+            )
+    for alias, entry in aliases.items():
+        if "REVERSE_KEY_FUNCTION" in entry:
+            messages.append(
+                checks.Warning(
+                    "REVERSE_KEY_FUNCTION (django-redis's) has no effect: with a custom "
+                    "KEY_FUNCTION, iter_keys yields the keys as stored.",
+                    hint="Remove it; reverse the stored keys yourself if you need the originals.",
+                    obj=alias,
+                    id="sentinel_cache.W004",
+                )
+            )
+        try:
+            ignoring = build_backend(entry).cache_options.ignore_exceptions
+            switch = log_every_ignored(entry.get("OPTIONS") or {}, settings)
+        except Exception:  # reported as E001 by check_configuration
+            continue
+        if ignoring and switch is not None and not switch[0]:
+            messages.append(
+                checks.Warning(
+                    f"{switch[1]} = False does not silence the exceptions IGNORE_EXCEPTIONS "
+                    "ignores: they are always logged here, at most once per shard every "
+                    "LOG_IGNORED_EXCEPTIONS_INTERVAL seconds.",
+                    hint="Raise LOG_IGNORED_EXCEPTIONS_INTERVAL, or filter the logger "
+                    "(sentinel_cache.django, or DJANGO_REDIS_LOGGER's).",
+                    obj=alias,
+                    id="sentinel_cache.W005",
+                )
+            )
+    return messages
+
+
 def register() -> None:
     """Called by the app config's ready(); registering twice is harmless (a set)."""
     checks.register(check_configuration, checks.Tags.caches, TAG)
+    checks.register(check_django_redis_settings, checks.Tags.caches, TAG)
     checks.register(check_deployment, checks.Tags.caches, TAG, deploy=True)

@@ -10,10 +10,6 @@ from typing import Any, NamedTuple
 NOT_DONE: Any = object()
 
 
-def nothing(_: Any) -> None:
-    return None
-
-
 class Call(NamedTuple):
     """What a multi-key Django method does, made of keys and timeouts: the client operation to
     run, its arguments, how to turn its result into Django's (None: as it is), or the answer at

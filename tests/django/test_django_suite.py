@@ -19,6 +19,7 @@ import pytest
 from django_support import DJANGO_SUITE_DB, HERE
 from upstream_sdist import SdistUnavailable, extract, sdist
 
+import sentinel_cache
 from sentinel_cache.testing import LocalSentinelCluster
 
 SUITE_FILES = ("__init__.py", "models.py", "tests.py")
@@ -81,7 +82,10 @@ def test_djangos_cache_suite_passes(
     config = cluster.config()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")},
-        "PYTHONPATH": str(tmp_path),
+        # The suite, then the sentinel_cache under test (this checkout's, not an installed one).
+        "PYTHONPATH": os.pathsep.join(
+            [str(tmp_path), str(Path(sentinel_cache.__file__).parent.parent)]
+        ),
         "DJANGO_SETTINGS_MODULE": "suite_settings",
         "SENTINEL_CACHE_DJANGO_SUITE": "1",
         "SENTINEL_CACHE_TEST_SENTINELS": ",".join(config["sentinels"]),
