@@ -183,9 +183,8 @@ class ArgumentTypeError(InvalidArgumentError, TypeError):
 
 
 class IncrementError(SentinelCacheError, RedisResponseError, TypeError):
-    """``incr``/``decr`` refused by the server because of what the key holds: a value that is
-    not a 64-bit integer, a result that would overflow one, or another type than a string
-    (``WRONGTYPE``); nothing changed. A ``redis.ResponseError`` (as Django's ``RedisCache``
+    """``incr``/``decr`` refused because of what the key holds: a value that is no integer, or
+    another type than a string (``WRONGTYPE``); nothing changed. A ``redis.ResponseError`` (as Django's ``RedisCache``
     raises) and a ``TypeError`` (as Django's other backends do); ``key`` and ``reason`` are
     attributes."""
 

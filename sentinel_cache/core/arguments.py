@@ -11,6 +11,7 @@ and call these only for the rest.
 
 from __future__ import annotations
 
+import datetime
 import math
 import numbers
 from collections.abc import Collection, Iterable
@@ -59,6 +60,28 @@ def valid_delta(delta: Any) -> int:
     if not INT64_MIN <= number <= INT64_MAX:
         raise ArgumentValueError("delta", delta, "must fit in a signed 64-bit integer")
     return number
+
+
+def valid_milliseconds(argument: str, value: Any) -> int:
+    """An expiry in milliseconds (relative, or since 1970): an int of the server's signed
+    64-bit range (a bool, a float or a str is refused: ``PEXPIRE`` takes whole milliseconds)."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(argument, value, f"must be an int, not {type(value).__name__}")
+        value = int(value)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ArgumentValueError(argument, value, "must fit a signed 64-bit integer")
+    return value
+
+
+def epoch_ms(argument: str, when: Any, unit_ms: int) -> int:
+    """A moment as milliseconds since 1970: a ``datetime`` (a naive one is local time, as
+    redis-py reads it), or a number of ``unit_ms`` milliseconds (1000: seconds)."""
+    if isinstance(when, datetime.datetime):
+        return int(when.timestamp() * 1000)
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
+        raise ArgumentTypeError(argument, when, "must be a datetime or a finite number since 1970")
+    return valid_milliseconds(argument, int(when * unit_ms))
 
 
 def check_key(key: Any) -> None:

@@ -55,7 +55,13 @@ from django.core.cache.backends.base import (
 )
 from django.core.exceptions import ImproperlyConfigured
 
-from sentinel_cache.core.arguments import MAX_TIMEOUT, check_key, valid_delta, valid_timeout
+from sentinel_cache.core.arguments import (
+    MAX_TIMEOUT,
+    check_key,
+    epoch_ms,
+    valid_delta,
+    valid_timeout,
+)
 from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import SCAN_COUNT, CacheClient, escape_pattern
@@ -63,7 +69,7 @@ from sentinel_cache.core.ops.plans import FailOpen
 from sentinel_cache.core.serializers import Codec, build_codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
 from sentinel_cache.django.compat import translate_options
-from sentinel_cache.django.hashes import HashMethods
+from sentinel_cache.django.hashes import HashMethods, no_client
 from sentinel_cache.django.operations import NOT_DONE, Call, operation
 from sentinel_cache.exceptions import (
     ArgumentTypeError,
@@ -105,6 +111,8 @@ class DjangoCacheClient(CacheClient):
 
 
 ClientT = TypeVar("ClientT", DjangoCacheClient, AsyncCacheClient)
+
+
 def _whole_seconds(seconds: float | None) -> int | None:
     """The core's seconds left (PTTL's milliseconds / 1000) rounded as Redis's ``TTL`` rounds
     them, ``(ms + 500) // 1000``: what django-redis returns."""
@@ -290,11 +298,23 @@ class ShardedSentinelCache(HashMethods):
         return await self.aclient.get(self.make_and_validate_key(key, version), default)
 
     def _set(
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> tuple[Any, ...]:
-        """Returns True when stored (django-redis style; Django's API ignores the result)."""
+        self,
+        key: Any,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: Any = None,
+        client: Any = None,
+        nx: bool = False,
+        xx: bool = False,
+    ) -> Call | tuple[Any, ...]:
+        """Returns True when stored (django-redis style; Django's API ignores the result);
+        ``nx``: only where the key is absent, ``xx``: only where it exists (django-redis's)."""
         key = self.make_and_validate_key(key, version=version)
-        return (key, value, self.get_backend_timeout(timeout))
+        args = (key, value, self.get_backend_timeout(timeout))
+        if client is None and not nx and not xx:
+            return args  # the common call: no Call object made
+        no_client(client)
+        return Call("set", args, bool, {"nx": bool(nx), "xx": bool(xx)})
 
     def _touch(
         self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -307,12 +327,28 @@ class ShardedSentinelCache(HashMethods):
     def _has_key(self, key: Any, version: Any = None) -> tuple[Any, ...]:
         return (self.make_and_validate_key(key, version=version),)
 
-    def _incr(self, key: Any, delta: int = 1, version: Any = None) -> tuple[Any, ...]:
-        """Atomic on the server and TTL-preserving; ValueError if the key is missing."""
-        return (self.make_and_validate_key(key, version=version), delta)
+    def _incr(
+        self,
+        key: Any,
+        delta: int = 1,
+        version: Any = None,
+        client: Any = None,
+        ignore_key_check: bool = False,
+    ) -> Call | tuple[Any, ...]:
+        """Atomic on the server and TTL-preserving; ValueError if the key is missing, unless
+        ``ignore_key_check`` (django-redis's): then a missing key counts from 0, without expiry.
+        Past 64 bits, django-redis's read-modify-write, made atomic."""
+        no_client(client)
+        key = self.make_and_validate_key(key, version=version)
+        if not ignore_key_check:
+            return (key, delta)
+        return Call("incr", (key, delta), int, {"create": True})
 
-    def _decr(self, key: Any, delta: int = 1, version: Any = None) -> tuple[Any, ...]:
+    def _decr(
+        self, key: Any, delta: int = 1, version: Any = None, client: Any = None
+    ) -> tuple[Any, ...]:
         """``incr`` by ``-delta``, the delta checked first (``-True`` would pass as ``-1``)."""
+        no_client(client)
         return (self.make_and_validate_key(key, version=version), -valid_delta(delta))
 
     def get_or_set(
@@ -380,6 +416,35 @@ class ShardedSentinelCache(HashMethods):
         None if the key never expires; 0 if it does not exist."""
         return (self.make_and_validate_key(key, version=version),)
 
+    def _pttl(self, key: Any, version: Any = None, client: Any = None) -> tuple[Any, ...]:
+        """Milliseconds left; None if the key never expires; 0 if it does not exist."""
+        no_client(client)
+        return (self.make_and_validate_key(key, version=version),)
+
+    def _pexpire(
+        self, key: Any, timeout: Any, version: Any = None, client: Any = None
+    ) -> tuple[Any, ...]:
+        """Expire in ``timeout`` milliseconds (django-redis's); False if the key is missing."""
+        no_client(client)
+        if timeout is DEFAULT_TIMEOUT:
+            timeout = None if self.default_timeout is None else int(self.default_timeout * 1000)
+        return (self.make_and_validate_key(key, version=version), timeout)
+
+    def _expire_at(
+        self, key: Any, when: Any, version: Any = None, client: Any = None
+    ) -> tuple[Any, ...]:
+        """Expire at ``when``: a datetime (naive: local time, as redis-py takes it) or seconds
+        since 1970; False if the key is missing."""
+        no_client(client)
+        return (self.make_and_validate_key(key, version=version), epoch_ms("when", when, 1000))
+
+    def _pexpire_at(
+        self, key: Any, when: Any, version: Any = None, client: Any = None
+    ) -> tuple[Any, ...]:
+        """Expire at ``when``: a datetime or milliseconds since 1970; False if missing."""
+        no_client(client)
+        return (self.make_and_validate_key(key, version=version), epoch_ms("when", when, 1))
+
     def _expire(self, key: Any, timeout: Any, version: Any = None) -> tuple[Any, ...]:
         """Set a new timeout (seconds; None makes the key persistent); False if missing."""
         return self._touch(key, timeout, version=version)
@@ -413,6 +478,10 @@ class ShardedSentinelCache(HashMethods):
     delete_many, adelete_many = operation(_delete_many)
     clear, aclear = operation(_clear)  # a bool, like RedisCache
     ttl, attl = operation(_ttl, finish=_whole_seconds)
+    pttl, apttl = operation(_pttl)
+    pexpire, apexpire = operation(_pexpire)
+    expire_at, aexpire_at = operation(_expire_at, "pexpire_at")
+    pexpire_at, apexpire_at = operation(_pexpire_at)
     expire, aexpire = operation(_expire, "touch", bool)
     persist, apersist = operation(_persist, "touch", bool)
     delete_pattern, adelete_pattern = operation(_delete_pattern)
@@ -472,6 +541,18 @@ class ShardedSentinelCache(HashMethods):
         pattern = self.make_pattern(search, version=version)
         async for stored in self.aclient.iter_keys(pattern, count=itersize or SCAN_COUNT):
             yield self._reverse_key(stored)
+
+    def keys(self, search: str, version: Any = None, client: Any = None) -> list[str]:
+        """Every key matching ``search`` on every shard, each once, as a list (django-redis's
+        ``keys``). It holds them all in memory: for many keys prefer :meth:`iter_keys`. Sent as
+        ``SCAN`` batches, never ``KEYS``, which blocks a server while it walks every key."""
+        no_client(client)
+        return list(dict.fromkeys(self.iter_keys(search, version=version)))
+
+    async def akeys(self, search: str, version: Any = None, client: Any = None) -> list[str]:
+        """The async :meth:`keys`."""
+        no_client(client)
+        return list(dict.fromkeys([key async for key in self.aiter_keys(search, version=version)]))
 
     async def aclose(self, **kwargs: Any) -> None:
         """Close this event loop's asyncio connections to the core (shared with every cache on

@@ -40,8 +40,9 @@ Semantics (cachelib's ``RedisCache`` contract):
   (Jedis) services with the same masters place it on the same shard. Multi-key calls send one
   batch per shard, all shards at once.
 * ``inc``/``dec`` are one atomic ``INCRBY``; a missing key starts at 0 (as in cachelib), the
-  TTL of an existing key is kept, and a value that is not a 64-bit integer raises
-  :class:`~sentinel_cache.IncrementError` (a ``redis.ResponseError``) naming the key.
+  TTL of an existing key is kept, and a value that is no integer raises
+  :class:`~sentinel_cache.IncrementError` (a ``redis.ResponseError``) naming the key (past 64
+  bits the sum is made in Python and written back atomically).
 * ``unlink`` is ``delete_many`` with ``UNLINK`` (memory freed in the background) and returns the
   list of removed keys, as Flask-Caching's ``Cache.unlink`` promises (its ``RedisCache`` returns
   a count instead).

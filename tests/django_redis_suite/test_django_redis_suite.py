@@ -57,20 +57,6 @@ MISSING = "missing API"
 #: (a test of how django-redis is built, not of what a project calls); "missing API: <name>
 #: (issue 24)" goes as the backend gains that API.
 KNOWN_FAILURES: dict[str, str] = {
-    "test_backend.py::TestDjangoRedisCache::test_setnx": f"{MISSING}: set(nx=...) (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_setnx_timeout": f"{MISSING}: set(nx=...) (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_timeout_parameter_as_positional_argument": f"{MISSING}: set(nx=...) (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_timeout_negative": f"{MISSING}: set(nx=...) (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_incr": f"{MISSING}: incr/decr past 64 bits, django-redis's read-modify-write fallback (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_incr_no_timeout": f"{MISSING}: incr/decr past 64 bits, django-redis's read-modify-write fallback (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_decr": f"{MISSING}: incr/decr past 64 bits, django-redis's read-modify-write fallback (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_incr_ignore_check": f"{MISSING}: incr(ignore_key_check=...) (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_delete_pattern": f"{MISSING}: keys() (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_pttl": f"{MISSING}: pttl (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_pexpire": f"{MISSING}: pexpire (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_pexpire_with_default_timeout": f"{MISSING}: pexpire (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_pexpire_at": f"{MISSING}: pexpire_at (issue 24)",
-    "test_backend.py::TestDjangoRedisCache::test_expire_at": f"{MISSING}: expire_at (issue 24)",
     "test_backend.py::TestDjangoRedisCache::test_sadd": f"{MISSING}: sets, sadd/scard/smembers/sismember/smismember/spop/srandmember/srem/sscan/sscan_iter (issue 24)",
     "test_backend.py::TestDjangoRedisCache::test_scard": f"{MISSING}: sets, sadd/scard/smembers/sismember/smismember/spop/srandmember/srem/sscan/sscan_iter (issue 24)",
     "test_backend.py::TestDjangoRedisCache::test_sismember": f"{MISSING}: sets, sadd/scard/smembers/sismember/smismember/spop/srandmember/srem/sscan/sscan_iter (issue 24)",
@@ -136,7 +122,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_cache_options.py::test_get_django_omit_exceptions": f"{INTERNALS}: cache._ignore_exceptions, cache._log_ignored_exceptions, and django-redis's own log record (ERROR 'Exception ignored'; ours is a warning naming the shard)",
     "test_cache_options.py::test_get_django_omit_exceptions_priority_1": f"{INTERNALS}: cache._ignore_exceptions",
     "test_cache_options.py::test_get_django_omit_exceptions_priority_2": f"{INTERNALS}: cache._ignore_exceptions",
-    "test_cache_options.py::TestDjangoRedisCacheEscapePrefix::test_keys": f"{MISSING}: keys() (issue 24)",
     "test_cache_options.py::test_custom_key_function": f"{INTERNALS}: cache.client.get_client(write=False) of the one server, REVERSE_KEY_FUNCTION",
 }
 

@@ -58,11 +58,25 @@ def pack(connection: Any, commands: Sequence[Command]) -> list[bytes]:
 
 
 # Atomic "increment only if present": INCRBY alone would create a missing key (without a TTL).
+# The new value is returned as the server stores it (GET): a Lua number is a double, exact only
+# up to 2**53, so returning INCRBY's reply would round a large counter (2**63 - 1 came back as
+# -2**63).
 INCR_IF_EXISTS = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
-    return redis.call('INCRBY', KEYS[1], ARGV[1])
+    redis.call('INCRBY', KEYS[1], ARGV[1])
+    return redis.call('GET', KEYS[1])
 end
 return false
+"""
+# Compare and set, keeping the TTL: KEYS[1] the key, ARGV[1] the data read, ARGV[2] the new data.
+# 1 if the key still held the data read (and now holds the new data), else 0. The fallback of an
+# ``incr`` past 64 bits (django-redis's read-modify-write, made safe against a concurrent write).
+SWAP_IF_SAME = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+    return 1
+end
+return 0
 """
 # SET with PX for many keys in one command: KEYS are the keys, ARGV[1] the milliseconds, then
 # the values. Sent as EVAL (the server caches it by its SHA1), so no NOSCRIPT round trip.
@@ -200,6 +214,13 @@ def wrong_type(exc: BaseException) -> bool:
     return str(exc).startswith("WRONGTYPE")
 
 
+def past_64_bits(exc: BaseException) -> bool:
+    """The server refused an ``INCRBY`` for the size of a number (the value stored, or the
+    result), not for what the key holds: the value may be an integer Python can add to."""
+    text = str(exc)
+    return not wrong_type(exc) and ("not an integer" in text or "overflow" in text)
+
+
 def incr_refused(key: Any, exc: BaseException) -> BaseException:
     """The server's refusal of an ``incr`` as the :class:`~sentinel_cache.IncrementError` naming
     the key and the reason (not our script's name and line); another error as it is. The delta
@@ -207,10 +228,8 @@ def incr_refused(key: Any, exc: BaseException) -> BaseException:
     text = str(exc)
     if wrong_type(exc):
         return IncrementError(key, "it holds another type than a string (WRONGTYPE)")
-    if "not an integer" in text:
-        return IncrementError(key, "its value is not an integer in the signed 64-bit range")
-    if "overflow" in text:
-        return IncrementError(key, "the result would overflow a signed 64-bit integer")
+    if "not an integer" in text:  # and not one past 64 bits either (see past_64_bits)
+        return IncrementError(key, "its value is not an integer")
     return exc
 
 

@@ -32,6 +32,7 @@ from sentinel_cache.core.arguments import (
     MAX_TIMEOUT,
     distinct,
     valid_delta,
+    valid_milliseconds,
     valid_timeout,
 )
 from sentinel_cache.core.config import Address
@@ -48,6 +49,7 @@ from sentinel_cache.core.ops.plans import (
     READ_MOVED,
     REPLACE,
     REPLY_SKIP,
+    SWAP_IF_SAME,
     TOMBSTONE_MS,
     UPDATE,
     WRITE,
@@ -64,6 +66,7 @@ from sentinel_cache.core.ops.plans import (
     logger,
     outcome,
     pack,
+    past_64_bits,
     short_key,
     wrong_type,
 )
@@ -71,14 +74,20 @@ from sentinel_cache.core.ops.scan import ShardScan
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
-from sentinel_cache.exceptions import InvalidValueError, PoolExhaustedError
+from sentinel_cache.exceptions import (
+    ArgumentValueError,
+    IncrementError,
+    InvalidValueError,
+    PoolExhaustedError,
+)
 
 T = TypeVar("T")
 
 SCAN_COUNT = 1000
-_SKIPPED: Any = (
-    object()
-)  # the reply of a shard IGNORE_EXCEPTIONS skipped, where None means "absent"
+# The reply of a shard IGNORE_EXCEPTIONS skipped, where None means "absent".
+_SKIPPED: Any = object()
+# An incr past 64 bits writes only if the value is still what it read: tries before giving up.
+INCR_SWAP_TRIES = 10
 
 
 class CacheOperations(ClientBase):
@@ -472,26 +481,32 @@ class CacheOperations(ClientBase):
             return default
         return self.value_of(data, key, default)
 
-    def set(self, key: Any, value: Any, timeout: float | None, *, nx: bool = False) -> bool:
+    def set(
+        self, key: Any, value: Any, timeout: float | None, *, nx: bool = False, xx: bool = False
+    ) -> bool:
+        """Store the value; ``nx``: only where the key is absent (``add``), ``xx``: only where
+        it exists. True if stored."""
         if type(timeout) is not int or timeout > MAX_TIMEOUT:
             timeout = valid_timeout(timeout)
+        if nx and xx:
+            raise ArgumentValueError("xx", xx, "cannot be combined with nx")
         if timeout is not None and timeout <= 0:
             if nx:  # "added" and expired at once: it succeeds only where the key was absent
                 return not self.has_key(key)
-            self.delete(key)
-            return True
+            deleted = self.delete(key)
+            return deleted if xx else True  # xx: "stored" only where it existed
         data = self.encode(value)
         command: Command = ("SET", key, data, *expiry_args(timeout))
         keep = None
-        if nx:  # a key not moved yet is on its previous owner: NX must see it (UPDATE)
-            command += ("NX",)
+        if nx or xx:  # a key not moved yet is on its previous owner: NX/XX must see it
+            command += ("NX",) if nx else ("XX",)
         elif type(data) is bytes:
             keep = (data, timeout)
         replies, _ = self.keyed(
             key,
             self.durable([command]),
             [None],
-            UPDATE if nx else REPLACE,
+            UPDATE if nx or xx else REPLACE,
             idempotent=not nx,
             keep=keep,
         )
@@ -550,12 +565,55 @@ class CacheOperations(ClientBase):
                 command = ("EVAL", INCR_IF_EXISTS, 1, key, delta)
                 (value,), _ = self.keyed(key, [command], [_SKIPPED], UPDATE, idempotent=False)
         except ResponseError as exc:
-            raise incr_refused(key, exc) from None
+            if not past_64_bits(exc):
+                raise incr_refused(key, exc) from None
+            value = self._incr_past_64_bits(key, delta, exc)
         if value is _SKIPPED:
             raise ValueError(f"Key {key!r} not found (its shard is unavailable)")
         if value is None:
             raise ValueError(f"Key {key!r} not found")
         return int(value)
+
+    def _incr_past_64_bits(self, key: Any, delta: int, refusal: ResponseError) -> Any:
+        """django-redis's fallback when the value or the result does not fit the server's 64
+        bits: the integer is read, added to in Python and written back (a big integer is stored
+        encoded), keeping the TTL, atomically: the write lands only if the key still holds what
+        was read (:data:`~sentinel_cache.core.ops.plans.SWAP_IF_SAME`), else it is read again.
+        The new value, None for a missing key, ``_SKIPPED`` for a skipped shard."""
+        for _ in range(INCR_SWAP_TRIES):
+            (data,), _ = self.keyed(key, [("GET", key)], [_SKIPPED], READ, replicas=False)
+            if data is None or data is _SKIPPED:
+                return data
+            value = self.decode(data, key)
+            if type(value) is not int:  # a str, a float, unreadable: what INCRBY refused
+                raise incr_refused(key, refusal) from None
+            swap: Command = ("EVAL", SWAP_IF_SAME, 1, key, data, self.encode(value + delta))
+            (swapped,), _ = self.keyed(key, [swap], [_SKIPPED], UPDATE, idempotent=False)
+            if swapped is _SKIPPED:
+                return swapped
+            if swapped == 1:
+                return value + delta
+        raise IncrementError(key, f"its value changed under each of {INCR_SWAP_TRIES} tries")
+
+    def pttl(self, key: Any) -> int | None:
+        """Milliseconds left; None for no expiry; 0 for a missing key (django-redis's rules)."""
+        (ms,), _ = self.keyed(key, [("PTTL", key)], [-2], READ_MOVED)
+        if ms == -1:
+            return None
+        return max(0, int(ms))
+
+    def pexpire(self, key: Any, ms: int) -> bool:
+        """Expire the key in ``ms`` milliseconds (0 or less deletes it); False if missing."""
+        ms = valid_milliseconds("ms", ms)
+        (reply,), _ = self.keyed(key, [("PEXPIRE", key, ms)], [0], UPDATE)
+        return bool(reply)
+
+    def pexpire_at(self, key: Any, when_ms: int) -> bool:
+        """Expire the key at ``when_ms`` (milliseconds since 1970; a moment past deletes it);
+        False if missing."""
+        when_ms = valid_milliseconds("when", when_ms)
+        (reply,), _ = self.keyed(key, [("PEXPIREAT", key, when_ms)], [0], UPDATE)
+        return bool(reply)
 
     def ttl(self, key: Any) -> float | None:
         """Seconds left; None for no expiry; 0 for a missing key."""
