@@ -26,9 +26,9 @@ from sentinel_cache.core.admin.status import (
     SentinelProbe,
     master_view,
     probe_sentinels,
-    run_all,
 )
 from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.core.fanout import run_all
 from sentinel_cache.exceptions import ConfigurationError
 
 BACKEND = "sentinel_cache.django.ShardedSentinelCache"

@@ -39,12 +39,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import queue
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,7 @@ import redis
 
 from sentinel_cache.core.admin import status as status_module
 from sentinel_cache.core.config import Address, connection_class_and_kwargs
+from sentinel_cache.core.fanout import Fanout, run_all
 from sentinel_cache.core.topology.discovery import redact, reply_text, secret_values
 from sentinel_cache.exceptions import AuthenticationFailedError, ProbeFailed
 
@@ -337,19 +337,6 @@ def _probe_shard(
     return failed(address, _describe(error))
 
 
-def _run_in_thread(task: Callable[[], Any], name: str) -> queue.Queue[Any]:
-    inbox: queue.Queue[Any] = queue.Queue(maxsize=1)
-
-    def run() -> None:
-        try:
-            inbox.put(task())
-        except BaseException as exc:  # reported, never lost on a thread
-            inbox.put(exc)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return inbox
-
-
 def budget_for(core: ShardedSentinelPool, timeout: float | None = None) -> float:
     """``timeout``, or by default :data:`DEFAULT_TIMEOUT` or the pool's ``SOCKET_TIMEOUT``,
     whichever is shorter."""
@@ -377,9 +364,9 @@ def check(
     began = time.monotonic()
     deadline = began + budget
     collected = (
-        _run_in_thread(
-            lambda: status_module.collect(core, timeout=budget, fail_on=status_module.DOWN),
-            "sentinel_cache-health-deep",
+        Fanout(
+            {"deep": lambda: status_module.collect(core, timeout=budget, fail_on=DOWN)},
+            name="sentinel_cache-health-deep",
         )
         if deep
         else None
@@ -389,7 +376,7 @@ def check(
         shard.index: functools.partial(_probe_shard, core, prober, shard, budget, deadline)
         for shard in core.shards
     }
-    outcomes = status_module.run_all(tasks, deadline, "health")
+    outcomes = run_all(tasks, deadline, "health")
     shards = tuple(
         _outcome(core.shards[index], prober, outcome, budget)
         for index, outcome in sorted(outcomes.items())
@@ -487,11 +474,11 @@ def _with_warnings(
     return dataclasses.replace(shard, warnings=tuple(found), fenced=memory["fenced"])
 
 
-def _deep_report(inbox: queue.Queue[Any], deadline: float) -> dict[str, Any]:
-    try:
-        report = inbox.get(timeout=max(0.0, deadline - time.monotonic()))
-    except queue.Empty:
+def _deep_report(collected: Fanout[str, dict[str, Any]], deadline: float) -> dict[str, Any]:
+    found = dict(collected.collect(deadline))
+    if "deep" not in found:
         return {"state": None, "error": "the sentinels' view was not ready in time"}
+    report = found["deep"]
     if isinstance(report, BaseException):
         return {"state": None, "error": _describe(report)}
     return dict(report)
@@ -581,7 +568,7 @@ def check_all(
     else:
         longest = max((budget_for(core, timeout) for core in unique.values()), default=0.0)
         wait = longest * (4 if deep else 1) + 1.0  # each check keeps its own budget
-        results = status_module.run_all(
+        results = run_all(
             {
                 key: functools.partial(check, core, timeout=timeout, deep=deep)
                 for key, core in unique.items()

@@ -19,17 +19,16 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import queue
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from sentinel_cache.core.config import Address
+from sentinel_cache.core.fanout import run_all
 from sentinel_cache.core.topology.discovery import (
     config_epoch,
     direct_client,
@@ -106,9 +105,6 @@ PROBLEMS: Mapping[str, str] = {
     FAILOVER_IN_PROGRESS: "failover in progress",
 }
 
-K = TypeVar("K")
-T = TypeVar("T")
-
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
@@ -116,39 +112,6 @@ def _describe(exc: BaseException) -> str:
 
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 2)
-
-
-def run_all(
-    tasks: Mapping[K, Callable[[], T]], deadline: float, what: str
-) -> dict[K, T | BaseException]:
-    """Run every task on its own daemon thread; one still running at the deadline maps to a
-    TimeoutError, and is left to finish on its own (its sockets have timeouts too)."""
-    inbox: queue.Queue[tuple[K, T | BaseException]] = queue.Queue()
-
-    def run(key: K, task: Callable[[], T]) -> None:
-        try:
-            inbox.put((key, task()))
-        except BaseException as exc:  # reported in the result, never lost on a thread
-            inbox.put((key, exc))
-
-    for key, task in tasks.items():
-        threading.Thread(
-            target=run, args=(key, task), name=f"sentinel_cache-status-{what}", daemon=True
-        ).start()
-    results: dict[K, T | BaseException] = {}
-    while len(results) < len(tasks):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        try:
-            key, outcome = inbox.get(timeout=remaining)
-        except queue.Empty:
-            break
-        results[key] = outcome
-    for key in tasks:
-        if key not in results:
-            results[key] = TimeoutError(f"no answer before the status deadline ({what})")
-    return results
 
 
 def _client(address: Address, kwargs: Mapping[str, Any], timeout: float) -> redis.Redis:
