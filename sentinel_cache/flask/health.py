@@ -27,7 +27,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from flask_caching import Cache
 
 from sentinel_cache.core.admin import health as core_health
-from sentinel_cache.core.admin.health import DOWN
+from sentinel_cache.core.admin.states import HEALTH_FAIL_ON
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.flask.cache import ShardedSentinelCache
 from sentinel_cache.flask.cli import sentinel_backends
@@ -66,7 +66,7 @@ def health_blueprint(
     *,
     name: str = "sentinel_cache_health",
     timeout: float | None = None,
-    fail_on: str = DOWN,
+    fail_on: str = HEALTH_FAIL_ON,
     deep: bool = False,
     caches: Mapping[str, CacheLike] | None = None,
 ) -> Blueprint:

@@ -50,7 +50,17 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from sentinel_cache.core.admin import states
 from sentinel_cache.core.admin import status as status_module
+from sentinel_cache.core.admin.states import (
+    DEGRADED,
+    DOWN,
+    FAIL_ON,
+    HEALTH_FAIL_ON,
+    HEALTH_TIMEOUT,
+    HEALTHY,
+    describe,
+)
 from sentinel_cache.core.config import Address, connection_class_and_kwargs
 from sentinel_cache.core.fanout import Fanout, run_all
 from sentinel_cache.core.topology.discovery import redact, reply_text, secret_values
@@ -65,6 +75,7 @@ __all__ = [
     "DEGRADED",
     "DOWN",
     "FAIL_ON",
+    "HEALTHY",
     "OK",
     "PROBE_PREFIX",
     "PROBE_TTL_MS",
@@ -77,11 +88,13 @@ __all__ = [
     "parse_fail_on",
     "parse_flag",
     "probe_key",
+    "state_of",
+    "status_word",
     "summary",
 ]
 
 #: The default budget in seconds (or the pool's ``SOCKET_TIMEOUT``, if that is shorter).
-DEFAULT_TIMEOUT = 0.5
+DEFAULT_TIMEOUT = HEALTH_TIMEOUT
 #: The probe keys' expiry: a probe leaves nothing behind for long.
 PROBE_TTL_MS = 10_000
 PROBE_PREFIX = "sentinel_cache:health:"
@@ -92,9 +105,20 @@ _MAX_PROBE_CONNECTIONS = 8  # per master and budget; probes of a hung node end b
 #: A master's restart without a failover (data lost) keeps the health degraded this long.
 RESTART_WARNING_SECONDS = 300.0
 
-OK, DEGRADED, DOWN = "ok", "degraded", "down"
-#: ``fail_on`` policies of :func:`http_status`: fail when down (the default), or when degraded.
-FAIL_ON = (DOWN, DEGRADED)
+#: The report's ``status`` word for :data:`~sentinel_cache.core.admin.states.HEALTHY`: the
+#: endpoints said ``"ok"`` before the tools shared one vocabulary, and monitors match it. The
+#: report's ``state`` says ``"healthy"``, as the status report does.
+OK = "ok"
+
+
+def status_word(state: str) -> str:
+    """The ``status`` field's word for a state (``"ok"`` for healthy, else the state)."""
+    return OK if state == HEALTHY else state
+
+
+def state_of(status: str) -> str:
+    """The state a ``status`` word (or a state) stands for."""
+    return HEALTHY if status == OK else status
 
 
 @dataclass(frozen=True)
@@ -145,13 +169,18 @@ class HealthReport:
     deep: Mapping[str, Any] | None = None
 
     @property
+    def state(self) -> str:
+        """``healthy``, ``degraded`` or ``down``: the words of the status report."""
+        return state_of(self.status)
+
+    @property
     def failing(self) -> list[str]:
         """The labels (``"1 (shard_b)"``) of the shards that failed the probe."""
         return [shard.label for shard in self.shards if not shard.ok]
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (``json.dumps`` takes it as it is)."""
-        data = dataclasses.asdict(self)
+        data = {"state": self.state, **dataclasses.asdict(self)}
         data["problems"] = list(self.problems)
         data["warnings"] = list(self.warnings)
         data["shards"] = [
@@ -247,10 +276,6 @@ def _prober(core: ShardedSentinelPool) -> _Prober:
 # -- the probe ---------------------------------------------------------------------------------
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
 def _online_replicas(role: Any) -> int | None:
     """How many replicas a master's ``ROLE`` reply lists (only online ones are listed)."""
     if isinstance(role, BaseException) or not isinstance(role, (list, tuple)) or len(role) < 3:
@@ -312,7 +337,7 @@ def _probe_shard(
     try:
         core.ready(shard, False)  # starts the core; asks the sentinels for a shard with no master
     except Exception as exc:
-        return failed(shard.address, str(exc) if str(exc).startswith("shard ") else _describe(exc))
+        return failed(shard.address, str(exc) if str(exc).startswith("shard ") else describe(exc))
     address, generation = shard.current()
     if address is None:
         return failed(None, f"no master known ({shard.error})")
@@ -323,7 +348,7 @@ def _probe_shard(
     # The safety net's first step, as a cache call on this shard would take it.
     try:
         if core.should_reresolve(shard, error, generation):
-            core.reresolve(shard, reason=f"health probe: {_describe(error)}", suspect=address)
+            core.reresolve(shard, reason=f"health probe: {describe(error)}", suspect=address)
     except AuthenticationFailedError as refused:
         return failed(address, str(refused))
     except (redis.RedisError, OSError):
@@ -333,8 +358,8 @@ def _probe_shard(
         try:
             return succeeded(moved, *_round_trip(prober.client(moved, timeout), key))
         except (redis.RedisError, OSError) as exc:
-            return failed(moved, _describe(exc))
-    return failed(address, _describe(error))
+            return failed(moved, describe(exc))
+    return failed(address, describe(error))
 
 
 def budget_for(core: ShardedSentinelPool, timeout: float | None = None) -> float:
@@ -401,7 +426,7 @@ def check(
     ready = not problems
     degraded = ready and bool(warnings)
     return HealthReport(
-        status=DOWN if not ready else DEGRADED if degraded else OK,
+        status=status_word(DOWN if not ready else DEGRADED if degraded else HEALTHY),
         ready=ready,
         degraded=degraded,
         shards=shards,
@@ -425,7 +450,7 @@ def _outcome(
     why = (
         f"no answer within {budget:g}s"
         if isinstance(outcome, TimeoutError)
-        else f"probe failed: {_describe(outcome)}"
+        else f"probe failed: {describe(outcome)}"
     )
     return ShardHealth(
         shard.index,
@@ -480,7 +505,7 @@ def _deep_report(collected: Fanout[str, dict[str, Any]], deadline: float) -> dic
         return {"state": None, "error": "the sentinels' view was not ready in time"}
     report = found["deep"]
     if isinstance(report, BaseException):
-        return {"state": None, "error": _describe(report)}
+        return {"state": None, "error": describe(report)}
     return dict(report)
 
 
@@ -495,19 +520,16 @@ def _deep_messages(report: Mapping[str, Any]) -> list[str]:
 # -- what the endpoints serve ------------------------------------------------------------------
 
 
-def http_status(status: str, fail_on: str = DOWN) -> int:
-    """200, or 503 when ``status`` is ``"down"`` (or ``"degraded"`` with ``fail_on="degraded"``)."""
-    if fail_on not in FAIL_ON:
-        raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON)} (got {fail_on!r})")
-    if status == OK or (status == DEGRADED and fail_on == DOWN):
-        return 200
-    return 503
+def http_status(status: str, fail_on: str = HEALTH_FAIL_ON) -> int:
+    """200, or 503 when ``status`` (a state, or the ``status`` word) fails under ``fail_on``:
+    ``"down"``, or ``"degraded"`` too with ``fail_on="degraded"``."""
+    return 503 if states.fails(state_of(status), fail_on) else 200
 
 
 def summary(
     reports: Mapping[str, HealthReport | str],
     *,
-    fail_on: str = DOWN,
+    fail_on: str = HEALTH_FAIL_ON,
     key_prefixes: Mapping[str, Any] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """The HTTP status and the JSON body of a health endpoint over several caches.
@@ -525,7 +547,13 @@ def summary(
             problems += [f"{name}: {p}" for p in report.problems]
             warnings += [f"{name}: {w}" for w in report.warnings]
         else:
-            entry = {"status": DOWN, "ready": False, "degraded": False, "error": report}
+            entry = {
+                "state": DOWN,
+                "status": DOWN,
+                "ready": False,
+                "degraded": False,
+                "error": report,
+            }
             problems.append(f"{name}: {report}")
         if key_prefixes is not None and name in key_prefixes:
             entry = {"key_prefix": key_prefixes[name], **entry}
@@ -533,10 +561,11 @@ def summary(
     if not reports:
         problems.append("no sentinel_cache cache is configured")
     ready = not problems
-    state = DOWN if not ready else DEGRADED if warnings else OK
+    state = DOWN if not ready else DEGRADED if warnings else HEALTHY
     code = http_status(state, fail_on)
     body = {
-        "status": state,
+        "state": state,
+        "status": status_word(state),
         "ready": ready,
         "degraded": ready and bool(warnings),
         "fail_on": fail_on,
@@ -583,19 +612,14 @@ def check_all(
             continue
         outcome = results[id(core)]
         reports[name] = (
-            outcome if isinstance(outcome, HealthReport) else f"check failed: {_describe(outcome)}"
+            outcome if isinstance(outcome, HealthReport) else f"check failed: {describe(outcome)}"
         )
     return reports
 
 
-def parse_fail_on(value: str | None, default: str = DOWN) -> str:
+def parse_fail_on(value: str | None, default: str = HEALTH_FAIL_ON) -> str:
     """A ``fail_on`` from a query string (``None``/empty: ``default``); ValueError if unknown."""
-    if not value:
-        return default
-    value = value.strip().lower()
-    if value not in FAIL_ON:
-        raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON)} (got {value!r})")
-    return value
+    return states.parse_fail_on(value, default)
 
 
 def parse_flag(value: str | None) -> bool:

@@ -27,6 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from sentinel_cache.core.admin.states import (
+    DEGRADED,
+    DOWN,
+    FAIL_ON,
+    HEALTHY,
+    STATES,
+    STATUS_FAIL_ON,
+    STATUS_TIMEOUT,
+    describe,
+    parse_fail_on,
+)
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.fanout import run_all
 from sentinel_cache.core.topology.discovery import (
@@ -46,9 +57,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "DEGRADED",
+    "DOWN",
     "EXIT_CODES",
     "EXIT_CONFIG",
     "FAIL_ON",
+    "HEALTHY",
     "PROBLEMS",
     "MasterView",
     "SentinelProbe",
@@ -63,14 +77,11 @@ __all__ = [
     "run_all",
 ]
 
-DEFAULT_TIMEOUT = 1.0
-HEALTHY, DEGRADED, DOWN = "healthy", "degraded", "down"
-EXIT_CODES: Mapping[str, int] = {HEALTHY: 0, DEGRADED: 1, DOWN: 2}
+DEFAULT_TIMEOUT = STATUS_TIMEOUT
+#: 0 healthy, 1 degraded, 2 down: a state's severity.
+EXIT_CODES: Mapping[str, int] = {state: code for code, state in enumerate(STATES)}
 #: Exit code of a configuration or usage error: the settings do not parse, nothing was checked.
 EXIT_CONFIG = 3
-#: ``fail_on`` policies: fail (exit non-zero) when degraded (the default), or only when down.
-FAIL_ON = (DEGRADED, DOWN)
-_SEVERITY = (HEALTHY, DEGRADED, DOWN)
 
 # What a sentinel did when asked.
 SENTINEL_OK, SENTINEL_UNREACHABLE, SENTINEL_AUTH_REFUSED = "ok", "unreachable", "auth_refused"
@@ -104,10 +115,6 @@ PROBLEMS: Mapping[str, str] = {
     QUORUM_UNKNOWN: "the quorum check failed",
     FAILOVER_IN_PROGRESS: "failover in progress",
 }
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _ms(seconds: float) -> float:
@@ -217,7 +224,7 @@ def _probe_sentinel(
         probe.latency_ms = _timed_ping(client)
         probe.state = SENTINEL_OK
     except (redis.RedisError, OSError) as exc:
-        probe.error = redact(_describe(exc), secret_values(kwargs))
+        probe.error = redact(describe(exc), secret_values(kwargs))
         refused = refusal(exc, "sentinel")
         if refused is not None:
             probe.state = SENTINEL_AUTH_REFUSED
@@ -263,7 +270,7 @@ def probe_sentinels(
     for address in addresses:
         outcome = outcomes[address]
         if isinstance(outcome, BaseException):
-            outcome = SentinelProbe(address, error=_describe(outcome))
+            outcome = SentinelProbe(address, error=describe(outcome))
         probes.append(outcome)
     return probes
 
@@ -390,12 +397,12 @@ def master_view(name: str, probes: Sequence[SentinelProbe]) -> MasterView:
             view.not_monitoring.append(probe.address)
             view.dissent.append(f"{probe.address} does not monitor {name!r}")
         elif isinstance(answer, BaseException):
-            view.dissent.append(f"{probe.address}: {_describe(answer)}")
+            view.dissent.append(f"{probe.address}: {describe(answer)}")
             refused = refusal(answer, "sentinel")
             if refused is None:
-                view.failed.append((probe.address, _describe(answer)))
+                view.failed.append((probe.address, describe(answer)))
             else:
-                view.refused.append((probe.address, f"it {refused[0]} ({_describe(answer)})"))
+                view.refused.append((probe.address, f"it {refused[0]} ({describe(answer)})"))
                 if refused[1] not in view.hints:
                     view.hints.append(refused[1])
         else:
@@ -449,7 +456,7 @@ def _probe_node(address: Address, kwargs: Mapping[str, Any], timeout: float) -> 
         try:
             found["role"] = reply_text(client.execute_command("ROLE")[0])
         except (redis.RedisError, OSError) as exc:
-            found["role_error"] = redact(_describe(exc), secret_values(kwargs))
+            found["role_error"] = redact(describe(exc), secret_values(kwargs))
             found["refused"] = refusal(exc, "data node")
             return found
         found["latency_ms"] = _timed_ping(client)
@@ -466,7 +473,7 @@ def _probe_node(address: Address, kwargs: Mapping[str, Any], timeout: float) -> 
             found["run_id"] = server.get("run_id")
             found["uptime_seconds"] = server.get("uptime_in_seconds")
     except (redis.RedisError, OSError) as exc:
-        found["error"] = _describe(exc)
+        found["error"] = describe(exc)
     finally:
         _close(client)
     return found
@@ -505,12 +512,12 @@ class _Problems:
 
     @property
     def state(self) -> str:
-        return max((i["severity"] for i in self.items), key=_SEVERITY.index, default=HEALTHY)
+        return max((i["severity"] for i in self.items), key=STATES.index, default=HEALTHY)
 
     @property
     def issues(self) -> list[dict[str, Any]]:
         # Worst first, so the first line explains the state.
-        return sorted(self.items, key=lambda item: -_SEVERITY.index(item["severity"]))
+        return sorted(self.items, key=lambda item: -STATES.index(item["severity"]))
 
     @property
     def messages(self) -> list[str]:
@@ -555,7 +562,7 @@ def _ckquorum(name: str, view: MasterView, probes: Sequence[SentinelProbe]) -> d
 
 
 def collect(
-    core: ShardedSentinelPool, *, timeout: float = DEFAULT_TIMEOUT, fail_on: str = DEGRADED
+    core: ShardedSentinelPool, *, timeout: float = DEFAULT_TIMEOUT, fail_on: str = STATUS_FAIL_ON
 ) -> dict[str, Any]:
     """A live report of every shard and sentinel of ``core``; never raises for a dead topology.
 
@@ -563,8 +570,7 @@ def collect(
     a few milliseconds. Does not start the core: an idle pool is reported from the sentinels.
     ``fail_on`` is the exit-code policy recorded in the report (see :func:`exit_code`).
     """
-    if fail_on not in FAIL_ON:
-        raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON)} (got {fail_on!r})")
+    fail_on = parse_fail_on(fail_on, STATUS_FAIL_ON)
     began = time.monotonic()
     snapshot = core.status()  # in memory: what this process's client currently believes
     names = list(core.config.masters)
@@ -634,7 +640,7 @@ def _probe_masters(
     for name in targets:
         outcome = outcomes.get(name)
         if isinstance(outcome, BaseException):
-            outcome = {**dict.fromkeys(_NODE_FIELDS), "role_error": _describe(outcome)}
+            outcome = {**dict.fromkeys(_NODE_FIELDS), "role_error": describe(outcome)}
         nodes[name] = outcome if outcome is not None else dict.fromkeys(_NODE_FIELDS)
     return nodes
 
@@ -849,9 +855,7 @@ def exit_code(report: Mapping[str, Any], fail_on: str | None = None) -> int:
     master is not yet a replica. Without ``fail_on``, the report's own policy applies
     (``collect(fail_on=...)``), else ``"degraded"``.
     """
-    policy = fail_on if fail_on is not None else report.get("fail_on") or DEGRADED
-    if policy not in FAIL_ON:
-        raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON)} (got {policy!r})")
+    policy = parse_fail_on(fail_on or report.get("fail_on"), STATUS_FAIL_ON)
     state = str(report.get("state"))
     if state not in EXIT_CODES:
         return EXIT_CODES[DOWN]  # an unreadable report is no reason for confidence
