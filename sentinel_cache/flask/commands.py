@@ -111,7 +111,9 @@ def options_of(spec: commands.Command) -> Callable[[Callable[..., Any]], Callabl
         for option in reversed(spec.options):
             kwargs: dict[str, Any] = {"help": option.help, "hidden": option.hidden}
             if option.type is bool:
-                function = click.option(option.flag, option.dest, is_flag=True, **kwargs)(function)
+                function = click.option(
+                    option.flag, option.dest, is_flag=True, default=option.default, **kwargs
+                )(function)
                 continue
             if option.choices:
                 kwargs["type"] = click.Choice(option.choices)

@@ -220,11 +220,13 @@ def watch(
     before: Callable[[], None] = lambda: None,
     after: Callable[[int], None] = lambda code: None,
     stopped: Callable[[], None] = lambda: None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
 ) -> int:
     """``--watch``: ``show()`` (which returns an exit code) every ``interval`` seconds until
     Ctrl-C (then ``stopped()``), or ``iterations`` times; ``before`` and ``after(code)`` frame
-    each refresh (clear the screen, say how to stop). Returns the last refresh's exit code."""
+    each refresh (clear the screen, say how to stop). Returns the last refresh's exit code.
+    ``sleep`` is ``time.sleep``, looked up at the call (a test may stand in for it)."""
+    pause = time.sleep if sleep is None else sleep
     code = 0
     done = 0
     try:
@@ -236,7 +238,7 @@ def watch(
             done += 1
             if iterations is not None and done >= iterations:
                 break
-            sleep(max(0.0, interval - (time.monotonic() - started)))
+            pause(max(0.0, interval - (time.monotonic() - started)))
     except KeyboardInterrupt:
         stopped()
     return code
