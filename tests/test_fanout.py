@@ -131,3 +131,24 @@ def test_enough_stops_the_wait_early_with_the_outcomes_in_order_of_arrival() -> 
     finally:
         release.set()
     assert fanout.join(GENEROUS)
+
+
+def test_a_thread_that_cannot_start_is_that_task_s_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_start = threading.Thread.start
+    starts: list[str] = []
+
+    def start(thread: threading.Thread) -> None:
+        starts.append(thread.name)
+        if len(starts) == 2:
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    fanout = Fanout(
+        {"a": lambda: 1, "b": lambda: 2, "c": lambda: 3}, name="sentinel_cache-test-start"
+    )
+    outcomes = fanout.outcomes(time.monotonic() + GENEROUS, lambda key: TimeoutError(key))
+    assert outcomes["a"] == 1 and outcomes["c"] == 3
+    assert isinstance(outcomes["b"], RuntimeError)
+    assert fanout.join(GENEROUS)
+    assert fanout.running == 0  # the one never started is not counted as running

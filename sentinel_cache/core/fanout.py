@@ -39,8 +39,13 @@ class Fanout(Generic[K, T]):
         ]
         with self._lock:
             self._running = len(self._threads)
-        for thread in self._threads:
-            thread.start()
+        for (key, _task), thread in zip(tasks.items(), self._threads, strict=True):
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread left to start: that task's outcome
+                self._inbox.put((key, exc))
+                with self._lock:
+                    self._running -= 1
 
     def __repr__(self) -> str:
         return f"<Fanout tasks={len(self.keys)} running={self.running}>"
@@ -66,8 +71,9 @@ class Fanout(Generic[K, T]):
         """Wait up to ``timeout`` seconds in all for every thread to end; True if all did."""
         deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        return not any(thread.is_alive() for thread in self._threads)
+            if thread.ident is not None:  # started
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads if thread.ident is not None)
 
     def collect(
         self,
