@@ -216,7 +216,7 @@ def test_the_migration_does_not_restore_a_key_deleted_after_its_dump(
 ) -> None:
     core = resharding(three)
     deleter = CacheClient(core, Codec())
-    real_restore = reshard._Migration._restore
+    real_restore = reshard.Migration._restore
     deleted: list[str] = []
 
     def delete_then_restore(self: Any, tally: Any, restores: Any, *rest: Any) -> None:
@@ -227,7 +227,7 @@ def test_the_migration_does_not_restore_a_key_deleted_after_its_dump(
                 deleted.extend(keys)
         real_restore(self, tally, restores, *rest)
 
-    monkeypatch.setattr(reshard._Migration, "_restore", delete_then_restore)
+    monkeypatch.setattr(reshard.Migration, "_restore", delete_then_restore)
     try:
         report = reshard.migrate(core, batch=100)
         assert report.complete and deleted

@@ -178,7 +178,7 @@ def test_owner_lookup_is_the_core_ring() -> None:
         ["s0", "s1", "s2"], ["127.0.0.1:1"], weights=[1, 2, 3], listeners=False
     )
     try:
-        owner = reshard._owner_lookup(core)
+        owner = reshard.owner_lookup(core)
         for n in range(5000):
             key = f"k{n}:{'é' * (n % 3)}".encode()
             assert owner(key) is core.shard_for(key)
@@ -304,7 +304,7 @@ def test_newer_values_win_and_vanished_keys_are_counted(three: LocalSentinelClus
         assert_settled(three, after, values=values)
         # A key scanned, then gone before its DUMP (expired): counted as expired; one already on
         # its owner (a reader moved it): already present.
-        migration = reshard._Migration(
+        migration = reshard.Migration(
             core,
             match="*",
             rate=None,
@@ -313,7 +313,7 @@ def test_newer_values_win_and_vanished_keys_are_counted(three: LocalSentinelClus
             retry_for=1,
             delete_delay=0,
         )
-        tally = reshard._Tally(core.shard("shard0"), 0, False, None)
+        tally = reshard.Tally(core.shard("shard0"), 0, False, None)
         migration.tallies.append(tally)
         shard2 = core.shard("shard2")
         migration._move(tally, [(moving[0].encode(), shard2), (b"mig:nowhere", shard2)])

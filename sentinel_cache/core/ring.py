@@ -17,13 +17,24 @@ from typing import TypeVar
 from sentinel_cache.core.arguments import key_type_error
 from sentinel_cache.exceptions import ConfigurationError
 
-__all__ = ["NODES_PER_WEIGHT", "HashRing", "murmur64a"]
+__all__ = [
+    "HASH_SPACE",
+    "HIGHEST_HASH",
+    "LOWEST_HASH",
+    "NODES_PER_WEIGHT",
+    "HashRing",
+    "murmur64a",
+    "ring_nodes",
+]
 
 _SEED = 0x1234ABCD  # Jedis MurmurHash.hash(byte[]) seed
 _M = 0xC6A4A7935BD1E995
 _MASK = 0xFFFFFFFFFFFFFFFF
 _SIGN = 0x8000000000000000
 NODES_PER_WEIGHT = 160  # Jedis Sharded: 160 * weight virtual nodes per shard
+#: The hashes run from LOWEST_HASH to HIGHEST_HASH (signed 64-bit): HASH_SPACE values in all.
+LOWEST_HASH, HIGHEST_HASH = -(1 << 63), (1 << 63) - 1
+HASH_SPACE = float(1 << 64)
 _CACHE_SIZE = 65536
 
 K = TypeVar("K", bound="str | bytes")
@@ -90,6 +101,19 @@ def _validate_weights(weights: Sequence[int]) -> tuple[int, ...]:
     return values
 
 
+def ring_nodes(weights: Sequence[int]) -> list[tuple[int, int]]:
+    """(hash, shard index) of every virtual node of the ring for ``weights``, sorted by hash.
+
+    Shard ``i`` has ``160 * weights[i]`` nodes hashed from ``"SHARD-{i}-NODE-{n}"``; on a hash
+    collision the later node wins (dict assignment reproduces Jedis's ``TreeMap.put``).
+    """
+    nodes: dict[int, int] = {}
+    for i, w in enumerate(weights):
+        for n in range(NODES_PER_WEIGHT * w):
+            nodes[murmur64a(f"SHARD-{i}-NODE-{n}".encode("ascii"))] = i
+    return sorted(nodes.items())
+
+
 class HashRing:
     """Maps keys to shard indexes ``0..N-1`` exactly as Jedis ``ShardedJedis`` does.
 
@@ -98,19 +122,15 @@ class HashRing:
     around. Shard order therefore matters and must match the Java side's shard list.
     """
 
-    __slots__ = ("_weights", "_node_count", "_lookup")
+    __slots__ = ("_weights", "_node_count", "_lookup", "_hashes", "_shards")
 
     def __init__(self, weights: Sequence[int]) -> None:
         self._weights = _validate_weights(weights)
-        # Dict assignment reproduces TreeMap.put: on a hash collision the later node wins.
-        nodes: dict[int, int] = {}
-        for i, w in enumerate(self._weights):
-            for n in range(NODES_PER_WEIGHT * w):
-                nodes[murmur64a(f"SHARD-{i}-NODE-{n}".encode("ascii"))] = i
-        node_hashes = sorted(nodes)
-        node_shards = [nodes[h] for h in node_hashes]
-        self._node_count = len(node_hashes)
-        self._lookup = self._make_lookup(node_hashes, node_shards)
+        nodes = ring_nodes(self._weights)
+        self._hashes = [h for h, _ in nodes]
+        self._shards = [i for _, i in nodes]
+        self._node_count = len(nodes)
+        self._lookup = self._make_lookup(self._hashes, self._shards)
 
     @staticmethod
     def _make_lookup(
@@ -138,6 +158,12 @@ class HashRing:
         if type(key) is not str and type(key) is not bytes:
             key = _coerce_key(key)
         return self._lookup(key)
+
+    def uncached_index(self, data: bytes) -> int:
+        """:meth:`shard_index` of a bytes key without the LRU cache: for keys seen once each (a
+        scan), which would only evict the hot ones from it."""
+        pos = bisect_left(self._hashes, murmur64a(data))
+        return self._shards[pos] if pos < self._node_count else self._shards[0]
 
     def group_by_shard(self, keys: Iterable[K]) -> dict[int, list[K]]:
         """Split ``keys`` per shard, keeping their order, so multi-key commands can be batched."""

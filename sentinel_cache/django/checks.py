@@ -26,9 +26,9 @@ from sentinel_cache.core.admin.status import (
     SentinelProbe,
     master_view,
     probe_sentinels,
-    run_all,
 )
 from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.core.fanout import run_all
 from sentinel_cache.django.compat import HONOURED_GLOBALS, NO_EFFECT_GLOBALS, log_every_ignored
 from sentinel_cache.exceptions import ConfigurationError
 

@@ -1,18 +1,22 @@
-"""What the operator commands (``sentinel_status``, ``sentinel_reshard``) share: they run even
-when other checks of the project fail, usage errors exit 3 like configuration errors (argparse's
-2 would read as "down"), and they find the caches that use this backend, by alias."""
+"""What the operator commands (``sentinel_status``, ``sentinel_reshard``) share: their options,
+rendered for argparse from the table in :mod:`sentinel_cache.core.admin.commands` (the one
+``flask sentinel-status``/``sentinel-reshard`` are rendered from too); they run even when other
+checks of the project fail, usage errors exit 3 like configuration errors (argparse's 2 would
+read as "down"), and they find the caches that use this backend, by alias (``--cache``)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
-from typing import Any, NoReturn
+from collections.abc import Mapping
+from typing import Any, ClassVar, NoReturn
 
 from django.conf import settings
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sentinel_cache.core.admin import status
+from sentinel_cache.core.admin import commands, status
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django.checks import BACKEND, sentinel_aliases
 from sentinel_cache.exceptions import ConfigurationError
@@ -23,9 +27,42 @@ def config_error(message: str) -> CommandError:
     return CommandError(message, returncode=status.EXIT_CONFIG)
 
 
+def add_options(parser: argparse.ArgumentParser, spec: commands.Command) -> None:
+    """Every option of ``spec`` on ``parser``, as the table says (its checks run in
+    :meth:`SentinelCacheCommand.refuse_bad_values`, once parsed)."""
+    for option in spec.options:
+        kwargs: dict[str, Any] = {"dest": option.dest}
+        shown = option.help
+        if option.type is bool:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(type=option.type, default=option.default)
+            if option.choices:
+                kwargs["choices"] = option.choices
+            else:
+                kwargs["metavar"] = option.metavar
+            if option.const is not None:
+                kwargs.update(nargs="?", const=option.const)
+            if option.default is not None:
+                shown += " (default %(default)s)"
+        kwargs["help"] = argparse.SUPPRESS if option.hidden else shown
+        parser.add_argument(option.flag, **kwargs)
+
+
 class SentinelCacheCommand(BaseCommand):
     # An operator's tool must run while something else in the project fails its checks.
     requires_system_checks: list[str] = []
+    #: The command's options, from the table both frameworks render.
+    spec: ClassVar[commands.Command]
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_options(parser, self.spec)
+
+    def refuse_bad_values(self, options: Mapping[str, Any]) -> None:
+        """The table's checks of the parsed values: exit 3, naming the first option refused."""
+        refused = self.spec.refusals(options)
+        if refused:
+            raise config_error(refused[0])
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         """Usage errors exit 3, like configuration errors."""

@@ -46,7 +46,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from sentinel_cache.core.admin import health as core_health
-from sentinel_cache.core.admin.health import DEFAULT_TIMEOUT, DOWN, HealthReport
+from sentinel_cache.core.admin.health import DEFAULT_TIMEOUT, HealthReport
+from sentinel_cache.core.admin.states import HEALTH_FAIL_ON
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django.checks import sentinel_aliases
 
@@ -89,7 +90,7 @@ def health_view(
     request: HttpRequest,
     *,
     timeout: float | None = None,
-    fail_on: str = DOWN,
+    fail_on: str = HEALTH_FAIL_ON,
     deep: bool = False,
     aliases: Iterable[str] | None = None,
 ) -> JsonResponse:
@@ -135,7 +136,7 @@ if HealthCheck is not None:
         timeout: datetime.timedelta = dataclasses.field(
             default=datetime.timedelta(seconds=DEFAULT_TIMEOUT), repr=False
         )
-        fail_on: str = dataclasses.field(default=DOWN, repr=False)
+        fail_on: str = dataclasses.field(default=HEALTH_FAIL_ON, repr=False)
         deep: bool = dataclasses.field(default=False, repr=False)
 
         def __post_init__(self) -> None:

@@ -1,7 +1,7 @@
 """Flask-Caching adapter: ``CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"``.
 
 ``cache`` holds the backend, ``settings`` translates Flask settings into the core's options and
-``cli`` the ``flask sentinel-status`` command.
+``commands`` the ``flask sentinel-status`` and ``flask sentinel-reshard`` commands.
 """
 
 from __future__ import annotations
@@ -17,12 +17,19 @@ except ImportError as exc:  # the optional dependency is missing: say which extr
     ) from exc
 
 from sentinel_cache.flask.cache import ShardedSentinelCache
-from sentinel_cache.flask.cli import CACHE_TYPE, COMMAND_NAME, init_app, sentinel_status_command
+from sentinel_cache.flask.commands import (
+    CACHE_TYPE,
+    COMMAND_NAME,
+    init_app,
+    sentinel_reshard_command,
+    sentinel_status_command,
+)
 
 __all__ = [
     "CACHE_TYPE",
     "COMMAND_NAME",
     "ShardedSentinelCache",
     "init_app",
+    "sentinel_reshard_command",
     "sentinel_status_command",
 ]

@@ -92,7 +92,7 @@ from sentinel_cache.core.ops.plans import FailOpen
 from sentinel_cache.core.serializers import Codec, build_codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
 from sentinel_cache.exceptions import ConfigurationError
-from sentinel_cache.flask.cli import init_app
+from sentinel_cache.flask.commands import init_app
 from sentinel_cache.flask.settings import in_flask_terms, translate_settings
 
 logger = logging.getLogger("sentinel_cache.flask")
@@ -259,9 +259,14 @@ class ShardedSentinelCache(BaseCache):
         )
 
     # -- keys and timeouts ---------------------------------------------------------------------
-    def _get_prefix(self) -> str:
+    def resolved_prefix(self) -> str:
+        """The key prefix now (``CACHE_KEY_PREFIX`` may be a callable): what the operator
+        commands' ``--cache`` matches."""
         prefix = self.key_prefix
         return prefix if isinstance(prefix, str) else prefix()
+
+    def _get_prefix(self) -> str:
+        return self.resolved_prefix()
 
     def _key(self, key: Any) -> str:
         return f"{self._get_prefix()}{key}"

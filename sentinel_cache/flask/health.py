@@ -27,10 +27,10 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from flask_caching import Cache
 
 from sentinel_cache.core.admin import health as core_health
-from sentinel_cache.core.admin.health import DOWN
+from sentinel_cache.core.admin.states import HEALTH_FAIL_ON
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.flask.cache import ShardedSentinelCache
-from sentinel_cache.flask.cli import sentinel_backends
+from sentinel_cache.flask.commands import sentinel_backends
 
 __all__ = ["DEFAULT_URL", "health_blueprint", "init_health"]
 
@@ -45,7 +45,7 @@ def _named_backends(
     """The caches to check by name: those given, else every sentinel_cache cache of the app
     (``"default"`` when there is one, else ``"cache0"``, ``"cache1"``... in registration order)."""
     if caches is None:
-        found = sentinel_backends(app)
+        found = [b for b in sentinel_backends(app) if isinstance(b, ShardedSentinelCache)]
         if len(found) == 1:
             return {"default": found[0]}
         return {f"cache{i}": backend for i, backend in enumerate(found)}
@@ -66,7 +66,7 @@ def health_blueprint(
     *,
     name: str = "sentinel_cache_health",
     timeout: float | None = None,
-    fail_on: str = DOWN,
+    fail_on: str = HEALTH_FAIL_ON,
     deep: bool = False,
     caches: Mapping[str, CacheLike] | None = None,
 ) -> Blueprint:

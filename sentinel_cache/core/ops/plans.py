@@ -414,7 +414,8 @@ class ClientBase:
         return owners, plan
 
     def dump_plan(self, keys: Iterable[Any]) -> tuple[Groups, Plan]:
-        """Keys not moved yet, by previous owner, and what each previous owner is asked (:data:`DUMP_WITH_TTL`); each owner's clock is read in the same round trip."""
+        """Keys not moved yet, by previous owner, and what each previous owner is asked
+        (:data:`DUMP_WITH_TTL`); each owner's clock is read in the same round trip."""
         groups: Groups = {}
         owners: set[Shard] = set()
         previous_shard_for = self.core.previous_shard_for

@@ -15,8 +15,8 @@ which side rejected what (and never contains a secret), instead of retrying unti
 
 from __future__ import annotations
 
+import functools
 import logging
-import queue
 import random
 import ssl
 import threading
@@ -29,6 +29,7 @@ import redis
 from redis.exceptions import AuthenticationWrongNumberOfArgsError, NoPermissionError
 
 from sentinel_cache.core.config import Address, connection_class_and_kwargs
+from sentinel_cache.core.fanout import Fanout
 from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
@@ -224,7 +225,7 @@ class SentinelSet:
         self._configured = frozenset(addresses)
         self._kwargs = dict(sentinel_kwargs)
         self._clients: dict[Address, redis.Redis] = {}
-        self._threads: set[threading.Thread] = set()
+        self._fanouts: list[Fanout[Address, SentinelReply]] = []  # asking, or done asking
         self._rejected: set[Address] = set()
         self.secrets = secret_values(self._kwargs)
 
@@ -302,32 +303,22 @@ class SentinelSet:
             wait = float(self._kwargs.get("socket_timeout") or 0.5) + float(
                 self._kwargs.get("socket_connect_timeout") or 0.5
             )
-        inbox: queue.Queue[SentinelReply] = queue.Queue()
-        for address in addresses:
-            thread = threading.Thread(
-                target=self._ask_one,
-                args=(address, tuple(masters), replicas, inbox),
-                name=f"sentinel_cache-ask-{address}",
-                daemon=True,
-            )
-            with self._lock:
-                self._threads.add(thread)
-            thread.start()
-        replies: list[SentinelReply] = []
-        deadline = time.monotonic() + wait
+        fanout: Fanout[Address, SentinelReply] = Fanout(
+            {
+                address: functools.partial(self._ask_one, address, tuple(masters), replicas)
+                for address in addresses
+            },
+            name="sentinel_cache-ask",
+        )
+        with self._lock:
+            self._fanouts = [f for f in self._fanouts if f.running] + [fanout]
         majority = len(addresses) // 2 + 1
-        agreed = False
-        while len(replies) < len(addresses):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                replies.append(inbox.get(timeout=remaining))
-            except queue.Empty:
-                break
-            if _agreed(replies, masters, majority):
-                agreed = True
-                break
+        arrived = fanout.collect(
+            time.monotonic() + wait,
+            enough=lambda so_far: _agreed([_as_reply(*item) for item in so_far], masters, majority),
+        )
+        replies = [_as_reply(*item) for item in arrived]
+        agreed = _agreed(replies, masters, majority)
         answered = {r.sentinel for r in replies}
         why = "not awaited: a majority agreed" if agreed else f"no answer within {wait:.2f}s"
         for address in addresses:
@@ -340,8 +331,7 @@ class SentinelSet:
         address: Address,
         masters: tuple[str, ...],
         replicas: bool,
-        inbox: queue.Queue[SentinelReply],
-    ) -> None:
+    ) -> SentinelReply:
         reply = SentinelReply(address)
         started = time.monotonic()
         try:
@@ -386,9 +376,7 @@ class SentinelSet:
         except BaseException as exc:  # reported to the caller, who names every sentinel's failure
             reply.error = exc
         reply.elapsed = time.monotonic() - started
-        inbox.put(reply)
-        with self._lock:
-            self._threads.discard(threading.current_thread())
+        return reply
 
     def disconnect(self) -> None:
         """Close the idle sockets to the sentinels (they reconnect on next use)."""
@@ -400,17 +388,22 @@ class SentinelSet:
     def active_threads(self) -> int:
         """Discovery threads still asking a sentinel (none once closed)."""
         with self._lock:
-            return len(self._threads)
+            return sum(fanout.running for fanout in self._fanouts)
 
     def close(self) -> None:
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
-            threads = list(self._threads)
-        for thread in threads:
-            thread.join(timeout=5)
+            fanouts, self._fanouts = self._fanouts, []
+        for fanout in fanouts:
+            fanout.join(timeout=5)
         for client in clients:
             client.close()
             client.connection_pool.disconnect()
+
+
+def _as_reply(address: Address, outcome: SentinelReply | BaseException) -> SentinelReply:
+    """A sentinel's reply, or its asking's exception as one (so no failure goes unnamed)."""
+    return outcome if isinstance(outcome, SentinelReply) else SentinelReply(address, error=outcome)
 
 
 def _agreed(replies: Sequence[SentinelReply], masters: Sequence[str], majority: int) -> bool:

@@ -7,16 +7,15 @@ and a run that was stopped is simply started again. ``--dry-run`` only counts wh
 and warns when the change moves far more keys than needed.
 
 Exit code 0 done, 1 finished with errors (a shard was given up: run it again), 3 a configuration
-or usage error (nothing was moved), as ``sentinel_status``.
+or usage error (nothing was moved), as ``sentinel_status``. The options are declared in
+:data:`sentinel_cache.core.admin.commands.RESHARD`, shared with ``flask sentinel-reshard``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
-from sentinel_cache.core.admin import reshard
+from sentinel_cache.core.admin import commands, reshard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django.checks import BACKEND
 from sentinel_cache.django.commands import SentinelCacheCommand, config_error
@@ -25,71 +24,11 @@ EXIT_ERRORS = 1
 
 
 class Command(SentinelCacheCommand):
-    help = (
-        "Move the keys whose owner changed (MASTERS with PREVIOUS_MASTERS) to their new owner, "
-        f"for the caches using {BACKEND}. Exit code: 0 done, 1 finished with errors (run it "
-        "again), 3 configuration error."
-    )
-
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--cache",
-            metavar="ALIAS",
-            help="Only this cache alias (default: every one with PREVIOUS_MASTERS).",
-        )
-        parser.add_argument(
-            "--dry-run",
-            action="store_true",
-            help="Move nothing: count what would move, per master pair, and warn about "
-            "changes that move far more than needed.",
-        )
-        parser.add_argument(
-            "--rate",
-            type=float,
-            metavar="KEYS_PER_SECOND",
-            help="Move at most this many keys a second (default: as fast as the servers go).",
-        )
-        parser.add_argument(
-            "--match",
-            default="*",
-            metavar="PATTERN",
-            help="Only keys matching this SCAN pattern (default: every key of the database).",
-        )
-        parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
-        parser.add_argument(
-            "--sample",
-            type=int,
-            metavar="KEYS",
-            help="With --dry-run: scan only this many keys per shard (default: every key).",
-        )
-        parser.add_argument(
-            "--batch",
-            type=int,
-            default=reshard.DEFAULT_BATCH,
-            metavar="KEYS",
-            help="Keys per SCAN and per round trip (default %(default)s).",
-        )
-        parser.add_argument(
-            "--retry-for",
-            type=float,
-            default=reshard.DEFAULT_RETRY_FOR,
-            metavar="SECONDS",
-            help="How long a shard may be unavailable (a failover) before it is given up "
-            "(default %(default)s).",
-        )
+    spec = commands.RESHARD
+    help = f"{commands.RESHARD.help} For the caches using {BACKEND}."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        rate, sample = options["rate"], options["sample"]
-        if rate is not None and not rate > 0:
-            raise config_error(f"--rate must be a positive number of keys a second (got {rate})")
-        if options["batch"] < 1:
-            raise config_error(
-                f"--batch must be a positive number of keys (got {options['batch']})"
-            )
-        if sample is not None and (sample < 1 or not options["dry_run"]):
-            raise config_error("--sample needs --dry-run and a positive number of keys per shard")
-        if not options["retry_for"] >= 0:
-            raise config_error(f"--retry-for must not be negative (got {options['retry_for']})")
+        self.refuse_bad_values(options)
         cores = self._cores(options["cache"])
         run = self._plan if options["dry_run"] else self._migrate
         code = run(cores, options)

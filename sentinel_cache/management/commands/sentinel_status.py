@@ -3,74 +3,54 @@
 Exit code 0 healthy, 1 degraded (still serving), 2 down (a shard has no reachable master), 3 a
 configuration or usage error (nothing was checked), so a probe or a deploy script can branch on
 it; with several caches, the worst one wins. ``--fail-on down`` (for readiness probes) exits 0
-while every shard can serve, whatever redundancy is missing (printed as warnings).
+while every shard can serve, whatever redundancy is missing (printed as warnings). The options
+are declared in :data:`sentinel_cache.core.admin.commands.STATUS`, shared with
+``flask sentinel-status``.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
-from django.core.management.base import CommandParser
-
-from sentinel_cache.core.admin import status
+from sentinel_cache.core.admin import commands, status
+from sentinel_cache.core.admin.commands import CLEAR_SCREEN, DEFAULT_WATCH_SECONDS
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django.checks import BACKEND
-from sentinel_cache.django.commands import SentinelCacheCommand, config_error
+from sentinel_cache.django.commands import SentinelCacheCommand
 
-CLEAR_SCREEN = "\033[H\033[2J"
-DEFAULT_WATCH_SECONDS = 2.0
+__all__ = ["CLEAR_SCREEN", "DEFAULT_WATCH_SECONDS", "Command"]
 
 
 class Command(SentinelCacheCommand):
-    help = (
-        "Show every shard's master, replicas, sentinels and failover readiness for the caches "
-        f"using {BACKEND}. Exit code: 0 healthy, 1 degraded, 2 down, 3 configuration error."
-    )
-
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--cache", metavar="ALIAS", help="Only this cache alias (default: every one using it)."
-        )
-        parser.add_argument("--json", action="store_true", help="Print JSON keyed by alias.")
-        parser.add_argument(
-            "--watch",
-            nargs="?",
-            type=float,
-            const=DEFAULT_WATCH_SECONDS,
-            metavar="SECONDS",
-            help=f"Refresh every SECONDS (default {DEFAULT_WATCH_SECONDS:g}) until Ctrl-C.",
-        )
-        parser.add_argument(
-            "--timeout",
-            type=float,
-            default=status.DEFAULT_TIMEOUT,
-            metavar="SECONDS",
-            help="Timeout of every probe (default %(default)s).",
-        )
-        parser.add_argument(
-            "--fail-on",
-            choices=status.FAIL_ON,
-            default=status.DEGRADED,
-            help="Exit non-zero when degraded (the default), or only when a shard cannot serve "
-            "(down): for readiness probes, where missing redundancy is a warning.",
-        )
-        # Bounds --watch, for tests.
-        parser.add_argument("--iterations", type=int, help=argparse.SUPPRESS)
+    spec = commands.STATUS
+    help = f"{commands.STATUS.help} For the caches using {BACKEND}."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        timeout = options["timeout"]
-        watch = options["watch"]
-        if timeout is None or timeout <= 0:
-            raise config_error(f"--timeout must be a positive number of seconds (got {timeout})")
-        if watch is not None and watch <= 0:
-            raise config_error(f"--watch must be a positive number of seconds (got {watch})")
+        self.refuse_bad_values(options)
         cores = {alias: self.core(alias) for alias in self.aliases(options["cache"])}
-        if watch is None:
-            code = self._show(cores, options, timeout)
+        interval = options["watch"]
+        if interval is None:
+            code = self._show(cores, options)
         else:
-            code = self._watch(cores, options, timeout, watch, options["iterations"])
+            text = not options["json"]
+
+            def after(code: int) -> None:
+                if text:
+                    self.stdout.write(
+                        f"refreshing every {interval:g}s; Ctrl-C to stop (exit code {code})"
+                    )
+                self.stdout.flush()
+
+            code = commands.watch(
+                lambda: self._show(cores, options, stream=True),
+                interval,
+                iterations=options["iterations"],
+                before=lambda: self.stdout.write(CLEAR_SCREEN, ending="") if text else None,
+                after=after,
+                stopped=lambda: self.stdout.write(""),
+                sleep=time.sleep,  # looked up now: a test may stand in for it
+            )
         if code:
             raise SystemExit(code)
 
@@ -78,13 +58,12 @@ class Command(SentinelCacheCommand):
         self,
         cores: dict[str, ShardedSentinelPool],
         options: dict[str, Any],
-        timeout: float,
         *,
         stream: bool = False,
     ) -> int:
         """Print one report per alias; returns the worst exit code."""
         reports = {
-            alias: status.collect(core, timeout=timeout, fail_on=options["fail_on"])
+            alias: status.collect(core, timeout=options["timeout"], fail_on=options["fail_on"])
             for alias, core in cores.items()
         }
         if options["json"]:
@@ -99,33 +78,3 @@ class Command(SentinelCacheCommand):
                 ending="",
             )
         return max(status.exit_code(report) for report in reports.values())
-
-    def _watch(
-        self,
-        cores: dict[str, ShardedSentinelPool],
-        options: dict[str, Any],
-        timeout: float,
-        interval: float,
-        iterations: int | None,
-    ) -> int:
-        """Refresh until Ctrl-C (or ``iterations``); returns the last refresh's exit code."""
-        code = 0
-        done = 0
-        try:
-            while iterations is None or done < iterations:
-                started = time.monotonic()
-                if not options["json"]:
-                    self.stdout.write(CLEAR_SCREEN, ending="")
-                code = self._show(cores, options, timeout, stream=True)
-                if not options["json"]:
-                    self.stdout.write(
-                        f"refreshing every {interval:g}s; Ctrl-C to stop (exit code {code})"
-                    )
-                self.stdout.flush()
-                done += 1
-                if iterations is not None and done >= iterations:
-                    break
-                time.sleep(max(0.0, interval - (time.monotonic() - started)))
-        except KeyboardInterrupt:
-            self.stdout.write("")
-        return code
