@@ -22,7 +22,11 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import redis.connection
 
 from sentinel_cache.core.ring import is_valid_weight
-from sentinel_cache.core.serializers import check_compress_min_length, check_signing_key
+from sentinel_cache.core.serializers import (
+    check_compress_min_length,
+    check_signing_key,
+    check_value_format,
+)
 from sentinel_cache.exceptions import ConfigurationError
 
 
@@ -445,6 +449,7 @@ class CacheOptions:
     compressor: str | None = None
     compress_min_length: int = 1024
     signing_key: bytes | None = None  # masked in the repr
+    value_format: str = "framed"
     ignore_exceptions: bool = False
     log_ignored_exceptions_interval: float = 10.0
     durable_replicas: int = 0
@@ -505,6 +510,7 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "SENTINEL_KWARGS": ("sentinel_kwargs", "sentinel_kwargs"),
     "SERIALIZER": (_CACHE, "serializer"),
     "COMPRESSOR": (_CACHE, "compressor"),
+    "VALUE_FORMAT": (_CACHE, "value_format"),
     "COMPRESS_MIN_LENGTH": (_CACHE, "compress_min_length"),
     "SIGNING_KEY": (_CACHE, "signing_key"),
     "IGNORE_EXCEPTIONS": (_CACHE, "ignore_exceptions"),
@@ -619,6 +625,7 @@ _STRING_OPTIONS = _SECRET_OPTIONS | {
     "SENTINEL_SSL_CERT_REQS",
     "SERIALIZER",
     "COMPRESSOR",
+    "VALUE_FORMAT",
 }
 
 
@@ -725,13 +732,18 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
     serializer = values.get("serializer", "pickle")
     if not isinstance(serializer, str) and not callable(serializer):
         raise _bad(
-            "SERIALIZER", serializer, 'expected "pickle", "json", "msgpack" or a dotted path'
+            "SERIALIZER",
+            serializer,
+            'expected "pickle", "json", "msgpack", "text", "bytes" or a dotted path',
         )
     compressor = values.get("compressor")
     if compressor is not None and not isinstance(compressor, str):
         raise _bad("COMPRESSOR", compressor, 'expected "zlib", "zstd" or a dotted path')
     # The codec owns SIGNING_KEY and COMPRESS_MIN_LENGTH: its checks, also run by Codec(...).
     signing_key = check_signing_key(values.get("signing_key"))
+    value_format = check_value_format(
+        values.get("value_format", "framed"), compressor=compressor, signing_key=signing_key
+    )
     ignore = values.get("ignore_exceptions", False)
     if not isinstance(ignore, bool):
         raise _bad("IGNORE_EXCEPTIONS", ignore, "must be True or False")
@@ -748,6 +760,7 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
         compressor=compressor,
         compress_min_length=compress_min_length,
         signing_key=signing_key,
+        value_format=value_format,
         ignore_exceptions=ignore,
         log_ignored_exceptions_interval=values.get("log_ignored_exceptions_interval", 10.0),
         durable_replicas=values.get("durable_replicas", 0),

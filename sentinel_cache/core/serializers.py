@@ -15,7 +15,7 @@ Storage format (one Redis string value)
 
 ``FRAMED = 0xFE, header, payload``
     ``header`` = serializer id << 4 | compressor id. Serializers: 1 pickle, 2 json, 3 msgpack,
-    15 custom. Compressors: 0 none, 1 zlib, 2 zstd, 15 custom. The payload is the serializer's
+    4 text (a ``str`` as UTF-8), 5 bytes (as given), 15 custom. Compressors: 0 none, 1 zlib, 2 zstd, 15 custom. The payload is the serializer's
     output, compressed when the header says so.
 
 ``SIGNED = 0xFF, mac[32], FRAMED...``
@@ -50,6 +50,13 @@ Reading rules, and why
 * A legacy plain pickle stream (``0x80 ...``, e.g. left by django-redis or by an earlier
   version) is unpickled only when this codec's serializer is pickle and it has no signing key.
 * Anything else, and any payload that fails to decode, raises :class:`InvalidValueError`.
+
+``VALUE_FORMAT = "plain"``: the serializer's bare output, nothing around it (what another
+program, a Java service, writes and reads: ``"text"``, ``"json"``, ``"bytes"``; ``"pickle"`` is
+django-redis's own format). Integers are canonical decimals as in the framed format, and a
+canonical decimal reads as an ``int`` whatever the serializer (``INCR`` works on it). There is no
+header, so a plain codec reads only its own serializer's output (anything else is a miss) and
+takes neither a compressor (a reader could not tell a compressed value) nor a signing key.
 
 Security note: without a signing key, anyone who can write to Redis can make a pickle-configured
 reader unpickle chosen bytes, which runs code. A json or msgpack reader never unpickles an
@@ -91,6 +98,8 @@ class CodecOptions(Protocol):
     def compress_min_length(self) -> int: ...
     @property
     def signing_key(self) -> bytes | None: ...
+    @property
+    def value_format(self) -> str: ...
 
 
 __all__ = ["Codec", "build_codec"]
@@ -100,7 +109,8 @@ MAGIC = 0xFE
 SIGNED_MAGIC = 0xFF
 MAC_SIZE = 32
 
-PICKLE_ID, JSON_ID, MSGPACK_ID = 1, 2, 3  # serializer ids (high nibble of the header)
+PICKLE_ID, JSON_ID, MSGPACK_ID, TEXT_ID, BYTES_ID = 1, 2, 3, 4, 5  # serializer ids (header)
+VALUE_FORMATS = ("framed", "plain")
 ZLIB_ID, ZSTD_ID = 1, 2  # compressor ids (low nibble; 0 means uncompressed)
 CUSTOM_ID = 15  # either nibble: this codec's own custom serializer / compressor
 
@@ -131,6 +141,42 @@ def check_compress_min_length(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _bad("COMPRESS_MIN_LENGTH", value, "must be an integer >= 0")
     return value
+
+
+def check_value_format(value: Any, *, compressor: Any, signing_key: Any) -> str:
+    """``VALUE_FORMAT``: "framed" or "plain"; plain values carry no header, so they are neither
+    compressed nor signed (a reader could not tell)."""
+    if value not in VALUE_FORMATS:
+        raise _bad("VALUE_FORMAT", value, 'expected "framed" or "plain"')
+    if value == "plain" and signing_key is not None:
+        raise ConfigurationError(
+            option="VALUE_FORMAT",
+            value=value,
+            reason='"plain" values carry no signature: it cannot be combined with SIGNING_KEY',
+        )
+    if value == "plain" and compressor is not None:
+        raise _bad("COMPRESSOR", compressor, 'must be None with VALUE_FORMAT "plain" (no header)')
+    return str(value)
+
+
+def _text_dumps(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f'SERIALIZER "text" stores str values, not {_type_name(value)}')
+    return value.encode("utf-8")
+
+
+def _text_loads(payload: bytes) -> str:
+    return payload.decode("utf-8")
+
+
+def _bytes_dumps(value: Any) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f'SERIALIZER "bytes" stores bytes values, not {_type_name(value)}')
+    return bytes(value)
+
+
+def _bytes_loads(payload: bytes) -> bytes:
+    return payload
 
 
 def check_signing_key(value: Any) -> bytes | None:
@@ -390,6 +436,7 @@ class Codec:
         "_fast_prefix",
         "_legacy_pickle",
         "_plain_pickle",
+        "value_format",
     )
 
     serializer_name: str
@@ -403,6 +450,7 @@ class Codec:
         compress_min_length: int = 1024,
         signing_key: bytes | None = None,
         pickle_protocol: int = pickle.HIGHEST_PROTOCOL,
+        value_format: str = "framed",
     ) -> None:
         if (
             isinstance(pickle_protocol, bool)
@@ -422,6 +470,8 @@ class Codec:
             PICKLE_ID: pickle.loads,
             JSON_ID: _json_loads,
             MSGPACK_ID: _msgpack_loads_lazy,
+            TEXT_ID: _text_loads,
+            BYTES_ID: _bytes_loads,
             CUSTOM_ID: _no_custom("serializer"),
         }
         dumps: _Dumps
@@ -442,11 +492,15 @@ class Codec:
             self._serializer_id = MSGPACK_ID
             module = _import_optional("msgpack", "SERIALIZER", "msgpack", "msgpack")
             dumps, loaders[MSGPACK_ID] = _msgpack_functions(module)
+        elif known == "text":
+            self._serializer_id, dumps = TEXT_ID, _text_dumps
+        elif known == "bytes":
+            self._serializer_id, dumps = BYTES_ID, _bytes_dumps
         elif isinstance(serializer, str) and "." not in serializer:
             raise _bad(
                 "SERIALIZER",
                 serializer,
-                'expected "pickle", "json", "msgpack" or a dotted path to a class',
+                'expected "pickle", "json", "msgpack", "text", "bytes" or a dotted path to a class',
             )
         else:
             target, known = _resolve_object("SERIALIZER", serializer, ("dumps", "loads"))
@@ -488,18 +542,26 @@ class Codec:
         self._compressed_prefix = bytes((MAGIC, self._serializer_id << 4 | compressor_id))
 
         key = check_signing_key(signing_key)
+        self.value_format = check_value_format(value_format, compressor=compressor, signing_key=key)
         self._signer = None if key is None else _Signer(key)
         self._legacy_pickle = self._serializer_id == PICKLE_ID and self._signer is None
         # Reading: unsigned framed pickle (what the default configuration writes) skips dispatch.
         self._fast_prefix = self._prefix[:1] + _PLAIN_PICKLE_HEADER if self._legacy_pickle else None
         self._plain_pickle = (
-            self._serializer_id == PICKLE_ID and compress is None and self._signer is None
+            self._serializer_id == PICKLE_ID
+            and compress is None
+            and self._signer is None
+            and self.value_format == "framed"
         )
+        if self.value_format == "plain":
+            self._fast_prefix = None
 
     def __repr__(self) -> str:
         return (
             f"Codec(serializer={self.serializer_name!r}, compressor={self.compressor_name!r}, "
-            f"compress_min_length={self.compress_min_length}, signed={self._signer is not None})"
+            f"compress_min_length={self.compress_min_length}, signed={self._signer is not None}"
+            + ("" if self.value_format == "framed" else ", value_format='plain'")
+            + ")"
         )
 
     # --- writing ---
@@ -517,6 +579,8 @@ class Codec:
             payload = self._dumps(value)
         except Exception as exc:
             raise self._serialization_error(value, exc) from exc
+        if self.value_format == "plain":
+            return payload
         compress = self._compress
         if compress is not None and len(payload) >= self.compress_min_length:
             packed = compress(payload)
@@ -556,6 +620,8 @@ class Codec:
             if isinstance(coerced, int):
                 return coerced
             data = coerced
+        if self.value_format == "plain":
+            return self._load_plain(data)
         try:
             first = data[0]
         except IndexError:
@@ -574,6 +640,23 @@ class Codec:
             except Exception as exc:
                 raise InvalidValueError(f"stored pickle cannot be loaded: {exc!r}") from exc
         raise InvalidValueError(f"stored value has an unknown format (starts {data[:4]!r})")
+
+    def _load_plain(self, data: bytes) -> Any:
+        """A bare value: a canonical decimal of the signed 64-bit range is an ``int``, what
+        ``dumps`` writes for one (``b"007"`` is not, nor a longer number: they stay the
+        serializer's), anything else the serializer's output."""
+        if len(data) <= 20 and (data[:1].isdigit() or data[:1] == b"-"):
+            digits = data[1:] if data[:1] == b"-" else data
+            if digits.isdigit() and str(int(data)).encode() == data:
+                number = int(data)
+                if _INT64_MIN <= number <= _INT64_MAX:
+                    return number
+        try:
+            return self._loaders[self._serializer_id](data)
+        except Exception as exc:
+            raise InvalidValueError(
+                f"stored value is not {self.serializer_name} (VALUE_FORMAT plain): {exc!r}"
+            ) from exc
 
     def _load_signed(self, data: bytes) -> Any:
         inner = data[1 + MAC_SIZE :]
@@ -636,4 +719,5 @@ def build_codec(options: CodecOptions) -> Codec:
         compressor=options.compressor,
         compress_min_length=options.compress_min_length,
         signing_key=options.signing_key,
+        value_format=options.value_format,
     )

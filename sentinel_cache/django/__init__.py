@@ -19,5 +19,6 @@ except ImportError as exc:  # the optional dependency is missing: say which extr
 
 from sentinel_cache.django.cache import InvalidKeyError, ShardedSentinelCache
 from sentinel_cache.django.connection import get_redis_connection
+from sentinel_cache.django.keys import plain_key
 
-__all__ = ["InvalidKeyError", "ShardedSentinelCache", "get_redis_connection"]
+__all__ = ["InvalidKeyError", "ShardedSentinelCache", "get_redis_connection", "plain_key"]
