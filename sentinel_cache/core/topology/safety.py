@@ -1,12 +1,12 @@
 """The safety net's policy, in one place: when to ask the sentinels again about a shard, and
 whether a failed call may be retried.
 
-One loop runs it: the operations' ``run`` (and ``scatter``, for a batch per shard), on a
-connection error, timeout or READONLY reply from a shard's master, asks
+The operations' loop runs it (``run``, and ``scatter`` for a batch per shard): on a connection
+error, timeout or READONLY reply from a shard's master it asks
 :meth:`SafetyNet.should_reresolve`, then :meth:`SafetyNet.reresolve`, then
-:meth:`SafetyNet.retry_or_raise`. The rest is the same policy on a clock or at start: a shard
-with no master known yet, a shard whose last resolution failed, a write fence whose failover
-never announced its end (the housekeeper calls those two every half second).
+:meth:`SafetyNet.retry_or_raise`, through the pool's methods of the same names. The rest is the
+same policy at the start of a call (no master known yet) or on the housekeeper's clock (a shard
+whose last resolution failed, a write fence whose failover never announced its end).
 """
 
 from __future__ import annotations

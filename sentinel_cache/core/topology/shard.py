@@ -178,7 +178,7 @@ class Shard:
         self._rotation: list[tuple[Address, redis.Redis]] = []
         self._replica_turn = itertools.count()
 
-    # -- the state, read-only from outside -----------------------------------------------------
+    # -- the state, read-only from outside ---------------------------------------------------
     @property
     def address(self) -> Address | None:
         return self._address

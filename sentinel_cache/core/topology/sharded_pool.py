@@ -336,19 +336,6 @@ class ShardedSentinelPool:
                 raise outcome
         return {name: self._by_name[name].address for name in results}  # type: ignore[misc]
 
-    def claimant(self, name: str, address: Address, majority: bool) -> str | None:
-        """Why the shard of master ``name`` may not be on ``address``, or None: "one node, one
-        shard" (see ``Placement.claimant``)."""
-        return self.placement.claimant(name, address, majority)
-
-    def apply_resolution(self, shard: Shard, resolution: Resolution, *, source: str) -> bool:
-        """Take a resolution from the sentinels if it is newer than the shard's evidence."""
-        return self.placement.apply_resolution(shard, resolution, source=source)
-
-    def on_switch(self, callback: SwitchCallback) -> Callable[[], None]:
-        """Register ``callback(event)`` for every master switch (for metrics); returns an undo."""
-        return self.placement.on_switch(callback)
-
     def close(self) -> None:
         """Release every socket and thread; idempotent."""
         with self._lock:
@@ -428,13 +415,29 @@ class ShardedSentinelPool:
         return shard.client if write else shard.read_client()
 
     def ready(self, shard: Shard, write: bool) -> None:
+        """Before a call: the core started, the shard's master known, and (for a write) its
+        fence open."""
         if not self._started or self._pid != os.getpid():
             self._ensure_started()
         self.safety.need_master(shard)
         if write and shard.fenced:
             shard.wait_fence(self.config.failover_hold)
 
-    # -- the safety net (see SafetyNet): what the operations' one loop asks ---------------------
+    # -- switches (see Placement) ------------------------------------------------------------
+    def claimant(self, name: str, address: Address, majority: bool) -> str | None:
+        """Why the shard of master ``name`` may not be on ``address``, or None: "one node, one
+        shard" (see ``Placement.claimant``)."""
+        return self.placement.claimant(name, address, majority)
+
+    def apply_resolution(self, shard: Shard, resolution: Resolution, *, source: str) -> bool:
+        """Take a resolution from the sentinels if it is newer than the shard's evidence."""
+        return self.placement.apply_resolution(shard, resolution, source=source)
+
+    def on_switch(self, callback: SwitchCallback) -> Callable[[], None]:
+        """Register ``callback(event)`` for every master switch (for metrics); returns an undo."""
+        return self.placement.on_switch(callback)
+
+    # -- the safety net (see SafetyNet): what the operations' run and scatter ask ------------
     def should_reresolve(self, shard: Shard, exc: BaseException, generation: int) -> bool:
         return self.safety.should_reresolve(shard, exc, generation)
 
