@@ -15,8 +15,12 @@ class Followed(Protocol):
     which builds the connections, so this module cannot import it)."""
 
     label: str
-    generation: int
-    promotions: int
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def promotions(self) -> int: ...
 
     def current(self) -> tuple[Address | None, int]: ...
 

@@ -1,9 +1,11 @@
 """One background thread per core for what must happen on a clock rather than on traffic.
 
 - A write fence whose failover never announced its end (a lost message) is re-checked through
-  the sentinels after ``STALE_FENCE_SECONDS``.
+  the sentinels after ``STALE_FENCE_SECONDS`` (``Shard.fence_stale``).
 - A shard whose last re-resolve failed (sentinels unreachable) is re-resolved again, so its error
   clears once the sentinels answer, even if no call fails meanwhile.
+
+Those two are the safety net's (``core/topology/safety.py``); this thread is only their clock.
 - With ``READ_FROM_REPLICAS``, every replica in a shard's read rotation is asked ``ROLE`` about
   once a second: a replica that no longer follows the shard's current master (detached by hand,
   demoted link, still syncing, unreachable) leaves the rotation until it does again, instead of
@@ -28,8 +30,6 @@ from sentinel_cache.core.topology.shard import Shard
 
 logger = logging.getLogger("sentinel_cache")
 
-#: A fence the events never lifted (messages lost) is re-checked through the sentinels after this.
-STALE_FENCE_SECONDS = 5.0
 #: Replica ROLE checks use their own short timeouts: a hung replica must not stall the others.
 CHECK_TIMEOUT = 0.5
 

@@ -13,7 +13,8 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple, TypeVar
 
 import redis
@@ -71,6 +72,8 @@ NO_EVIDENCE = Evidence(0, float("-inf"))
 
 #: How many former masters a shard remembers (for "one node, one shard", see the core).
 FORMER_KEPT = 8
+#: A fence the events never lifted (messages lost) is re-checked through the sentinels after this.
+STALE_FENCE_SECONDS = 5.0
 
 
 class SwitchEvent:
@@ -104,42 +107,54 @@ class SwitchEvent:
 
 
 class Shard:
-    """One master name at one ring position: its address, pool, fence and history."""
+    """One master name at one ring position: its address, pool, fence and history.
 
-    def __init__(self, index: int, name: str, weight: int, config: PoolConfig) -> None:
+    Its state changes only through its own methods (the failover state machine has this one
+    home); the rest of the core reads it through the properties below."""
+
+    def __init__(
+        self,
+        index: int,
+        name: str,
+        weight: int,
+        config: PoolConfig,
+        *,
+        metrics: Metrics | None = None,
+        restarted: RestartCallback | None = None,
+    ) -> None:
         self.index = index
         self.name = name
         self.weight = weight
         self.label = f"{index} ({name})"
         self._lock = threading.Lock()
-        self.address: Address | None = None
-        self.generation = 0
-        self.replicas: tuple[Address, ...] = ()
-        self.agreeing = 0
-        self.error: BaseException | None = None
-        self.switch_count = 0
-        self.last_switch: float | None = None
-        self.last_switch_source: str | None = None
-        self.evidence = NO_EVIDENCE
-        self.former: tuple[Address, ...] = ()  # the masters it switched away from, oldest first
+        self._address: Address | None = None
+        self._generation = 0
+        self._replicas: tuple[Address, ...] = ()
+        self._agreeing = 0
+        self._error: BaseException | None = None
+        self._switch_count = 0
+        self._last_switch: float | None = None
+        self._last_switch_source: str | None = None
+        self._evidence = NO_EVIDENCE
+        self._former: tuple[Address, ...] = ()  # the masters it switched away from, oldest first
         # The safety net's re-resolve: single-flight, rate-limited, its failures logged once
         # per interval with a count of what was suppressed.
-        self.resolving = threading.Lock()
-        self.last_resolve = 0.0
-        self.resolve_failures = Throttle(10.0)
+        self._resolving = threading.Lock()
+        self._last_resolve = 0.0
+        self._resolve_failures = Throttle(10.0)
         self._fence_open = threading.Event()
         self._fence_open.set()
-        self.promotions = 0  # replica promotions announced: a reply in flight across one is moot
-        self.fence_reason: str | None = None
-        self.fence_since: float | None = None
-        self.metrics: Metrics | None = None  # the core's, if METRICS is on
+        self._promotions = 0  # replica promotions announced: a reply in flight across one is moot
+        self._fence_reason: str | None = None
+        self._fence_since: float | None = None
+        self._metrics = metrics  # the core's, if METRICS is on
         # The master's run_id (INFO server), asked on every new connection to it: a new one in
         # the same generation is a restart without a switch (see note_run_id).
-        self.run_id: str | None = None
+        self._run_id: str | None = None
         self._run_id_seen = (-1, float("-inf"))  # (generation, monotonic time asked)
-        self.restarts = 0
-        self.last_restart: dict[str, Any] | None = None
-        self.restarted: RestartCallback | None = None  # set by the core
+        self._restarts = 0
+        self._last_restart: dict[str, Any] | None = None
+        self._restarted = restarted  # the core's report of an empty restart
         # What the master of a generation was found to allow (see FEATURES): feature ->
         # (generation, allowed).
         self._features: dict[str, tuple[int, bool]] = {}
@@ -159,22 +174,91 @@ class Shard:
         self._replica_kwargs = (connection_class, kwargs, config.max_connections)
         self._replica_clients: dict[Address, redis.Redis] = {}
         self._down: set[Address] = set()  # listed by the sentinels, but failing our checks
-        self.serving_replicas: tuple[Address, ...] = ()
+        self._serving_replicas: tuple[Address, ...] = ()
         self._rotation: list[tuple[Address, redis.Redis]] = []
         self._replica_turn = itertools.count()
 
+    # -- the state, read-only from outside ---------------------------------------------------
+    @property
+    def address(self) -> Address | None:
+        return self._address
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every switch: what a connection, a scan or a reply was made for."""
+        return self._generation
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the last resolution failed (None once the sentinels answered)."""
+        return self._error
+
+    @property
+    def agreeing(self) -> int:
+        """How many sentinels named the master in the last resolution taken."""
+        return self._agreeing
+
+    @property
+    def former(self) -> tuple[Address, ...]:
+        return self._former
+
+    @property
+    def replicas(self) -> tuple[Address, ...]:
+        return self._replicas
+
+    @property
+    def serving_replicas(self) -> tuple[Address, ...]:
+        """The replicas in the read rotation: listed, and passing our checks."""
+        return self._serving_replicas
+
+    @property
+    def promotions(self) -> int:
+        return self._promotions
+
+    @property
+    def fence_reason(self) -> str | None:
+        return self._fence_reason
+
+    @property
+    def switch_count(self) -> int:
+        return self._switch_count
+
+    @property
+    def last_switch_source(self) -> str | None:
+        return self._last_switch_source
+
+    @property
+    def run_id(self) -> str | None:
+        return self._run_id
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    @property
+    def last_restart(self) -> dict[str, Any] | None:
+        return None if self._last_restart is None else dict(self._last_restart)
+
+    @property
+    def metrics(self) -> Metrics | None:
+        return self._metrics
+
+    @property
+    def resolve_failures(self) -> Throttle:
+        return self._resolve_failures
+
     def __repr__(self) -> str:
-        fence = f" fenced({self.fence_reason})" if not self._fence_open.is_set() else ""
+        fence = f" fenced({self._fence_reason})" if not self._fence_open.is_set() else ""
         return (
-            f"<Shard {self.label} master={self.address} gen={self.generation} "
-            f"replicas={len(self.replicas)} switches={self.switch_count}{fence}>"
+            f"<Shard {self.label} master={self._address} gen={self._generation} "
+            f"replicas={len(self._replicas)} switches={self._switch_count}{fence}>"
         )
 
     def reset_locks(self) -> None:
         """After a fork: a lock held by a parent thread would never be released in the child."""
         self._lock = threading.Lock()
-        self.resolving = threading.Lock()
-        self.resolve_failures.reset_after_fork()
+        self._resolving = threading.Lock()
+        self._resolve_failures.reset_after_fork()
         fenced = self.fenced
         self._fence_open = threading.Event()
         if not fenced:
@@ -185,14 +269,14 @@ class Shard:
         it was asked (after a switch the new master is asked again: a rolling upgrade may mix
         versions, and ACLs are set per server)."""
         known = self._features.get(feature)
-        return known[1] if known is not None and known[0] == self.generation else None
+        return known[1] if known is not None and known[0] == self._generation else None
 
     def learned(self, feature: str, generation: int, allowed: bool) -> None:
         self._features[feature] = (generation, allowed)
 
     def current(self) -> tuple[Address | None, int]:
         with self._lock:
-            return self.address, self.generation
+            return self._address, self._generation
 
     def switch(
         self, address: Address, *, source: str, evidence: Evidence | None = None
@@ -207,31 +291,60 @@ class Shard:
         if evidence is None:
             evidence = Evidence(0, time.monotonic())
         with self._lock:
-            old = self.address
+            old = self._address
             if old == address:  # a confirmation: keep the newer evidence
-                if evidence.newer_than(self.evidence):
-                    self.evidence = evidence
-                self.error = None
+                if evidence.newer_than(self._evidence):
+                    self._evidence = evidence
+                self._error = None
                 return "same", old
-            if not evidence.newer_than(self.evidence):
+            if not evidence.newer_than(self._evidence):
                 return "stale", old
-            self.evidence = evidence
-            self.error = None
-            self.address = address
-            self.generation += 1
+            self._evidence = evidence
+            self._error = None
+            self._address = address
+            self._generation += 1
             if old is not None:
-                self.former = (*self.former, old)[-FORMER_KEPT:]
-                self.switch_count += 1
-                self.last_switch = time.time()
-                self.last_switch_source = source
+                self._former = (*self._former, old)[-FORMER_KEPT:]
+                self._switch_count += 1
+                self._last_switch = time.time()
+                self._last_switch_source = source
         self.pool.retire_idle()  # network I/O outside the lock
         return "moved", old
+
+    def failed(self, error: BaseException) -> None:
+        """A resolution failed (or named a node this shard may not take): kept until the next
+        address is taken or confirmed, for the errors raised and the status shown."""
+        with self._lock:
+            self._error = error
+
+    def note_agreeing(self, agreeing: int) -> None:
+        """How many sentinels named the master in the resolution just taken."""
+        with self._lock:
+            self._agreeing = agreeing
+
+    @contextmanager
+    def reresolving(self, interval: float, *, force: bool = False) -> Iterator[bool]:
+        """Yield True if the caller is to ask the sentinels again for this shard now: no
+        re-resolve running (single-flight) and, unless ``force``, none begun in the last
+        ``interval`` seconds (a dead shard does not hammer the sentinels)."""
+        now = time.monotonic()
+        if not force and now - self._last_resolve < interval:
+            yield False
+            return
+        if not self._resolving.acquire(blocking=False):
+            yield False
+            return
+        try:
+            self._last_resolve = now
+            yield True
+        finally:
+            self._resolving.release()
 
     def note_run_id(
         self, generation: int, run_id: str, asked_at: float, *, source: str, rebooted: bool = False
     ) -> bool:
         """The master of ``generation`` said its run_id is ``run_id`` (asked at ``asked_at``);
-        True if that is a restart, which is then reported through :attr:`restarted`.
+        True if that is a restart, which is then reported to the core's ``restarted``.
 
         A restart is a new run_id without a switch, or (``rebooted``: the sentinels sent
         ``+reboot``) a run_id not reported yet. A master restarted without persistence comes
@@ -240,27 +353,27 @@ class Shard:
         """
         with self._lock:
             seen_generation, seen_at = self._run_id_seen
-            if generation != self.generation or (
+            if generation != self._generation or (
                 generation == seen_generation and asked_at < seen_at
             ):
                 return False
-            old = self.run_id if seen_generation == generation else None
-            self.run_id, self._run_id_seen = run_id, (generation, asked_at)
-            reported = self.last_restart is not None and self.last_restart["run_id"] == run_id
+            old = self._run_id if seen_generation == generation else None
+            self._run_id, self._run_id_seen = run_id, (generation, asked_at)
+            reported = self._last_restart is not None and self._last_restart["run_id"] == run_id
             if reported or not ((old is not None and old != run_id) or rebooted):
                 return False
             if old == run_id:  # +reboot of the process we met first: its predecessor is unknown
                 old = None
-            self.restarts += 1
-            self.last_restart = {
+            self._restarts += 1
+            self._last_restart = {
                 "at": time.time(),
-                "address": None if self.address is None else str(self.address),
+                "address": None if self._address is None else str(self._address),
                 "previous_run_id": old,
                 "run_id": run_id,
                 "source": source,
             }
-        if self.restarted is not None:
-            self.restarted(self, old, run_id, source)
+        if self._restarted is not None:
+            self._restarted(self, old, run_id, source)
         return True
 
     # -- write fence -------------------------------------------------------------------------
@@ -268,41 +381,48 @@ class Shard:
     def fenced(self) -> bool:
         return not self._fence_open.is_set()
 
+    @property
+    def fence_stale(self) -> bool:
+        """Fenced for over ``STALE_FENCE_SECONDS``: the end of the failover was never heard (a
+        lost message), so the sentinels are asked again and the fence lowered."""
+        since = self._fence_since
+        return since is not None and time.monotonic() - since > STALE_FENCE_SECONDS
+
     def raise_fence(self, reason: str) -> None:
         with self._lock:
             if self._fence_open.is_set():
-                self.fence_since = time.monotonic()
-            self.fence_reason = reason
+                self._fence_since = time.monotonic()
+            self._fence_reason = reason
             self._fence_open.clear()
 
     def note_promotion(self) -> None:
         """The sentinels sent ``SLAVEOF NO ONE`` to a replica of this shard: from now on the old
         master's acknowledgements of commands already in flight prove nothing."""
         with self._lock:
-            self.promotions += 1
+            self._promotions += 1
 
     def lower_fence(self) -> None:
         with self._lock:
-            since = self.fence_since
-            self.fence_reason = None
-            self.fence_since = None
+            since = self._fence_since
+            self._fence_reason = None
+            self._fence_since = None
             self._fence_open.set()
-        if since is not None and self.metrics is not None:
-            self.metrics.fence(self.name, time.monotonic() - since)
+        if since is not None and self._metrics is not None:
+            self._metrics.fence(self.name, time.monotonic() - since)
 
     def wait_fence(self, hold: float) -> None:
         if self._fence_open.is_set() or self._fence_open.wait(hold):
             return
         raise FailoverInProgressError(
             f"shard {self.label}: writes held for {hold:g}s while a failover is in progress "
-            f"({self.fence_reason}); the new master was not confirmed in time"
+            f"({self._fence_reason}); the new master was not confirmed in time"
         )
 
     # -- replicas ----------------------------------------------------------------------------
     def set_replicas(self, replicas: Sequence[Address]) -> None:
         """The replicas the sentinels list; clients are kept for those still listed."""
         replicas = tuple(replicas)
-        if replicas == self.replicas:
+        if replicas == self._replicas:
             return
         connection_class, kwargs, max_connections = self._replica_kwargs
         with self._lock:
@@ -322,7 +442,7 @@ class Shard:
             }
             dropped = [c for a, c in current.items() if a not in clients]
             self._replica_clients = clients
-            self.replicas = replicas
+            self._replicas = replicas
             self._down &= set(replicas)
             self._update_rotation()
         for client in dropped:
@@ -347,8 +467,8 @@ class Shard:
         )
 
     def _update_rotation(self) -> None:
-        self.serving_replicas = tuple(a for a in self.replicas if a not in self._down)
-        self._rotation = [(a, self._replica_clients[a]) for a in self.serving_replicas]
+        self._serving_replicas = tuple(a for a in self._replicas if a not in self._down)
+        self._rotation = [(a, self._replica_clients[a]) for a in self._serving_replicas]
 
     def read_replica(self) -> tuple[Address, redis.Redis] | None:
         """The next replica in the read rotation (its address and client), or None."""
@@ -360,6 +480,26 @@ class Shard:
     def read_client(self) -> redis.Redis:
         replica = self.read_replica()
         return self.client if replica is None else replica[1]
+
+    def snapshot(self) -> dict[str, Any]:
+        """This shard in ``ShardedSentinelPool.status()``: from memory, no network."""
+        return {
+            "index": self.index,
+            "name": self.name,
+            "weight": self.weight,
+            "address": None if self._address is None else str(self._address),
+            "replicas": [str(a) for a in self._replicas],
+            "sentinels_agreeing": self._agreeing,
+            "switch_count": self._switch_count,
+            "restarts": self._restarts,
+            "last_restart": self.last_restart,
+            "last_switch": self._last_switch,
+            "last_switch_source": self._last_switch_source,
+            "fenced": self.fenced,
+            "fence_reason": self._fence_reason,
+            "error": None if self._error is None else str(self._error),
+            "connections": self.pool.connection_count(),
+        }
 
     def close(self) -> None:
         self.pool.disconnect()

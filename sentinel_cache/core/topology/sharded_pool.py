@@ -1,5 +1,10 @@
 """The sharded core (Jedis's ``ShardedJedisSentinelPool``): the ring, one ``Shard`` per master,
-discovery, the listeners and the safety net that re-resolves a shard and retries once."""
+discovery, the listeners, and its life (start, fork, close).
+
+What it decides lives beside it: :mod:`~sentinel_cache.core.topology.placement` (every switch,
+"one node, one shard") and :mod:`~sentinel_cache.core.topology.safety` (when to ask the
+sentinels again, and whether a failed call is retried); the pool exposes both under its own
+method names, which the operations and the listeners call."""
 
 from __future__ import annotations
 
@@ -8,39 +13,29 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import redis
 
 from sentinel_cache.core.arguments import check_key
 from sentinel_cache.core.config import Address, PoolConfig
-from sentinel_cache.core.metrics import metrics_backend, source_kind, tracer
+from sentinel_cache.core.metrics import metrics_backend, tracer
 from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.topology import registry
 from sentinel_cache.core.topology.discovery import (
     Discovery,
     Resolution,
     SentinelSet,
-    check_role,
-    data_node_refusal,
     direct_client,
 )
 from sentinel_cache.core.topology.following import run_id_of
-from sentinel_cache.core.topology.housekeeping import STALE_FENCE_SECONDS, Housekeeper
+from sentinel_cache.core.topology.housekeeping import Housekeeper
 from sentinel_cache.core.topology.listener import ListenerGroup
 from sentinel_cache.core.topology.near import NearCache
-from sentinel_cache.core.topology.shard import (
-    Evidence,
-    Shard,
-    SwitchCallback,
-    SwitchEvent,
-)
-from sentinel_cache.exceptions import (
-    AuthenticationFailedError,
-    ConflictingMasterError,
-    ShardUnavailableError,
-    StaleReplyError,
-)
+from sentinel_cache.core.topology.placement import Placement
+from sentinel_cache.core.topology.safety import SafetyNet
+from sentinel_cache.core.topology.shard import Evidence, Shard, SwitchCallback
+from sentinel_cache.exceptions import AuthenticationFailedError, ShardUnavailableError
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -86,8 +81,9 @@ class ShardedSentinelPool:
     def _setup(self, config: PoolConfig) -> None:
         self.config = config
         self.ring = HashRing(config.weights)
+        self.metrics = metrics_backend(config.metrics)
         self.shards: tuple[Shard, ...] = tuple(
-            Shard(i, name, weight, config)
+            Shard(i, name, weight, config, metrics=self.metrics, restarted=self._report_restart)
             for i, (name, weight) in enumerate(zip(config.masters, config.weights, strict=True))
         )
         # While a resharding migrates keys (PREVIOUS_MASTERS): the old placement, and a shard
@@ -100,20 +96,23 @@ class ShardedSentinelPool:
             if name not in current
         ]
         self.departed: tuple[Shard, ...] = tuple(
-            Shard(len(self.shards) + i, name, weight, config)
+            Shard(
+                len(self.shards) + i,
+                name,
+                weight,
+                config,
+                metrics=self.metrics,
+                restarted=self._report_restart,
+            )
             for i, (name, weight) in enumerate(leaving)
         )
         self.every_shard = self.shards + self.departed
         self._by_name = {shard.name: shard for shard in self.every_shard}
         self._previous = tuple(self._by_name[name] for name in config.previous_masters)
-        self._callbacks: list[SwitchCallback] = []
         self._closers: list[Callable[[], None]] = []
-        self.metrics = metrics_backend(config.metrics)
+        self.placement = Placement(self.every_shard, config, self.metrics)
         self.near = NearCache(config, self.shards, self.shard_index) if config.near_cache else None
         self.tracer = tracer(config.tracing)
-        for shard in self.every_shard:
-            shard.metrics = self.metrics
-            shard.restarted = self._report_restart
         self._reset_process_state()
         registry.track(self)
 
@@ -124,14 +123,21 @@ class ShardedSentinelPool:
         self._started = False
         self.closed = False  # read on every call: an attribute, not a property
         self._initial: dict[str, Resolution | BaseException] = {}
-        self._placement = threading.Lock()  # see _place
+        self.placement.reset_locks()
         self.sentinels = SentinelSet(self.config.sentinels, self.config.sentinel_options())
         self.discovery = Discovery(
             self.sentinels,
             self.config.connection_options(),
             timeout=self.config.discovery_timeout,
             replicas=self.config.read_from_replicas,
-            claimant=self.claimant,
+            claimant=self.placement.claimant,
+        )
+        self.safety = SafetyNet(
+            self.every_shard,
+            self.discovery,
+            self.placement,
+            interval=self.config.reresolve_interval,
+            metrics=self.metrics,
         )
         for shard in self.every_shard:
             shard.reset_locks()
@@ -227,8 +233,13 @@ class ShardedSentinelPool:
         adopted it), so a later answer from sentinels that have not heard of the failover yet
         cannot move the shard back."""
         epoch = 0 if sentinel is None else self.sentinels.config_epoch(sentinel, shard.name)
-        self.confirm_and_switch(
-            shard, address, source=source, evidence=Evidence(epoch, received), announced=True
+        self.placement.confirm_and_switch(
+            shard,
+            address,
+            source=source,
+            evidence=Evidence(epoch, received),
+            majority=len(self.sentinels.addresses) < 2,  # one sentinel's word
+            announced=True,
         )
         if shard.address == address and shard.fenced:
             shard.lower_fence()
@@ -240,9 +251,7 @@ class ShardedSentinelPool:
             if isinstance(outcome, Resolution):
                 shard = self._by_name[name]
                 self.apply_resolution(shard, outcome, source=source)
-                since = shard.fence_since
-                if since is not None and time.monotonic() - since > STALE_FENCE_SECONDS:
-                    shard.lower_fence()
+                self.safety.release_stale_fence(shard, asked=True)
         if self.listeners is not None:
             self.listeners.ensure(self.sentinels.addresses)
 
@@ -297,24 +306,12 @@ class ShardedSentinelPool:
             self.apply_resolution(self._by_name[name], outcome, source="replica change")
 
     def recheck_failed(self) -> None:
-        """Re-resolve the shards whose last resolution failed (rate-limited per shard)."""
-        for shard in self.every_shard:
-            if shard.error is not None and shard.address is not None:
-                self.reresolve(shard, reason="recheck after a failed resolution")
+        """Re-resolve the shards whose last resolution failed (see ``SafetyNet``)."""
+        self.safety.recheck_failed()
 
     def check_fences(self) -> None:
-        """Lift a fence whose failover we never heard the end of (a lost message)."""
-        for shard in self.every_shard:
-            since = shard.fence_since
-            if since is not None and time.monotonic() - since > STALE_FENCE_SECONDS:
-                self.reresolve(shard, reason="stale write fence", force=True)
-                logger.warning(
-                    "shard %s: no end of failover seen for %.0fs; releasing writes to %s",
-                    shard.label,
-                    STALE_FENCE_SECONDS,
-                    shard.address,
-                )
-                shard.lower_fence()
+        """Lift a fence whose failover we never heard the end of (see ``SafetyNet``)."""
+        self.safety.check_fences()
 
     def _discover_all(self) -> dict[str, Resolution | BaseException]:
         results = self.discovery.resolve(self._names)
@@ -323,7 +320,7 @@ class ShardedSentinelPool:
             if isinstance(outcome, Resolution):
                 self.apply_resolution(shard, outcome, source="discovery")
             else:
-                shard.error = outcome
+                shard.failed(outcome)
                 logger.error("shard %s: %s", shard.label, outcome)
         return results
 
@@ -338,111 +335,6 @@ class ShardedSentinelPool:
             if isinstance(outcome, BaseException):
                 raise outcome
         return {name: self._by_name[name].address for name in results}  # type: ignore[misc]
-
-    def claimant(self, name: str, address: Address, majority: bool) -> str | None:
-        """Why the shard of master ``name`` may not be on ``address``, or None: the one rule
-        of "one node, one shard", which discovery applies to every candidate and every switch
-        applies again (:meth:`taken`).
-
-        Two shards on one node would mix their keys, and ``ROLE`` only proves that a node is
-        *a* master. So a node another shard is on is refused, whoever names it (that shard
-        moves first); a node another shard was on before is refused unless most of the
-        sentinels asked name it (a stale old master, or one liar, cannot place it; a node
-        reused for another master name, as a recycled address can be, is taken on a majority).
-        """
-        for other in self.every_shard:
-            if other.name == name:
-                continue
-            if other.address == address:
-                return f"the master of shard {other.index} ({other.name!r})"
-            if not majority and address in other.former:
-                return (
-                    f"a former master of shard {other.index} ({other.name!r}), and not named by "
-                    "a majority of the sentinels"
-                )
-        return None
-
-    def taken(self, shard: Shard, address: Address, *, source: str, majority: bool) -> bool:
-        """True (with a warning, and the shard's error set) if :meth:`claimant` refuses
-        ``address`` for ``shard``: the last check before any switch, against a shard that moved
-        while the sentinels or ``ROLE`` were being asked."""
-        if shard.address == address:
-            return False
-        reason = self.claimant(shard.name, address, majority)
-        if reason is None:
-            return False
-        message = (
-            f"shard {shard.label}: refusing {source} naming {address}, {reason}: two shards "
-            "on one node would mix their keys"
-        )
-        logger.warning("%s", message)
-        shard.error = ConflictingMasterError(message)
-        return True
-
-    def apply_resolution(self, shard: Shard, resolution: Resolution, *, source: str) -> bool:
-        """Take a resolution from the sentinels if it is newer than the shard's evidence."""
-        if not resolution.verified:  # the sentinels still name the node that just failed
-            return False
-        named = ", ".join(map(str, resolution.named_by)) or "the sentinels"
-        outcome, old = self._place(
-            shard,
-            resolution.address,
-            source=source,
-            evidence=Evidence(resolution.epoch, resolution.asked_at),
-            named=f"{source} (named by {named})",
-            majority=resolution.majority,
-        )
-        if outcome == "taken":
-            return False
-        if outcome == "stale":
-            logger.info(
-                "shard %s: ignoring %s naming %s: a newer switch to %s came first",
-                shard.label,
-                source,
-                resolution.address,
-                old,
-            )
-            return False
-        shard.agreeing = resolution.agreeing
-        if self.config.read_from_replicas:
-            shard.set_replicas(resolution.replicas)
-        if outcome == "same":
-            return False
-        if old is not None:
-            self._announce(shard, old, resolution.address, source, None)
-        else:
-            logger.info(
-                "shard %s master %s (%d sentinels agree)",
-                shard.label,
-                resolution.address,
-                resolution.agreeing,
-            )
-        return True
-
-    def _announce(
-        self, shard: Shard, old: Address | None, new: Address, source: str, lag: float | None
-    ) -> None:
-        event = SwitchEvent(shard.index, shard.name, old, new, source, lag)
-        if self.metrics is not None:
-            self.metrics.switch(shard.name, source_kind(source))
-        logger.warning(
-            "shard %s switched %s -> %s (via %s%s)",
-            shard.label,
-            old,
-            new,
-            source,
-            "" if lag is None else f", {lag * 1000:.1f} ms after the sentinels announced it",
-        )
-        for callback in list(self._callbacks):
-            try:
-                callback(event)
-            except Exception:
-                logger.exception("switch callback %r failed", callback)
-
-    def on_switch(self, callback: SwitchCallback) -> Callable[[], None]:
-        """Register ``callback(event)`` for every master switch (for metrics); returns an undo."""
-        self._callbacks.append(callback)
-        return lambda: self._callbacks.remove(callback)
 
     def close(self) -> None:
         """Release every socket and thread; idempotent."""
@@ -523,50 +415,39 @@ class ShardedSentinelPool:
         return shard.client if write else shard.read_client()
 
     def ready(self, shard: Shard, write: bool) -> None:
+        """Before a call: the core started, the shard's master known, and (for a write) its
+        fence open."""
         if not self._started or self._pid != os.getpid():
             self._ensure_started()
-        if shard.address is None:
-            self.reresolve(shard, reason="no master known yet")
-            if shard.address is None:
-                if isinstance(shard.error, AuthenticationFailedError):
-                    raise type(shard.error)(f"shard {shard.label}: {shard.error}") from None
-                raise ShardUnavailableError(
-                    f"shard {shard.label}: no master known ({shard.error})"
-                ) from None
+        self.safety.need_master(shard)
         if write and shard.fenced:
             shard.wait_fence(self.config.failover_hold)
 
+    # -- switches (see Placement) ------------------------------------------------------------
+    def claimant(self, name: str, address: Address, majority: bool) -> str | None:
+        """Why the shard of master ``name`` may not be on ``address``, or None: "one node, one
+        shard" (see ``Placement.claimant``)."""
+        return self.placement.claimant(name, address, majority)
+
+    def apply_resolution(self, shard: Shard, resolution: Resolution, *, source: str) -> bool:
+        """Take a resolution from the sentinels if it is newer than the shard's evidence."""
+        return self.placement.apply_resolution(shard, resolution, source=source)
+
+    def on_switch(self, callback: SwitchCallback) -> Callable[[], None]:
+        """Register ``callback(event)`` for every master switch (for metrics); returns an undo."""
+        return self.placement.on_switch(callback)
+
+    # -- the safety net (see SafetyNet): what the operations' run and scatter ask ------------
     def should_reresolve(self, shard: Shard, exc: BaseException, generation: int) -> bool:
-        """The safety net's first step after ``exc`` on the shard's master: True if the
-        sentinels should be asked again. Raises at once what asking cannot fix (credentials,
-        TLS). False when the shard already moved since the attempt began (nothing to ask)."""
-        if isinstance(exc, StaleReplyError):
-            return False
-        refusal = self.refusal(shard, exc)
-        if refusal is not None:
-            raise refusal from exc
-        return shard.generation == generation
+        return self.safety.should_reresolve(shard, exc, generation)
 
     def retry_or_raise(
         self, shard: Shard, exc: BaseException, generation: int, *, idempotent: bool
     ) -> None:
-        """The safety net's last step: return if the failed attempt may be retried once on the
-        shard's (new) master, else raise. A stale reply is retried even if the shard did not
-        move (a failover that began and was aborted): the retry's reply can be trusted."""
-        if isinstance(exc, StaleReplyError):
-            if idempotent:
-                return
-            raise exc
-        if idempotent and shard.generation != generation and shard.address is not None:
-            return
-        raise ShardUnavailableError(
-            f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
-        ) from exc
+        self.safety.retry_or_raise(shard, exc, generation, idempotent=idempotent)
 
     def refusal(self, shard: Shard, exc: BaseException) -> AuthenticationFailedError | None:
-        """The error to raise if ``exc`` says the shard's data node refused our credentials or
-        certificates (re-resolving cannot help), else None."""
-        return data_node_refusal(exc, f"shard {shard.label}", shard.address, self.discovery.secrets)
+        return self.safety.refusal(shard, exc)
 
     def reresolve(
         self,
@@ -576,114 +457,7 @@ class ShardedSentinelPool:
         force: bool = False,
         suspect: Address | None = None,
     ) -> bool:
-        """Ask the sentinels for this shard's master again; True if it moved.
-
-        Rate-limited and single-flight, so a dead shard does not hammer the sentinels; with
-        every sentinel down the shard keeps its last known master. ``suspect`` is the node the
-        caller just saw fail: if the sentinels still name it, it is not asked for ``ROLE`` (a
-        hung node would hold the caller for a second timeout) and nothing changes.
-        """
-        now = time.monotonic()
-        if not force and now - shard.last_resolve < self.config.reresolve_interval:
-            return False
-        if not shard.resolving.acquire(blocking=False):
-            return False
-        try:
-            shard.last_resolve = now
-            if self.metrics is not None:
-                self.metrics.reresolve(shard.name)
-            suspects = {shard.name: suspect} if suspect is not None else None
-            outcome = self.discovery.resolve([shard.name], timeout=0, suspects=suspects)
-            result = outcome[shard.name]
-            if isinstance(result, Resolution):
-                return self.apply_resolution(shard, result, source=f"safety net ({reason})")
-            shard.error = result
-            shard.resolve_failures.warn(
-                logger,
-                "shard %s re-resolve after %s failed: %s",
-                shard.label,
-                reason,
-                result,
-            )
-            return False
-        finally:
-            shard.resolving.release()
-
-    def confirm_and_switch(
-        self,
-        shard: Shard,
-        address: Address,
-        *,
-        source: str,
-        evidence: Evidence,
-        announced: bool = False,
-    ) -> bool:
-        """Switch to ``address`` once ``ROLE`` says it is a master (an event is only a hint),
-        unless newer evidence moved the shard while ``ROLE`` was being asked.
-
-        ``ROLE`` proves a node claims to be *a* master, not *this shard's*: :meth:`taken`
-        refuses a node another shard is on (or was on: one sentinel is no majority).
-        """
-        if shard.address == address:
-            shard.switch(address, source=source, evidence=evidence)  # keep the newer evidence
-            return False
-        majority = len(self.sentinels.addresses) < 2  # one sentinel's word
-        if self.taken(shard, address, source=source, majority=majority):  # not worth a ROLE
-            return False
-        try:
-            role = check_role(address, self.config.connection_options())
-        except (redis.RedisError, OSError) as exc:
-            logger.warning(
-                "shard %s: %s announced %s, unreachable: %s",
-                shard.label,
-                source,
-                address,
-                exc,
-            )
-            return False
-        if role != "master":
-            logger.info(
-                "shard %s: ignoring %s naming %s (ROLE is %s)",
-                shard.label,
-                source,
-                address,
-                role,
-            )
-            return False
-        outcome, old = self._place(
-            shard, address, source=source, evidence=evidence, named=source, majority=majority
-        )
-        if outcome != "moved":
-            if outcome == "stale":
-                logger.info(
-                    "shard %s: ignoring %s naming %s: a newer switch to %s came first",
-                    shard.label,
-                    source,
-                    address,
-                    old,
-                )
-            return False
-        lag = time.monotonic() - evidence.at if announced else None
-        self._announce(shard, old, address, source, lag)
-        return True
-
-    def _place(
-        self,
-        shard: Shard,
-        address: Address,
-        *,
-        source: str,
-        evidence: Evidence,
-        named: str,
-        majority: bool,
-    ) -> tuple[Literal["taken", "stale", "same", "moved"], Address | None]:
-        """``shard.switch(...)`` unless :meth:`taken` refuses the node (``("taken", current)``):
-        the one way a shard's master changes, checked and switched under one lock so that two
-        shards moving at once cannot land on one node."""
-        with self._placement:
-            if self.taken(shard, address, source=named, majority=majority):
-                return "taken", shard.address
-            return shard.switch(address, source=source, evidence=evidence)
+        return self.safety.reresolve(shard, reason=reason, force=force, suspect=suspect)
 
     # -- status ------------------------------------------------------------------------------
     def listener_states(self) -> dict[str, bool]:
@@ -698,23 +472,7 @@ class ShardedSentinelPool:
             "closed": self.closed,
             "shards": [
                 {
-                    "index": shard.index,
-                    "name": shard.name,
-                    "weight": shard.weight,
-                    "address": None if shard.address is None else str(shard.address),
-                    "replicas": [str(a) for a in shard.replicas],
-                    "sentinels_agreeing": shard.agreeing,
-                    "switch_count": shard.switch_count,
-                    "restarts": shard.restarts,
-                    "last_restart": None
-                    if shard.last_restart is None
-                    else dict(shard.last_restart),
-                    "last_switch": shard.last_switch,
-                    "last_switch_source": shard.last_switch_source,
-                    "fenced": shard.fenced,
-                    "fence_reason": shard.fence_reason,
-                    "error": None if shard.error is None else str(shard.error),
-                    "connections": shard.pool.connection_count(),
+                    **shard.snapshot(),
                     "near_cache": None if self.near is None else self.near.status(shard.index),
                 }
                 for shard in self.shards

@@ -1,0 +1,158 @@
+"""The safety net's policy, in one place: when to ask the sentinels again about a shard, and
+whether a failed call may be retried.
+
+The operations' loop runs it (``run``, and ``scatter`` for a batch per shard): on a connection
+error, timeout or READONLY reply from a shard's master it asks
+:meth:`SafetyNet.should_reresolve`, then :meth:`SafetyNet.reresolve`, then
+:meth:`SafetyNet.retry_or_raise`, through the pool's methods of the same names. The rest is the
+same policy at the start of a call (no master known yet) or on the housekeeper's clock (a shard
+whose last resolution failed, a write fence whose failover never announced its end).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from sentinel_cache.core.config import Address
+from sentinel_cache.core.metrics import Metrics
+from sentinel_cache.core.topology.discovery import Discovery, Resolution, data_node_refusal
+from sentinel_cache.core.topology.placement import Placement
+from sentinel_cache.core.topology.shard import STALE_FENCE_SECONDS, Shard
+from sentinel_cache.exceptions import (
+    AuthenticationFailedError,
+    ShardUnavailableError,
+    StaleReplyError,
+)
+
+logger = logging.getLogger("sentinel_cache")
+
+
+class SafetyNet:
+    """The pull path of one core: re-resolve a shard (rate-limited, single-flight) and decide.
+
+    Holds no state of its own (each shard keeps its resolution state), so a forked child
+    builds a new one around its new discovery."""
+
+    def __init__(
+        self,
+        shards: Sequence[Shard],
+        discovery: Discovery,
+        placement: Placement,
+        *,
+        interval: float,
+        metrics: Metrics | None,
+    ) -> None:
+        self._shards = tuple(shards)
+        self._discovery = discovery
+        self._placement = placement
+        self._interval = interval
+        self._metrics = metrics
+
+    def should_reresolve(self, shard: Shard, exc: BaseException, generation: int) -> bool:
+        """The safety net's first step after ``exc`` on the shard's master: True if the
+        sentinels should be asked again. Raises at once what asking cannot fix (credentials,
+        TLS). False when the shard already moved since the attempt began (nothing to ask)."""
+        if isinstance(exc, StaleReplyError):
+            return False
+        refusal = self.refusal(shard, exc)
+        if refusal is not None:
+            raise refusal from exc
+        return shard.generation == generation
+
+    def retry_or_raise(
+        self, shard: Shard, exc: BaseException, generation: int, *, idempotent: bool
+    ) -> None:
+        """The safety net's last step: return if the failed attempt may be retried once on the
+        shard's (new) master, else raise. A stale reply is retried even if the shard did not
+        move (a failover that began and was aborted): the retry's reply can be trusted."""
+        if isinstance(exc, StaleReplyError):
+            if idempotent:
+                return
+            raise exc
+        if idempotent and shard.generation != generation and shard.address is not None:
+            return
+        raise ShardUnavailableError(
+            f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+    def refusal(self, shard: Shard, exc: BaseException) -> AuthenticationFailedError | None:
+        """The error to raise if ``exc`` says the shard's data node refused our credentials or
+        certificates (re-resolving cannot help), else None."""
+        return data_node_refusal(
+            exc, f"shard {shard.label}", shard.address, self._discovery.secrets
+        )
+
+    def reresolve(
+        self,
+        shard: Shard,
+        *,
+        reason: str,
+        force: bool = False,
+        suspect: Address | None = None,
+    ) -> bool:
+        """Ask the sentinels for this shard's master again; True if it moved.
+
+        Rate-limited and single-flight, so a dead shard does not hammer the sentinels; with
+        every sentinel down the shard keeps its last known master. ``suspect`` is the node the
+        caller just saw fail: if the sentinels still name it, it is not asked for ``ROLE`` (a
+        hung node would hold the caller for a second timeout) and nothing changes.
+        """
+        with shard.reresolving(self._interval, force=force) as ours:
+            if not ours:
+                return False
+            if self._metrics is not None:
+                self._metrics.reresolve(shard.name)
+            suspects = {shard.name: suspect} if suspect is not None else None
+            outcome = self._discovery.resolve([shard.name], timeout=0, suspects=suspects)
+            result = outcome[shard.name]
+            if isinstance(result, Resolution):
+                source = f"safety net ({reason})"
+                return self._placement.apply_resolution(shard, result, source=source)
+            shard.failed(result)
+            shard.resolve_failures.warn(
+                logger,
+                "shard %s re-resolve after %s failed: %s",
+                shard.label,
+                reason,
+                result,
+            )
+            return False
+
+    def need_master(self, shard: Shard) -> None:
+        """Raise unless a master is known for ``shard``, asking the sentinels once if none is."""
+        if shard.address is not None:
+            return
+        self.reresolve(shard, reason="no master known yet")
+        if shard.address is None:
+            if isinstance(shard.error, AuthenticationFailedError):
+                raise type(shard.error)(f"shard {shard.label}: {shard.error}") from None
+            raise ShardUnavailableError(
+                f"shard {shard.label}: no master known ({shard.error})"
+            ) from None
+
+    def recheck_failed(self) -> None:
+        """Re-resolve the shards whose last resolution failed (rate-limited per shard)."""
+        for shard in self._shards:
+            if shard.error is not None and shard.address is not None:
+                self.reresolve(shard, reason="recheck after a failed resolution")
+
+    def release_stale_fence(self, shard: Shard, *, asked: bool) -> None:
+        """Lower a fence whose failover we never heard the end of (a lost message), once the
+        sentinels were asked about the shard: by the caller (``asked``), else here, now."""
+        if not shard.fence_stale:
+            return
+        if not asked:
+            self.reresolve(shard, reason="stale write fence", force=True)
+            logger.warning(
+                "shard %s: no end of failover seen for %.0fs; releasing writes to %s",
+                shard.label,
+                STALE_FENCE_SECONDS,
+                shard.address,
+            )
+        shard.lower_fence()
+
+    def check_fences(self) -> None:
+        """Release every stale fence (the housekeeper's clock)."""
+        for shard in self._shards:
+            self.release_stale_fence(shard, asked=False)
