@@ -1,4 +1,5 @@
-"""The one rule for each argument of a cache call: keys, timeouts, ``incr`` deltas.
+"""The one rule for each argument of a cache call: keys, timeouts, ``incr`` deltas, fields,
+scores and score ranges.
 
 The core client applies them at its entry points and both adapters apply them where they make
 keys and timeouts, so a bad argument is refused the same way everywhere, with an
@@ -100,3 +101,38 @@ def check_field(argument: str, value: Any) -> None:
         raise ArgumentTypeError(
             argument, value, f"must be str, bytes, int or float, not {type(value).__name__}"
         )
+
+
+def valid_score(argument: str, score: Any) -> int | float:
+    """A sorted-set score (or ``zincrby``'s amount) to send: an int or a float, infinities
+    included; another real number as a float. NaN is refused (the server keeps no NaN score),
+    and so are a bool, a numeric string and anything else: ``True`` is no score."""
+    if type(score) is float:
+        if math.isnan(score):
+            raise ArgumentValueError(argument, score, "must be a number, not NaN")
+        return score
+    if type(score) is int:
+        return score
+    if isinstance(score, bool) or not isinstance(score, numbers.Real):
+        raise ArgumentTypeError(argument, score, f"must be a number, not {type(score).__name__}")
+    return valid_score(
+        argument, int(score) if isinstance(score, numbers.Integral) else float(score)
+    )
+
+
+def valid_bound(argument: str, bound: Any) -> Any:
+    """A score range's ``min`` or ``max``: a number (as :func:`valid_score`) or the server's
+    own syntax as a str or bytes (``"-inf"``, ``"+inf"``, ``"(1.5"`` for exclusive), which the
+    server parses and refuses naming min or max."""
+    if isinstance(bound, (str, bytes)):
+        return bound
+    return valid_score(argument, bound)
+
+
+def valid_int(argument: str, value: Any, minimum: int | None = None) -> int:
+    """An index, offset or count: an int (not a bool), at least ``minimum`` if given."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(argument, value, f"must be an int, not {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ArgumentValueError(argument, value, f"must be at least {minimum}")
+    return int(value)
