@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from typing import Any
 
 import pytest
 import redis
+from django_redis.serializers.pickle import PickleSerializer
 from django_support import MakeCache, build_cache, cache_entry, remember, unique_prefix
 
 from sentinel_cache import ArgumentTypeError, ArgumentValueError
@@ -90,6 +92,39 @@ def test_score_cast_func_as_redis_py_calls_it(cache: ShardedSentinelCache) -> No
         ("a", 2),
         ("b", 1),
     ]
+
+
+def test_zrank_withscore_as_the_server_answers_redis_py(cache: ShardedSentinelCache) -> None:
+    """``WITHSCORE`` is the server's (Redis 7.2, Valkey 8): where it has it, [rank, score] as
+    redis-py returns it; where not, the server's error, as django-redis gets it."""
+    cache.zadd("r", {"a": 1, "b": 2.5})
+    key = cache.make_key("r")
+    raw = cache.core.client_for(key)
+    try:
+        expected: Any = raw.zrank(key, cache.client.encode("b"), withscore=True)
+    except redis.ResponseError as exc:
+        expected = exc
+    if isinstance(expected, Exception):
+        with pytest.raises(redis.ResponseError, match=re.escape(str(expected))):
+            cache.zrank("r", "b", withscore=True)
+    else:
+        assert cache.zrank("r", "b", withscore=True) == expected == [1, 2.5]
+        assert cache.zrank("r", "zz", withscore=True) is None
+
+
+def test_a_sorted_set_django_redis_wrote_is_read_but_its_members_not_found(
+    cache: ShardedSentinelCache,
+) -> None:
+    """What docs/migration.md says: django-redis's members are unframed pickles, which this
+    cache reads (so ranges list them) but does not send (its members are its codec's), so a
+    lookup by member misses them and a zadd adds a second one."""
+    dumps = PickleSerializer(options={}).dumps  # django-redis's default serializer
+    key = cache.make_key("old")
+    cache.core.client_for(key).zadd(key, {dumps("ada"): 1, dumps(("t", 1)): 2})
+    assert cache.zrange("old", 0, -1, withscores=True) == [("ada", 1.0), (("t", 1), 2.0)]
+    assert cache.zscore("old", "ada") is None and cache.zrem("old", "ada") == 0
+    assert cache.zadd("old", {"ada": 3}) == 1
+    assert cache.zrange("old", 0, -1) == ["ada", ("t", 1), "ada"]
 
 
 def test_async_twins(cache: ShardedSentinelCache) -> None:
