@@ -95,7 +95,7 @@ def test_score_cast_func_as_redis_py_calls_it(cache: ShardedSentinelCache) -> No
 
 
 def test_zrank_withscore_as_the_server_answers_redis_py(cache: ShardedSentinelCache) -> None:
-    """``WITHSCORE`` is the server's (Redis 7.2, Valkey 8): where it has it, [rank, score] as
+    """``WITHSCORE`` is the server's (Redis 7.2 or later, Valkey): where it has it, [rank, score] as
     redis-py returns it; where not, the server's error, as django-redis gets it."""
     cache.zadd("r", {"a": 1, "b": 2.5})
     key = cache.make_key("r")

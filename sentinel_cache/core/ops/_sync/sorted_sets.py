@@ -219,7 +219,7 @@ class SortedSetOperations(CacheOperations):
 
     def zrank(self, key: Any, value: Any, withscore: bool = False) -> Any:
         """The member's rank (0 for the lowest score), None if it is not there; with
-        ``withscore`` [rank, score] (the server's ``ZRANK ... WITHSCORE``: Redis 7.2, Valkey 8)."""
+        ``withscore`` [rank, score] (the server's ``ZRANK ... WITHSCORE``: Redis 7.2 or later, Valkey)."""
         command: Command = (
             "ZRANK",
             key,
