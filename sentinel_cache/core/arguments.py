@@ -129,10 +129,12 @@ def valid_bound(argument: str, bound: Any) -> Any:
     return valid_score(argument, bound)
 
 
-def valid_int(argument: str, value: Any, minimum: int | None = None) -> int:
-    """An index, offset or count: an int (not a bool), at least ``minimum`` if given."""
+def valid_int(argument: str, value: Any, minimum: int = INT64_MIN) -> int:
+    """An index, offset or count: an int (not a bool) of the server's signed 64-bit range, at
+    least ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentTypeError(argument, value, f"must be an int, not {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ArgumentValueError(argument, value, f"must be at least {minimum}")
-    return int(value)
+    number = int(value)
+    if not minimum <= number <= INT64_MAX:
+        raise ArgumentValueError(argument, value, f"must be from {minimum} to {INT64_MAX}")
+    return number

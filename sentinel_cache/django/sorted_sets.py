@@ -20,6 +20,7 @@ class SortedSetMethods(BaseCache):
     twins."""
 
     def _zkey(self, key: Any, version: Any, client: Any) -> Any:
+        """The sorted set's cache key; django-redis's ``client=`` has no meaning here."""
         no_client(client)
         return self.make_and_validate_key(key, version=version)
 

@@ -179,6 +179,7 @@ def test_async_twins(cache: ShardedSentinelCache) -> None:
         (lambda c: c.zremrangebyscore("bad", 0, None), ArgumentTypeError, "max"),
         (lambda c: c.zcount("bad", [1], 2), ArgumentTypeError, "min"),
         (lambda c: c.zrange("bad", 0, "1"), ArgumentTypeError, "end"),
+        (lambda c: c.zrange("bad", 2**63, 1), ArgumentValueError, "start"),
         (lambda c: c.zrevrange("bad", True, 1), ArgumentTypeError, "start"),
         (lambda c: c.zrangebyscore("bad", 0, 1, start=0), ArgumentValueError, "num"),
         (lambda c: c.zrevrangebyscore("bad", 1, 0, num=2), ArgumentValueError, "start"),

@@ -218,13 +218,10 @@ class AsyncSortedSetOperations(AsyncCacheOperations):
 
     async def zrank(self, key: Any, value: Any, withscore: bool = False) -> Any:
         """The member's rank (0 for the lowest score), None if it is not there; with
-        ``withscore`` [rank, score] (the server's ``ZRANK ... WITHSCORE``: Redis 7.2 or later, Valkey)."""
-        command: Command = (
-            "ZRANK",
-            key,
-            self.encode(value),
-            *(("WITHSCORE",) if withscore else ()),
-        )
+        ``withscore`` [rank, score] (``ZRANK ... WITHSCORE``: Redis 7.2 or later, Valkey)."""
+        command: Command = ("ZRANK", key, self.encode(value))
+        if withscore:
+            command += ("WITHSCORE",)
         (rank,), _ = await self.keyed(key, [command], [None], READ_MOVED)
         if rank is None or not withscore:
             return rank
