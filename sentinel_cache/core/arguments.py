@@ -1,4 +1,5 @@
-"""The one rule for each argument of a cache call: keys, timeouts, ``incr`` deltas.
+"""The one rule for each argument of a cache call: keys, timeouts, ``incr`` deltas, fields,
+scores and score ranges.
 
 The core client applies them at its entry points and both adapters apply them where they make
 keys and timeouts, so a bad argument is refused the same way everywhere, with an
@@ -62,18 +63,6 @@ def valid_delta(delta: Any) -> int:
     return number
 
 
-def valid_milliseconds(argument: str, value: Any) -> int:
-    """An expiry in milliseconds (relative, or since 1970): an int of the server's signed
-    64-bit range (a bool, a float or a str is refused: ``PEXPIRE`` takes whole milliseconds)."""
-    if type(value) is not int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ArgumentTypeError(argument, value, f"must be an int, not {type(value).__name__}")
-        value = int(value)
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise ArgumentValueError(argument, value, "must fit a signed 64-bit integer")
-    return value
-
-
 def epoch_ms(argument: str, when: Any, unit_ms: int) -> int:
     """A moment as milliseconds since 1970: a ``datetime`` (a naive one is local time, as
     redis-py reads it), or a number of ``unit_ms`` milliseconds (1000: seconds)."""
@@ -81,7 +70,7 @@ def epoch_ms(argument: str, when: Any, unit_ms: int) -> int:
         return int(when.timestamp() * 1000)
     if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
         raise ArgumentTypeError(argument, when, "must be a datetime or a finite number since 1970")
-    return valid_milliseconds(argument, int(when * unit_ms))
+    return valid_int(argument, int(when * unit_ms))
 
 
 def check_key(key: Any) -> None:
@@ -123,3 +112,40 @@ def check_field(argument: str, value: Any) -> None:
         raise ArgumentTypeError(
             argument, value, f"must be str, bytes, int or float, not {type(value).__name__}"
         )
+
+
+def valid_score(argument: str, score: Any) -> int | float:
+    """A sorted-set score (or ``zincrby``'s amount) to send: an int or a float, infinities
+    included; another real number as a float. NaN is refused (the server keeps no NaN score),
+    and so are a bool, a numeric string and anything else: ``True`` is no score."""
+    if type(score) is float:
+        if math.isnan(score):
+            raise ArgumentValueError(argument, score, "must be a number, not NaN")
+        return score
+    if type(score) is int:
+        return score
+    if isinstance(score, bool) or not isinstance(score, numbers.Real):
+        raise ArgumentTypeError(argument, score, f"must be a number, not {type(score).__name__}")
+    return valid_score(
+        argument, int(score) if isinstance(score, numbers.Integral) else float(score)
+    )
+
+
+def valid_bound(argument: str, bound: Any) -> Any:
+    """A score range's ``min`` or ``max``: a number (as :func:`valid_score`) or the server's
+    own syntax as a str or bytes (``"-inf"``, ``"+inf"``, ``"(1.5"`` for exclusive), which the
+    server parses and refuses naming min or max."""
+    if isinstance(bound, (str, bytes)):
+        return bound
+    return valid_score(argument, bound)
+
+
+def valid_int(argument: str, value: Any, minimum: int = INT64_MIN) -> int:
+    """An index, offset or count: an int (not a bool) of the server's signed 64-bit range, at
+    least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(argument, value, f"must be an int, not {type(value).__name__}")
+    number = int(value)
+    if not minimum <= number <= INT64_MAX:
+        raise ArgumentValueError(argument, value, f"must be from {minimum} to {INT64_MAX}")
+    return number

@@ -449,9 +449,13 @@ class Codec:
         compressor: str | None = None,
         compress_min_length: int = 1024,
         signing_key: bytes | None = None,
-        pickle_protocol: int = pickle.HIGHEST_PROTOCOL,
+        pickle_protocol: int | None = None,
         value_format: str = "framed",
     ) -> None:
+        if pickle_protocol is None:  # plain pickle is django-redis's format: its protocol too
+            pickle_protocol = (
+                pickle.DEFAULT_PROTOCOL if value_format == "plain" else pickle.HIGHEST_PROTOCOL
+            )
         if (
             isinstance(pickle_protocol, bool)
             or not isinstance(pickle_protocol, int)

@@ -32,7 +32,7 @@ from sentinel_cache.core.arguments import (
     MAX_TIMEOUT,
     distinct,
     valid_delta,
-    valid_milliseconds,
+    valid_int,
     valid_timeout,
 )
 from sentinel_cache.core.config import Address
@@ -604,14 +604,14 @@ class CacheOperations(ClientBase):
 
     def pexpire(self, key: Any, ms: int) -> bool:
         """Expire the key in ``ms`` milliseconds (0 or less deletes it); False if missing."""
-        ms = valid_milliseconds("ms", ms)
+        ms = valid_int("ms", ms)
         (reply,), _ = self.keyed(key, [("PEXPIRE", key, ms)], [0], UPDATE)
         return bool(reply)
 
     def pexpire_at(self, key: Any, when_ms: int) -> bool:
         """Expire the key at ``when_ms`` (milliseconds since 1970; a moment past deletes it);
         False if missing."""
-        when_ms = valid_milliseconds("when", when_ms)
+        when_ms = valid_int("when", when_ms)
         (reply,), _ = self.keyed(key, [("PEXPIREAT", key, when_ms)], [0], UPDATE)
         return bool(reply)
 
