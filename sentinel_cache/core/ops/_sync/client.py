@@ -20,11 +20,10 @@ and a comparison; keys are checked where they are placed on the ring).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Callable, Iterable, Mapping, Sequence
-from time import perf_counter
-from typing import Any, TypeVar
+from collections.abc import Iterator, Iterable, Mapping
+from typing import Any
 
-from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from sentinel_cache.core.arguments import (
     INT64_MAX,
@@ -35,53 +34,37 @@ from sentinel_cache.core.arguments import (
     valid_int,
     valid_timeout,
 )
-from sentinel_cache.core.config import Address
-from sentinel_cache.core.ops.sync_io import ShardIO, run_blocking, wait_fence
-from sentinel_cache.core.ops.observe import Observed, note, observed
+from sentinel_cache.core.ops._sync.runner import Runner
 from sentinel_cache.core.ops.plans import (
     CLEARED,
     DELETE,
     DELETE_MARKED,
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
-    MISS,
     READ,
     READ_MOVED,
     REPLACE,
-    REPLY_SKIP,
     SWAP_IF_SAME,
     TOMBSTONE_MS,
     UPDATE,
     WRITE,
-    Access,
-    ClientBase,
     Command,
-    Groups,
-    command_name,
-    copy_deadline,
     expiry_args,
     incr_refused,
     is_ok,
     is_reserved,
     logger,
-    outcome,
-    pack,
     past_64_bits,
     short_key,
     wrong_type,
 )
 from sentinel_cache.core.ops.scan import ShardScan
-from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
-from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+from sentinel_cache.core.topology.shard import MASTER_ERRORS, Shard
 from sentinel_cache.exceptions import (
     ArgumentValueError,
     IncrementError,
     InvalidValueError,
-    PoolExhaustedError,
 )
-
-T = TypeVar("T")
 
 SCAN_COUNT = 1000
 # The reply of a shard IGNORE_EXCEPTIONS skipped, where None means "absent".
@@ -90,362 +73,8 @@ _SKIPPED: Any = object()
 INCR_SWAP_TRIES = 10
 
 
-class CacheOperations(ClientBase):
+class CacheOperations(Runner):
     """The cache operations over the sharded core (the adapters' client)."""
-
-    def __init__(self, core: ShardedSentinelPool, codec: Codec, **options: Any) -> None:
-        """``options``: see :class:`~sentinel_cache.core.ops.plans.ClientBase` (durability, fail-open)."""
-        super().__init__(core, codec, **options)
-        self.io = ShardIO(core)
-
-    def close(self) -> None:
-        """Release this flavour's connections (asyncio: the running loop's); the core stays."""
-        self.io.close()
-
-    # -- the one place that talks to a shard ---------------------------------------------------
-    def ready(self, shard: Shard, write: bool) -> None:
-        """The core started, the shard's master known, and (for a write) its fence open."""
-        core = self.core
-        if not core.started or shard.address is None:
-            run_blocking(core.ready, shard, False)
-        if write and shard.fenced:
-            began = perf_counter()
-            wait_fence(shard, core.config.failover_hold)
-            note(core, shard, fence_wait=perf_counter() - began)
-
-    def execute(
-        self,
-        shard: Shard,
-        commands: Sequence[Command],
-        *,
-        write: bool,
-        idempotent: bool = True,
-        replicas: bool = True,
-        client: Any = None,
-    ) -> list[Any]:
-        """Send ``commands`` to the shard in one round trip and return their replies, with the
-        safety net of :meth:`run` (``client``: see there)."""
-        core = self.core
-        if core.tracer is None:
-            metrics = core.metrics
-            if metrics is None:
-                return self.run(
-                    shard,
-                    lambda client: send(client, commands),
-                    write=write,
-                    idempotent=idempotent,
-                    replicas=replicas,
-                    client=client,
-                )
-            started = perf_counter()  # metrics alone: no span, no context object
-            try:
-                replies = self.run(
-                    shard,
-                    lambda client: send(client, commands),
-                    write=write,
-                    idempotent=idempotent,
-                    replicas=replicas,
-                    client=client,
-                )
-            except BaseException:
-                metrics.call(shard.name, command_name(commands), "error", perf_counter() - started)
-                raise
-            metrics.call(
-                shard.name,
-                command_name(commands),
-                outcome(commands, replies),
-                perf_counter() - started,
-            )
-            return replies
-        with observed(core, shard, commands) as call:
-            call.replies = self.run(
-                shard,
-                lambda client: send(client, commands),
-                write=write,
-                idempotent=idempotent,
-                replicas=replicas,
-                client=client,
-            )
-        return list(call.replies)
-
-    def run(
-        self,
-        shard: Shard,
-        operation: Callable[[Any], T],
-        *,
-        write: bool,
-        idempotent: bool = True,
-        replicas: bool = True,
-        client: Any = None,
-    ) -> T:
-        """``operation(client)`` on the shard's master (or, for a read, a replica in rotation;
-        or first on ``client``, a connection to the master given by the caller) with the
-        pull-path safety net; the one definition of it.
-
-        A connection error, timeout or READONLY reply makes the shard re-resolve its master
-        (rate-limited, never waiting on the node that just failed); an idempotent operation is
-        retried once if the shard moved. A reply that arrived after the shard moved (or began
-        a failover) is no acknowledgement: idempotent operations are retried, others raise
-        :class:`~sentinel_cache.StaleReplyError`. A replica that fails a read leaves the read
-        rotation and the master answers.
-        """
-        core = self.core
-        self.ready(shard, write)
-        reader = client is None and not write and replicas  # a replica in rotation may serve
-        replica, chosen = self.io.reader(shard) if reader else (None, client)
-        client = chosen if chosen is not None else self.io.master(shard)
-        address, generation = shard.current()
-        try:
-            return operation(client)
-        except PoolExhaustedError:
-            raise
-        except MASTER_ERRORS as exc:
-            if replica is not None:  # a replica failed: the master still serves reads
-                shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
-                return operation(self.io.master(shard))
-            if core.should_reresolve(shard, exc, generation):
-                reason = f"{type(exc).__name__}: {exc}"
-                run_blocking(core.reresolve, shard, reason=reason, suspect=address)
-            core.retry_or_raise(shard, exc, generation, idempotent=idempotent)
-        note(core, shard, retried=True)
-        if write and shard.fenced:
-            began = perf_counter()
-            wait_fence(shard, core.config.failover_hold)
-            note(core, shard, fence_wait=perf_counter() - began)
-        return operation(self.io.master(shard))
-
-    def scatter(
-        self, plan: Mapping[Shard, Sequence[Command]], *, write: bool, operation: str
-    ) -> dict[Shard, list[Any] | None]:
-        """Every shard's batch sent before any reply is read (one round trip for all shards).
-
-        A shard whose batch failed goes through the safety net once: re-resolve, then one
-        resend only if the shard moved, so a hung master costs one socket timeout, not a second
-        one for the resend. An error reply takes the single-shard path, which raises it. With
-        IGNORE_EXCEPTIONS an unavailable shard's replies are None and the others' are kept.
-        """
-        if self.core.tracer is None:
-            return self._scatter(plan, write, operation)
-        with Observed(self.core, None, None, operation, shards=list(plan)):
-            return self._scatter(plan, write, operation)
-
-    def _scatter(
-        self, plan: Mapping[Shard, Sequence[Command]], write: bool, operation: str
-    ) -> dict[Shard, list[Any] | None]:
-        core = self.core
-        if len(plan) == 1:
-            ((shard, commands),) = plan.items()
-            return {shard: self._shard_or_none(shard, commands, write, operation)}
-        started = perf_counter()
-        for shard in plan:
-            try:
-                self.ready(shard, write)
-            except MASTER_ERRORS as exc:
-                if not self.fail_open.skip(shard, exc, operation):
-                    raise
-        replies: dict[Shard, list[Any] | None] = {}
-        failed: dict[Shard, tuple[BaseException, Address | None, int]] = {}
-        resend: list[Shard] = []
-        in_flight: list[tuple[Shard, Any, Any, Sequence[Command], Address | None, int]] = []
-        try:
-            for shard, commands in plan.items():
-                address, generation = shard.current()
-                connections = (self.io.master(shard)).connection_pool
-                try:
-                    connection = connections.get_connection()
-                except PoolExhaustedError:
-                    raise
-                except MASTER_ERRORS as exc:  # a refused connect
-                    failed[shard] = (exc, address, generation)
-                    continue
-                in_flight.append((shard, connections, connection, commands, address, generation))
-                try:
-                    connection.send_packed_command(pack(connection, commands))
-                except MASTER_ERRORS as exc:
-                    failed[shard] = (exc, address, generation)
-            for shard, _, connection, commands, address, generation in in_flight:
-                if shard in failed:
-                    continue
-                try:
-                    replies[shard] = [connection.read_response() for _ in commands]
-                except MASTER_ERRORS as exc:
-                    failed[shard] = (exc, address, generation)
-                except ResponseError:
-                    resend.append(shard)
-                if core.metrics is not None:
-                    result = "ok" if shard in replies else "error"
-                    elapsed = perf_counter() - started
-                    core.metrics.call(shard.name, command_name(commands), result, elapsed)
-        finally:
-            for shard, connections, connection, *_ in in_flight:
-                if shard not in replies:  # replies left unread: the socket is out of step
-                    connection.disconnect()
-                connections.release(connection)
-        for shard, (error, address, generation) in failed.items():
-            try:
-                if core.should_reresolve(shard, error, generation):
-                    reason = f"{type(error).__name__}: {error}"
-                    run_blocking(core.reresolve, shard, reason=reason, suspect=address)
-                core.retry_or_raise(shard, error, generation, idempotent=True)
-            except MASTER_ERRORS as exc:
-                if not self.fail_open.skip(shard, exc, operation):
-                    raise
-                replies[shard] = None
-            else:
-                resend.append(shard)
-        for shard in resend:
-            replies[shard] = self._shard_or_none(shard, plan[shard], write, operation)
-        return replies
-
-    def _shard_or_none(
-        self, shard: Shard, commands: Sequence[Command], write: bool, operation: str
-    ) -> list[Any] | None:
-        """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it."""
-        try:
-            return self.execute(shard, commands, write=write)
-        except MASTER_ERRORS as exc:
-            if not self.fail_open.skip(shard, exc, operation):
-                raise
-            return None
-
-    def post(self, plan: Mapping[Shard, Sequence[Command]]) -> None:
-        """Send each shard's commands and read nothing: writes nobody waits for, each command
-        preceded by ``CLIENT REPLY SKIP`` so the server sends nothing back either (only to
-        masters that allow it: see :meth:`learn`). Best effort: a shard fenced for a failover is
-        left out, and one whose connection fails is logged, for the caller loses nothing."""
-        for shard, commands in plan.items():
-            if shard.fenced or shard.allows("CLIENT REPLY") is not True:
-                continue
-            quiet = [x for command in commands for x in (REPLY_SKIP, command)]
-            connections = (self.io.master(shard)).connection_pool
-            try:
-                connection = connections.get_connection()
-                try:
-                    connection.send_packed_command(pack(connection, quiet))
-                except BaseException:
-                    connection.disconnect()
-                    raise
-                finally:
-                    connections.release(connection)
-            except MASTER_ERRORS as exc:
-                self.unposted.warn(
-                    logger,
-                    "shard %s: writes sent without waiting were not sent: %s: %s",
-                    shard.label,
-                    type(exc).__name__,
-                    exc,
-                )
-
-    def keyed(
-        self,
-        key: Any,
-        commands: list[Command],
-        absent: list[Any],
-        access: Access,
-        *,
-        idempotent: bool = True,
-        replicas: bool = True,
-        keep: tuple[bytes, float | None] | None = None,
-    ) -> tuple[list[Any], int]:
-        """The one way a single-key operation runs: ``commands`` on the key's shard, with the
-        rules its ``access`` calls for (:class:`~sentinel_cache.core.ops.plans.Access`). The
-        replies, and how many copies its previous owner deleted (a ``delete`` while resharding).
-        With IGNORE_EXCEPTIONS an unavailable shard answers ``absent``: the replies as if the
-        key did not exist (the one fail-open rule)."""
-        dropped = 0
-        if self.core.previous_ring is not None:
-            if access.move:
-                self._move([key])
-            if access.delete:  # first: see plans.DELETE_MARKED
-                dropped = self._drop_previous([key])
-        try:
-            replies = self._on(
-                key,
-                commands,
-                absent,
-                write=access.write,
-                idempotent=idempotent,
-                replicas=replicas,
-                keep=keep,
-            )
-        finally:
-            if access.replace:
-                self._drop_previous([key])
-        return replies, dropped
-
-    def planned(
-        self,
-        plan: Mapping[Shard, Sequence[Command]],
-        keys: Iterable[Any],
-        access: Access,
-        operation: str,
-    ) -> tuple[dict[Shard, list[Any] | None], int]:
-        """The one way a multi-key operation runs: its plan on every shard at once
-        (:meth:`scatter`) with the rules its ``access`` calls for on ``keys``, as
-        :meth:`keyed`."""
-        keys = list(keys)
-        dropped = 0
-        if self.core.previous_ring is not None:
-            if access.move:
-                self._move(keys)
-            if access.delete:  # first: see plans.DELETE_MARKED
-                dropped = self._drop_previous(keys)
-        try:
-            replies = self.scatter(plan, write=access.write, operation=operation)
-        finally:
-            if access.write:
-                self.forget(keys)
-            if access.replace:
-                self._drop_previous(keys)
-        return replies, dropped
-
-    def _on(
-        self,
-        key: Any,
-        commands: list[Command],
-        absent: list[Any],
-        *,
-        write: bool,
-        idempotent: bool,
-        replicas: bool,
-        keep: tuple[bytes, float | None] | None,
-    ) -> list[Any]:
-        """:meth:`keyed`'s round trip, and the near cache's part of it.
-
-        ``keep``: the stored data and timeout of a write the near cache may keep. It goes on
-        the shard's writer connection when that is free (the server does not echo it to us),
-        and is kept if nothing read or wrote the key meanwhile
-        (:meth:`~sentinel_cache.core.topology.near.NearCache.own`); any other write evicts the key."""
-        shard = self.core.shard_for(key)
-        near = self.core.near
-        writer = ticket = None
-        if keep is not None and near is not None and self.core.previous_ring is None:
-            writer = self.io.writer(shard, key)
-            if writer is not None:
-                ticket = near.ticket(shard, key)
-        kept = False
-        try:
-            replies = self.execute(
-                shard,
-                commands,
-                write=write,
-                idempotent=idempotent,
-                replicas=replicas,
-                client=writer,
-            )
-            kept = ticket is not None and is_ok(replies[0])
-            return replies
-        except MASTER_ERRORS as exc:
-            if not self.fail_open.skip(shard, exc, commands[0][0]):
-                raise
-            return absent
-        finally:
-            if writer is not None:
-                writer.done()
-            if kept:
-                near.own(shard, key, ticket, *keep)  # type: ignore[union-attr, misc]
-            elif write:
-                self.forget([key])
 
     # -- single key --------------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:
@@ -673,23 +302,6 @@ class CacheOperations(ClientBase):
         replies, _ = self.planned(plan, mapping, REPLACE, "set_many")
         return self.not_set(groups, replies)
 
-    def learn(self, shards: Iterable[Shard], feature: str) -> None:
-        """Ask the masters not asked yet whether they allow ``feature`` (see
-        :data:`~sentinel_cache.core.topology.shard.FEATURES`): once per master, so not batched."""
-        command, allowed = FEATURES[feature]
-        for shard in shards:
-            if shard.allows(feature) is not None:
-                continue
-            try:
-                (reply,) = self.execute(shard, [command], write=False, replicas=False)
-            except ResponseError:  # refused (ACL) or renamed away
-                reply = None
-            except MASTER_ERRORS:  # unknown still: the operation that follows meets the error
-                continue
-            # A reply is read only from the shard's master of the moment (a replaced one's is
-            # refused), so it is about the generation current now.
-            shard.learned(feature, shard.generation, allowed(reply))
-
     def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
     ) -> dict[Any, Any]:
@@ -843,157 +455,3 @@ class CacheOperations(ClientBase):
             marks = {s: [("SET", CLEARED, 1, "PX", TOMBSTONE_MS)] for s in self.core.every_shard}
             self.scatter(marks, write=True, operation="clear")
         return complete
-
-    # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
-    def _with_adopted(self, found: dict[Any, Any], groups: Groups) -> dict[Any, Any]:
-        """``get_many``'s misses read from their previous owners (and moved), batched."""
-        if self.core.previous_ring is None:
-            return found
-        missing: dict[Shard, list[Any]] = {}
-        for group in groups.values():
-            for key in group:
-                previous = None if key in found else self.core.previous_shard_for(key)
-                if previous is not None:
-                    missing.setdefault(previous, []).append(key)
-        for key, data in (self.adopt_many(missing)).items():
-            value = self.decode(data, key)
-            if value is not MISS:
-                found[key] = value
-        return found
-
-    def _get_moving(self, key: Any, previous: Shard) -> Any:
-        """A key whose owner changed: its owner's value (and clock) and its previous owner's
-        copy read in one round trip; the copy is restored on the owner if the owner had none."""
-        owner = self.core.shard_for(key)
-        plan = {owner: [("GET", key), ("TIME",)], previous: self.copy_plan([key])}
-        began = perf_counter()
-        replies = self.scatter(plan, write=False, operation="get")
-        elapsed = perf_counter() - began
-        own = replies.get(owner)
-        if own is not None and own[0] is not None:
-            return own[0]
-        copies = self.copies({previous: [key]}, {previous: replies.get(previous)})
-        if own is None:  # the owner skipped (IGNORE_EXCEPTIONS): nothing to copy onto
-            return copies[key][0] if key in copies else None
-        deadlines = {owner: copy_deadline(own[1], elapsed)}
-        return (self._restore(copies, deadlines)).get(key)
-
-    def adopt_many(self, groups: Mapping[Shard, Sequence[Any]]) -> dict[Any, Any]:
-        """Move keys from their previous owners (``groups``: previous shard -> keys) to their
-        owners, batched per shard: read value and TTL, then write them where the owner has no
-        newer value (:meth:`_restore`). Key -> the stored data now on its owner. The previous
-        owner keeps its copy until the migration (or a write through the new placement) deletes
-        it, so concurrent readers of the same key never find it gone from both."""
-        if not groups:
-            return {}
-        plan = {shard: self.copy_plan(keys) for shard, keys in groups.items()}
-        owners = self.core.group_by_shard(key for keys in groups.values() for key in keys)
-        for owner in owners:  # each owner's clock, for its copies' deadline
-            plan.setdefault(owner, []).append(("TIME",))
-        began = perf_counter()
-        replies = self.scatter(plan, write=False, operation="reshard")
-        elapsed = perf_counter() - began
-        deadlines = {
-            owner: copy_deadline(reply[-1], elapsed)
-            for owner in owners
-            if (reply := replies.get(owner)) is not None
-        }
-        return self._restore(self.copies(groups, replies), deadlines)
-
-    def _restore(
-        self,
-        copies: Mapping[Any, tuple[bytes, int]],
-        deadlines: Mapping[Shard, int],
-    ) -> dict[Any, Any]:
-        """Write the copies on their owners unless a newer value, a tombstone or the deadline
-        stops them (:data:`~sentinel_cache.core.ops.plans.COPY_MISSING`). Key -> the stored data on
-        its owner now.
-
-        A read moves what it found: the writes are posted where the owner allows it, so the read
-        returns the value it found without a second round trip, and a copy that fails to land
-        stays on its previous owner, to be read and moved again. Elsewhere each write is
-        acknowledged and a newer value found on the owner is read and returned. (An operation
-        that acts on the key where it lives now moves it with :meth:`_move` instead.)"""
-        if not copies:
-            return {}
-        owners, plan = self.adopt_plan(copies, deadlines)
-        self.learn(owners, "CLIENT REPLY")
-        posted = {shard: plan.pop(shard) for shard in owners if shard.allows("CLIENT REPLY")}
-        self.post(posted)
-        moved = {key: copies[key][0] for shard in posted for key in owners[shard]}
-        newer: list[Any] = []
-        written = self.scatter(plan, write=True, operation="reshard") if plan else {}
-        for shard, replies in written.items():
-            if replies is not None:
-                for key, reply in zip(owners[shard], replies[0], strict=True):
-                    if reply == 1:
-                        moved[key] = copies[key][0]
-                    else:
-                        newer.append(key)
-        if newer:  # written (or deleted) through the new placement meanwhile: that wins
-            current, reread = self.mget_plan(newer)
-            moved.update(
-                self.raw_found(
-                    current, self.scatter(reread, write=False, operation="reshard")
-                )
-            )
-        return moved
-
-    def _move(self, keys: Sequence[Any]) -> None:
-        """Move keys not moved yet to their owners (``DUMP``, then ``RESTORE`` where
-        the owner has none, acknowledged), then delete the previous owners' copies: the
-        operation that follows finds each key where it lives now, and no old copy is left to
-        come back (see :class:`~sentinel_cache.core.ops.plans.Access`)."""
-        groups, plan = self.dump_plan(keys)
-        if not groups:
-            return
-        began = perf_counter()  # on the masters: their copies are deleted next
-        replies = self.scatter(plan, write=True, operation="reshard")
-        restores = self.restore_plan(groups, replies, perf_counter() - began)
-        if restores:
-            self.scatter(restores, write=True, operation="reshard")
-        self._drop_previous([key for group in groups.values() for key in group])
-
-    def _drop_previous(self, keys: Iterable[Any]) -> int:
-        """Delete ``keys`` from their previous owners: after a write on the owner (whose value
-        then wins over any copy), before a delete on the owner (whose tombstone must come after:
-        see :data:`~sentinel_cache.core.ops.plans.DELETE_MARKED`)."""
-        if self.core.previous_ring is None:
-            return 0
-        plan = self.previous_del_plan(keys)
-        if not plan:
-            return 0
-        replies = self.scatter(plan, write=True, operation="reshard")
-        return sum(int(r[0]) for r in replies.values() if r is not None)
-
-
-def send(client: Any, commands: Sequence[Command]) -> list[Any]:
-    """One round trip on a connection borrowed from ``client``'s pool: every command sent,
-    every reply read.
-
-    An error reply is raised after the replies that follow it were read (the connection stays
-    in step); a connection failure (or a cancelled task) drops the socket before it goes back.
-    ``READONLY`` counts as a connection failure: the node is no master.
-    """
-    connections = client.connection_pool
-    connection = connections.get_connection()
-    try:
-        connection.send_packed_command(pack(connection, commands))
-        replies: list[Any] = []
-        error: ResponseError | None = None
-        for _ in commands:
-            try:
-                replies.append(connection.read_response())
-            except ReadOnlyError:
-                raise
-            except ResponseError as exc:
-                error = error or exc
-                replies.append(exc)
-    except BaseException:
-        connection.disconnect()
-        raise
-    finally:
-        connections.release(connection)
-    if error is not None:
-        raise error
-    return replies
