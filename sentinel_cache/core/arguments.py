@@ -100,3 +100,12 @@ def check_field(argument: str, value: Any) -> None:
         raise ArgumentTypeError(
             argument, value, f"must be str, bytes, int or float, not {type(value).__name__}"
         )
+
+
+def check_count(argument: str, value: Any, minimum: int | None) -> None:
+    """A count sent as it is (``SPOP``, ``SRANDMEMBER``, ``SSCAN``): an int (not a bool) of at
+    least ``minimum`` (None: any, e.g. ``SRANDMEMBER``'s negative count allows repeats)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(argument, value, f"must be an int, not {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ArgumentValueError(argument, value, f"must be at least {minimum}")

@@ -65,6 +65,7 @@ from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, share
 from sentinel_cache.django.compat import translate_options
 from sentinel_cache.django.hashes import HashMethods
 from sentinel_cache.django.operations import NOT_DONE, Call, operation
+from sentinel_cache.django.sets import SetMethods
 from sentinel_cache.exceptions import (
     ArgumentTypeError,
     ArgumentValueError,
@@ -105,6 +106,8 @@ class DjangoCacheClient(CacheClient):
 
 
 ClientT = TypeVar("ClientT", DjangoCacheClient, AsyncCacheClient)
+
+
 def _whole_seconds(seconds: float | None) -> int | None:
     """The core's seconds left (PTTL's milliseconds / 1000) rounded as Redis's ``TTL`` rounds
     them, ``(ms + 500) // 1000``: what django-redis returns."""
@@ -119,7 +122,7 @@ class InvalidKeyError(InvalidCacheKey, ArgumentValueError):
     memcached backends raise for their keys, and the core's key error."""
 
 
-class ShardedSentinelCache(HashMethods):
+class ShardedSentinelCache(SetMethods, HashMethods):
     """Django ``BaseCache`` over :class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool`."""
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
