@@ -1,7 +1,8 @@
 """The rules every cache operation follows (near-cache eviction, resharding adoption and the
 previous owner's cleanup) are applied in one place, from each operation's declared
 :class:`~sentinel_cache.core.ops.plans.Access`: no operation calls them by hand, so a new one
-cannot forget them. Read from the one source of the operations, ``ops/_async/client.py``.
+cannot forget them. Read from the one source of the operations: every module of ``ops/_async``
+(``client.py`` and the structures' modules beside it, ``hashes.py``, ``sets.py``, ...).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from sentinel_cache.core.ops import plans
 
-SOURCE = Path(plans.__file__).resolve().parent / "_async" / "client.py"
+SOURCES = sorted((Path(plans.__file__).resolve().parent / "_async").glob("*.py"))
 
 # The rules' own machinery: the two runners, the near cache's part of a round trip, the
 # resharding helpers themselves, and whole-shard work (a scan's batches, a flush), which has
@@ -34,9 +35,9 @@ RULES = {"forget", "forget_shard", "_move", "_drop_previous", "adopt_many", "sca
 
 
 def calls_by_method() -> dict[str, set[str]]:
-    tree = ast.parse(SOURCE.read_text())
     found: dict[str, set[str]] = {}
-    for cls in tree.body:
+    classes = [node for source in SOURCES for node in ast.parse(source.read_text()).body]
+    for cls in classes:
         if not isinstance(cls, ast.ClassDef):
             continue
         for method in cls.body:
@@ -57,6 +58,7 @@ def test_the_source_is_read() -> None:
     calls = calls_by_method()
     assert {"get", "set", "delete", "delete_many", "keyed", "planned"} <= set(calls)
     assert "keyed" in calls["set"] and "planned" in calls["delete_many"]
+    assert {"hset", "sadd", "sunionstore", "smove"} <= set(calls)  # the structures' modules too
 
 
 def test_no_operation_applies_a_rule_by_hand() -> None:

@@ -284,11 +284,11 @@ def test_resharding_moves_sets_and_a_removed_member_stays_removed(
         return remember(build_cache(entry))
 
     old, new = backend(BEFORE), backend(AFTER, PREVIOUS_MASTERS=BEFORE)
-    moving = [
-        n for n in (f"m{i}" for i in range(400)) if new.core.previous_shard_for(new.make_key(n))
-    ]
+    names = [f"m{i}" for i in range(400)]
+    moving = [n for n in names if new.core.previous_shard_for(new.make_key(n))]
+    staying = [n for n in names if n not in moving][:3]
     assert len(moving) >= 30
-    for name in moving[:30]:
+    for name in [*moving[:30], *staying]:
         old.sadd(name, "a", name)
         old.expire(name, 300)
     for name in moving[:10]:  # read where it lives now: moved, with its expiry
@@ -297,12 +297,14 @@ def test_resharding_moves_sets_and_a_removed_member_stays_removed(
     for name in moving[10:20]:  # emptied under the new placement: gone for good
         assert new.srem(name, "a", name) == 2
         assert new.scard(name) == 0 and old.scard(name) == 0
-    # A multi-key read and store moves its sources (and its destination) first.
-    sources, dest = moving[20:29], moving[29]
+    # A multi-key read and store moves its sources (and its destination) first; the moving
+    # keys all go to the new shard, the staying ones keep theirs: the sets are on several.
+    sources, dest = [*moving[20:29], *staying], moving[29]
+    assert len({new.core.shard_for(new.make_key(n)) for n in sources}) > 1
     expected = {"a", *sources}
     assert new.sunion(*sources) == expected
     assert new.sunionstore(dest, *sources) == len(expected)
     assert new.smembers(dest) == expected
-    for name in [*moving[:10], *sources, dest]:
+    for name in [*moving[:10], *moving[20:30]]:
         assert old.scard(name) == 0  # moved: the previous owner holds no stale copy
     assert all(new.sismember(name, name) for name in moving[:10])
