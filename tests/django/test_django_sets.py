@@ -7,6 +7,7 @@ bad input refused before anything is sent; fail-open; resharding. Real servers."
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -308,3 +309,12 @@ def test_resharding_moves_sets_and_a_removed_member_stays_removed(
     for name in [*moving[:10], *moving[20:30]]:
         assert old.scard(name) == 0  # moved: the previous owner holds no stale copy
     assert all(new.sismember(name, name) for name in moving[:10])
+
+
+def test_members_written_by_django_redis(cache: ShardedSentinelCache) -> None:
+    """django-redis stores a member as its plain pickle (an int as decimal): read back here, but
+    membership by value compares stored bytes, which differ but for ints (docs/migration.md)."""
+    name = cache.make_key("theirs")
+    raw(cache, "theirs").sadd(name, pickle.dumps("x", pickle.HIGHEST_PROTOCOL), b"7")
+    assert cache.smembers("theirs") == {"x", 7}
+    assert cache.sismember("theirs", 7) and not cache.sismember("theirs", "x")
