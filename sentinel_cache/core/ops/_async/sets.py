@@ -94,7 +94,7 @@ class AsyncSetOperations(AsyncCacheOperations):
     """Sets: one key's members on its shard (``UPDATE`` / ``READ_MOVED``), and the multi-key
     operations across shards."""
 
-    def members(self, stored: Any, key: Any) -> set[Any]:
+    def member_values(self, stored: Any, key: Any) -> set[Any]:
         """Stored members as values (those that cannot be read are left out, logged)."""
         decoded = (self.decode(data, key) for data in stored)
         return {value for value in decoded if value is not MISS}
@@ -121,7 +121,7 @@ class AsyncSetOperations(AsyncCacheOperations):
 
     async def smembers(self, key: Any) -> set[Any]:
         (stored,), _ = await self.keyed(key, [("SMEMBERS", key)], [[]], READ_MOVED)
-        return self.members(stored, key)
+        return self.member_values(stored, key)
 
     async def sismember(self, key: Any, member: Any) -> bool:
         command: Command = ("SISMEMBER", key, self.encode(member))
@@ -145,7 +145,7 @@ class AsyncSetOperations(AsyncCacheOperations):
         absent: list[Any] | None = None if count is None else []
         (popped,), _ = await self.keyed(key, [command], [absent], UPDATE, idempotent=False)
         if count is not None:
-            return self.members(popped, key)
+            return self.member_values(popped, key)
         return self.value_of(popped, key, None)
 
     async def srandmember(self, key: Any, count: int | None = None) -> Any:
@@ -170,7 +170,7 @@ class AsyncSetOperations(AsyncCacheOperations):
             check_count("count", count, 1)
         command: Command = ("SSCAN", key, 0) if count is None else ("SSCAN", key, 0, "COUNT", count)
         ((_, stored),), _ = await self.keyed(key, [command], [[0, []]], READ_MOVED)
-        found = self.members(stored, key)
+        found = self.member_values(stored, key)
         if matcher is None:
             return found
         return {member for member in found if matcher.fullmatch(member_text(member))}
@@ -261,13 +261,13 @@ class AsyncSetOperations(AsyncCacheOperations):
         return int(replies[-1][1]) if result else 0
 
     async def sdiff(self, *keys: Any) -> set[Any]:
-        return self.members(await self._combined("SDIFF", keys), keys[0])
+        return self.member_values(await self._combined("SDIFF", keys), keys[0])
 
     async def sinter(self, *keys: Any) -> set[Any]:
-        return self.members(await self._combined("SINTER", keys), keys[0])
+        return self.member_values(await self._combined("SINTER", keys), keys[0])
 
     async def sunion(self, *keys: Any) -> set[Any]:
-        return self.members(await self._combined("SUNION", keys), keys[0])
+        return self.member_values(await self._combined("SUNION", keys), keys[0])
 
     async def sdiffstore(self, dest: Any, *keys: Any) -> int:
         return await self._store("SDIFF", dest, keys)

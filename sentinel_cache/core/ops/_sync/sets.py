@@ -95,7 +95,7 @@ class SetOperations(CacheOperations):
     """Sets: one key's members on its shard (``UPDATE`` / ``READ_MOVED``), and the multi-key
     operations across shards."""
 
-    def members(self, stored: Any, key: Any) -> set[Any]:
+    def member_values(self, stored: Any, key: Any) -> set[Any]:
         """Stored members as values (those that cannot be read are left out, logged)."""
         decoded = (self.decode(data, key) for data in stored)
         return {value for value in decoded if value is not MISS}
@@ -122,7 +122,7 @@ class SetOperations(CacheOperations):
 
     def smembers(self, key: Any) -> set[Any]:
         (stored,), _ = self.keyed(key, [("SMEMBERS", key)], [[]], READ_MOVED)
-        return self.members(stored, key)
+        return self.member_values(stored, key)
 
     def sismember(self, key: Any, member: Any) -> bool:
         command: Command = ("SISMEMBER", key, self.encode(member))
@@ -146,7 +146,7 @@ class SetOperations(CacheOperations):
         absent: list[Any] | None = None if count is None else []
         (popped,), _ = self.keyed(key, [command], [absent], UPDATE, idempotent=False)
         if count is not None:
-            return self.members(popped, key)
+            return self.member_values(popped, key)
         return self.value_of(popped, key, None)
 
     def srandmember(self, key: Any, count: int | None = None) -> Any:
@@ -171,7 +171,7 @@ class SetOperations(CacheOperations):
             check_count("count", count, 1)
         command: Command = ("SSCAN", key, 0) if count is None else ("SSCAN", key, 0, "COUNT", count)
         ((_, stored),), _ = self.keyed(key, [command], [[0, []]], READ_MOVED)
-        found = self.members(stored, key)
+        found = self.member_values(stored, key)
         if matcher is None:
             return found
         return {member for member in found if matcher.fullmatch(member_text(member))}
@@ -262,13 +262,13 @@ class SetOperations(CacheOperations):
         return int(replies[-1][1]) if result else 0
 
     def sdiff(self, *keys: Any) -> set[Any]:
-        return self.members(self._combined("SDIFF", keys), keys[0])
+        return self.member_values(self._combined("SDIFF", keys), keys[0])
 
     def sinter(self, *keys: Any) -> set[Any]:
-        return self.members(self._combined("SINTER", keys), keys[0])
+        return self.member_values(self._combined("SINTER", keys), keys[0])
 
     def sunion(self, *keys: Any) -> set[Any]:
-        return self.members(self._combined("SUNION", keys), keys[0])
+        return self.member_values(self._combined("SUNION", keys), keys[0])
 
     def sdiffstore(self, dest: Any, *keys: Any) -> int:
         return self._store("SDIFF", dest, keys)
