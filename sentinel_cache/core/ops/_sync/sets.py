@@ -38,7 +38,7 @@ from sentinel_cache.exceptions import ArgumentTypeError, ArgumentValueError
 
 def glob_matcher(pattern: Any) -> re.Pattern[str]:
     """``SSCAN``'s ``MATCH`` glob (``*``, ``?``, ``[abc]``, ``[^a-z]``, ``\\`` escapes), as a
-    regular expression over a member's text. Members are stored framed by the codec, so the
+    regular expression over a member's text (``?`` is one character, where Redis's is a byte). Members are stored framed by the codec, so the
     server's ``MATCH`` would see the frame; the pattern is applied here to each decoded member
     instead (:func:`member_text`)."""
     if not isinstance(pattern, str):
@@ -49,26 +49,43 @@ def glob_matcher(pattern: Any) -> re.Pattern[str]:
         ch = pattern[i]
         if ch == "\\" and i + 1 < len(pattern):
             out.append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        if ch == "*":
+            i += 1
+        elif ch == "*":
             out.append(".*")
         elif ch == "?":
             out.append(".")
         elif ch == "[":
-            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] == "^" else i + 1)
-            if end < 0:
-                raise ArgumentValueError("match", pattern, "has a '[' without its ']'")
-            body = pattern[i + 1 : end]
-            negate = body.startswith("^")
-            body = body[1:] if negate else body
-            chars = "".join("\\" + c if c in "\\]^[" else c for c in body)
-            out.append(f"[{'^' if negate else ''}{chars}]")
-            i = end
+            i = bracket(pattern, i + 1, out)
         else:
             out.append(re.escape(ch))
         i += 1
     return re.compile("".join(out), re.DOTALL)
+
+
+def bracket(pattern: str, i: int, out: list[str]) -> int:
+    """A glob's ``[...]`` from ``pattern[i]`` as a regular expression's class (appended to
+    ``out``); the index of its ``]``. As Redis's ``stringmatchlen``: ``^`` negates, ``\\``
+    escapes, ``x-y`` is a range wherever a ``-`` follows with a character after it (``z-a`` is
+    ``a-z``), ``[]`` matches nothing, and the pattern's end closes an open class."""
+    negate = pattern[i : i + 1] == "^"
+    i += negate
+    parts: list[str] = []
+    while i < len(pattern) and pattern[i] != "]":
+        if pattern[i] == "\\" and i + 1 < len(pattern):
+            i += 1
+            parts.append(re.escape(pattern[i]))
+        elif i + 2 < len(pattern) and pattern[i + 1] == "-":
+            low, high = sorted((pattern[i], pattern[i + 2]))
+            parts.append(f"{re.escape(low)}-{re.escape(high)}")
+            i += 2
+        else:
+            parts.append(re.escape(pattern[i]))
+        i += 1
+    if parts:
+        out.append(f"[{'^' if negate else ''}{''.join(parts)}]")
+    else:
+        out.append("." if negate else "(?!)")
+    return i
 
 
 def member_text(member: Any) -> str:
