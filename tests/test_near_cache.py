@@ -17,7 +17,7 @@ from waiting import key_on, wait_until
 
 from sentinel_cache import ConfigurationError
 from sentinel_cache.core.config import PoolConfig
-from sentinel_cache.core.ops import _sync
+from sentinel_cache.core.ops._sync import runner
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
@@ -176,7 +176,7 @@ def test_a_read_that_raced_our_write_is_not_kept(
     assert near is not None
     store(client, core, "near:raced", "old")
     shard = core.shard_for("near:raced")
-    real_send = _sync.client.send
+    real_send = runner.send
     raced: dict[str, Any] = {}
 
     def send_while_a_read_starts(target: Any, commands: Any) -> list[Any]:
@@ -184,7 +184,7 @@ def test_a_read_that_raced_our_write_is_not_kept(
             raced["ticket"] = near.ticket(shard, "near:raced")  # the read's, before the SET
         return real_send(target, commands)
 
-    monkeypatch.setattr(_sync.client, "send", send_while_a_read_starts)
+    monkeypatch.setattr(runner, "send", send_while_a_read_starts)
     client.set("near:raced", "new", None)
     assert raced["ticket"] is not None
     assert near.get("near:raced") is None  # the write kept nothing: someone raced it
@@ -275,7 +275,7 @@ def test_an_invalidation_during_the_read_never_leaves_the_old_value(
     with outsider(core, "near:race") as other:  # not kept here: the read below must miss
         other.set("near:race", Codec().dumps("old"))
     echoed(core, "near:race", before)
-    real_send = _sync.client.send
+    real_send = runner.send
     state = {"raced": False}
 
     def send_then_race(target: Any, commands: Any) -> list[Any]:
@@ -290,7 +290,7 @@ def test_an_invalidation_during_the_read_never_leaves_the_old_value(
             )
         return replies
 
-    monkeypatch.setattr(_sync.client, "send", send_then_race)
+    monkeypatch.setattr(runner, "send", send_then_race)
     assert client.get("near:race") == "old"  # the value the server had when it was read
     assert state["raced"]
     assert client.get("near:race") == "new"  # not the old reply, kept after its invalidation

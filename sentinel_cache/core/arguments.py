@@ -149,3 +149,12 @@ def valid_int(argument: str, value: Any, minimum: int = INT64_MIN) -> int:
     if not minimum <= number <= INT64_MAX:
         raise ArgumentValueError(argument, value, f"must be from {minimum} to {INT64_MAX}")
     return number
+
+
+def check_count(argument: str, value: Any, minimum: int | None) -> None:
+    """A count sent as it is (``SPOP``, ``SRANDMEMBER``, ``SSCAN``): an int (not a bool) of at
+    least ``minimum`` (None: any, e.g. ``SRANDMEMBER``'s negative count allows repeats)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(argument, value, f"must be an int, not {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ArgumentValueError(argument, value, f"must be at least {minimum}")

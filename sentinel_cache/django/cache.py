@@ -71,6 +71,7 @@ from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, share
 from sentinel_cache.django.compat import translate_options
 from sentinel_cache.django.hashes import HashMethods, no_client
 from sentinel_cache.django.operations import NOT_DONE, Call, operation
+from sentinel_cache.django.sets import SetMethods
 from sentinel_cache.django.sorted_sets import SortedSetMethods
 from sentinel_cache.exceptions import (
     ArgumentTypeError,
@@ -128,7 +129,7 @@ class InvalidKeyError(InvalidCacheKey, ArgumentValueError):
     memcached backends raise for their keys, and the core's key error."""
 
 
-class ShardedSentinelCache(SortedSetMethods, HashMethods):
+class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
     """Django ``BaseCache`` over :class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool`."""
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:

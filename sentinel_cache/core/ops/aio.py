@@ -5,6 +5,7 @@ operations of :mod:`sentinel_cache.core.ops._async.client` over the core's per-e
 from __future__ import annotations
 
 from sentinel_cache.core.ops._async.hashes import AsyncHashOperations
+from sentinel_cache.core.ops._async.sets import AsyncSetOperations
 from sentinel_cache.core.ops._async.sorted_sets import AsyncSortedSetOperations
 from sentinel_cache.core.ops.async_clients import AsyncShardClients, shared_async_clients
 from sentinel_cache.core.topology._async.connection import (
@@ -13,7 +14,7 @@ from sentinel_cache.core.topology._async.connection import (
 )
 
 
-class AsyncCacheClient(AsyncSortedSetOperations, AsyncHashOperations):
+class AsyncCacheClient(AsyncSortedSetOperations, AsyncSetOperations, AsyncHashOperations):
     """The asyncio client: the same operations, arguments and semantics as
     :class:`~sentinel_cache.core.ops.client.CacheClient` (one source, see
     :mod:`sentinel_cache.core.ops._async.client`). Cheap to create: connections belong to the core's

@@ -1,5 +1,6 @@
 """One shard's ``SCAN``: the one definition every operation over a shard's keys goes through
-(``iter_keys``, ``delete_pattern``, ``clear`` with a prefix, the resharding plan and migration).
+(``iter_keys``, ``delete_pattern``, ``clear`` with a prefix, the resharding plan and migration),
+and over a set's members (``SSCAN``: ``sscan_iter``), whose cursor is one server's as well.
 
 A ``SCAN`` cursor belongs to one server's hash table (seeded at random per process): sent to
 another server it means nothing, and the scan silently skips and repeats keys. So a scan notes
@@ -36,6 +37,7 @@ class ShardScan:
 
     __slots__ = (
         "shard",
+        "key",
         "match",
         "count",
         "operation",
@@ -46,8 +48,11 @@ class ShardScan:
         "restarts",
     )
 
-    def __init__(self, shard: Shard, match: str, count: int, *, operation: str) -> None:
+    def __init__(
+        self, shard: Shard, match: str, count: int, *, operation: str, key: Any = None
+    ) -> None:
         self.shard = shard
+        self.key = key  # a set's key: its members are scanned (SSCAN), not the shard's keys
         self.match = match
         self.count = count
         self.operation = operation  # named in the log line of a restart
@@ -66,7 +71,8 @@ class ShardScan:
             if self.begun:
                 self._restart()
             self.cursor, self.generation, self.begun = 0, generation, False
-        return ("SCAN", self.cursor, "MATCH", self.match, "COUNT", self.count)
+        head: Command = ("SCAN",) if self.key is None else ("SSCAN", self.key)
+        return (*head, self.cursor, "MATCH", self.match, "COUNT", self.count)
 
     def take(self, reply: Any) -> list[Any]:
         """The keys of a ``SCAN`` reply. A pass is done at cursor 0 if the shard's master is
