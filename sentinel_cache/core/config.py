@@ -454,6 +454,8 @@ class CacheOptions:
     log_ignored_exceptions_interval: float = 10.0
     durable_replicas: int = 0
     durable_timeout_ms: int = 100
+    stampede_protection: bool = False
+    stampede_lock_timeout: float = 10.0
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -511,6 +513,8 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "SERIALIZER": (_CACHE, "serializer"),
     "COMPRESSOR": (_CACHE, "compressor"),
     "VALUE_FORMAT": (_CACHE, "value_format"),
+    "STAMPEDE_PROTECTION": (_CACHE, "stampede_protection"),
+    "STAMPEDE_LOCK_TIMEOUT": (_CACHE, "stampede_lock_timeout"),
     "COMPRESS_MIN_LENGTH": (_CACHE, "compress_min_length"),
     "SIGNING_KEY": (_CACHE, "signing_key"),
     "IGNORE_EXCEPTIONS": (_CACHE, "ignore_exceptions"),
@@ -747,6 +751,11 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
     ignore = values.get("ignore_exceptions", False)
     if not isinstance(ignore, bool):
         raise _bad("IGNORE_EXCEPTIONS", ignore, "must be True or False")
+    stampede = values.get("stampede_protection", False)
+    if not isinstance(stampede, bool):
+        raise _bad("STAMPEDE_PROTECTION", stampede, "must be True or False")
+    lock_timeout = values.get("stampede_lock_timeout", 10.0)
+    _check_number("STAMPEDE_LOCK_TIMEOUT", lock_timeout, minimum=0.001)
     compress_min_length = check_compress_min_length(values.get("compress_min_length", 1024))
     for name, integer in (
         ("durable_replicas", True),
@@ -765,4 +774,6 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
         log_ignored_exceptions_interval=values.get("log_ignored_exceptions_interval", 10.0),
         durable_replicas=values.get("durable_replicas", 0),
         durable_timeout_ms=values.get("durable_timeout_ms", 100),
+        stampede_protection=stampede,
+        stampede_lock_timeout=float(lock_timeout),
     )

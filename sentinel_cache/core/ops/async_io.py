@@ -9,7 +9,8 @@ polling, since the fence is a ``threading.Event`` set by a listener thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sentinel_cache.core.config import Address
@@ -29,6 +30,7 @@ class AsyncShardIO:
 
     def __init__(self, core: ShardedSentinelPool) -> None:
         self.clients = shared_async_clients(core)
+        self.flights = AsyncFlights()
 
     def __repr__(self) -> str:
         return f"<AsyncShardIO {self.clients!r}>"
@@ -73,3 +75,48 @@ async def wait_fence(shard: Shard, hold: float) -> None:
             )
         await asyncio.sleep(min(delay, left))
         delay = min(delay * 2, _FENCE_POLL_MAX)
+
+
+async def pause(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+# Per event loop: the keys being worked on, and the future their waiters await.
+_loop_flights: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, asyncio.Future[Any]]]
+_loop_flights = weakref.WeakKeyDictionary()
+
+
+class AsyncFlights:
+    """The running loop's callers of one piece of work per key, coalesced: the first task runs
+    it, the others await its outcome (value or exception). One table per event loop, shared by
+    every cache object (tasks of one loop coalesce; other loops and threads go to the server)."""
+
+    def __repr__(self) -> str:
+        return "<AsyncFlights>"
+
+    async def once(self, key: Any, work: Callable[[], Awaitable[T]]) -> T:
+        loop = asyncio.get_running_loop()
+        running = _loop_flights.setdefault(loop, {})
+        future = running.get(key)
+        if future is not None:
+            return await asyncio.shield(future)
+        future = running[key] = loop.create_future()
+        future.add_done_callback(_retrieved)
+        try:
+            value = await work()
+            future.set_result(value)
+            return value
+        except Exception as exc:
+            future.set_exception(exc)
+            raise
+        except BaseException:  # cancelled: the waiters are too (each may call again)
+            future.cancel()
+            raise
+        finally:
+            del running[key]
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Nobody may be waiting: mark the exception seen (no "never retrieved" warning)."""
+    if not future.cancelled():
+        future.exception()
