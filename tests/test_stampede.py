@@ -277,6 +277,54 @@ def test_plain_values_and_zero_timeouts_store_nothing_to_coordinate(
         pool.close()
 
 
+def test_early_refresh_keeps_a_steadily_read_key_from_expiring(
+    cluster: LocalSentinelCluster,
+) -> None:
+    """Readers call get_or_set on a key with a 1 s timeout for 3.5 s; a prober's plain GET every
+    5 ms never finds it missing after the first store (without early refresh it expires every
+    second until a reader recomputes it), and no two computations overlap."""
+    pool = pool_of(cluster)
+    key = f"early-{time.time_ns()}"
+    runs: list[float] = []
+    missing: list[float] = []
+    done = threading.Event()
+
+    def compute() -> float:
+        runs.append(time.monotonic())
+        time.sleep(0.05)
+        return time.monotonic()
+
+    def reader() -> None:
+        client = CacheClient(pool, Codec())
+        while not done.is_set():
+            client.get_or_set(key, compute, 1, lock_timeout=5, early=1.0)
+            time.sleep(0.002)
+
+    def prober() -> None:
+        raw = pool.client_for(key)
+        while not done.is_set():
+            if raw.get(key) is None:
+                missing.append(time.monotonic())
+            time.sleep(0.005)
+
+    first = CacheClient(pool, Codec()).get_or_set(key, compute, 1, lock_timeout=5, early=1.0)
+    assert first
+    try:
+        with Workers(timeout=30) as workers:
+            for _ in range(3):
+                workers.spawn(reader)
+            workers.spawn(prober)
+            time.sleep(3.5)
+            done.set()
+        assert missing == []
+        assert 3 <= len(runs) <= 6  # about one per second, never a burst
+        gaps = [b - a for a, b in zip(runs, runs[1:], strict=False)]
+        assert min(gaps) > 0.05  # never two at once
+    finally:
+        done.set()
+        pool.close()
+
+
 @pytest.mark.parametrize(
     ("options", "named"),
     [

@@ -456,6 +456,7 @@ class CacheOptions:
     durable_timeout_ms: int = 100
     stampede_protection: bool = False
     stampede_lock_timeout: float = 10.0
+    stampede_early_refresh: float = 0.0
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -515,6 +516,7 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "VALUE_FORMAT": (_CACHE, "value_format"),
     "STAMPEDE_PROTECTION": (_CACHE, "stampede_protection"),
     "STAMPEDE_LOCK_TIMEOUT": (_CACHE, "stampede_lock_timeout"),
+    "STAMPEDE_EARLY_REFRESH": (_CACHE, "stampede_early_refresh"),
     "COMPRESS_MIN_LENGTH": (_CACHE, "compress_min_length"),
     "SIGNING_KEY": (_CACHE, "signing_key"),
     "IGNORE_EXCEPTIONS": (_CACHE, "ignore_exceptions"),
@@ -756,6 +758,8 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
         raise _bad("STAMPEDE_PROTECTION", stampede, "must be True or False")
     lock_timeout = values.get("stampede_lock_timeout", 10.0)
     _check_number("STAMPEDE_LOCK_TIMEOUT", lock_timeout, minimum=0.001)
+    early = values.get("stampede_early_refresh", 0.0)
+    _check_number("STAMPEDE_EARLY_REFRESH", early)
     compress_min_length = check_compress_min_length(values.get("compress_min_length", 1024))
     for name, integer in (
         ("durable_replicas", True),
@@ -776,4 +780,5 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
         durable_timeout_ms=values.get("durable_timeout_ms", 100),
         stampede_protection=stampede,
         stampede_lock_timeout=float(lock_timeout),
+        stampede_early_refresh=float(early),
     )

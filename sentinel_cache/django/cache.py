@@ -364,8 +364,13 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
         if not options.stampede_protection:
             return super().get_or_set(key, default, timeout, version)
         made = self.make_and_validate_key(key, version=version)
-        lock_timeout = options.stampede_lock_timeout
-        return self.client.get_or_set(made, default, seconds, lock_timeout=lock_timeout)
+        return self.client.get_or_set(
+            made,
+            default,
+            seconds,
+            lock_timeout=options.stampede_lock_timeout,
+            early=options.stampede_early_refresh,
+        )
 
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -375,8 +380,13 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
         if not options.stampede_protection:
             return await super().aget_or_set(key, default, timeout, version)
         made = self.make_and_validate_key(key, version=version)
-        lock_timeout = options.stampede_lock_timeout
-        return await self.aclient.get_or_set(made, default, seconds, lock_timeout=lock_timeout)
+        return await self.aclient.get_or_set(
+            made,
+            default,
+            seconds,
+            lock_timeout=options.stampede_lock_timeout,
+            early=options.stampede_early_refresh,
+        )
 
     def _get_many(self, keys: Iterable[Any], version: Any = None) -> Call:
         key_map = self._key_map(keys, version)

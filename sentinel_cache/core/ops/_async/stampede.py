@@ -13,10 +13,16 @@ the value it stores. The asyncio source; ``_sync/stampede.py`` is generated from
   the lock is gone and no value is there (the holder died, or failed), it takes the lock itself.
 - A computation that raises releases the lock at once (the next caller computes) and raises in
   every caller coalesced with it.
+- Early refresh (``early``, XFetch's beta): the store also records how long the computation
+  took; a hit recomputes it before it expires with a probability that rises as its end nears,
+  ``-delta * early * ln(random) >= seconds left``, under the same lock, while every other reader
+  keeps getting the current value: a steadily read key never expires under its readers.
 """
 
 from __future__ import annotations
 
+import math
+import random
 import secrets
 from collections.abc import Callable
 from time import monotonic
@@ -40,13 +46,19 @@ from sentinel_cache.exceptions import ArgumentValueError
 
 #: Where a key's lock lives: this prefix and the key, on the key's own shard.
 LOCK_PREFIX = "sentinel_cache:stampede:"
-#: KEYS: the key, its lock; ARGV: the token, the data, the ms to live (0: none). 1 if stored.
+#: Where the last computation's duration (ms) is kept for early refresh, beside the value.
+DELTA_PREFIX = "sentinel_cache:stampede:delta:"
+#: KEYS: the key, its lock, its delta key; ARGV: the token, the data, the ms to live (0: none),
+#: the computation's ms. 1 if stored (with its delta, for the same time), 0 if the lock is not
+#: the holder's any more.
 PUBLISH_IF_HELD = """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 if ARGV[3] == '0' then
     redis.call('SET', KEYS[1], ARGV[2])
+    redis.call('SET', KEYS[3], ARGV[4])
 else
     redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+    redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[3])
 end
 redis.call('DEL', KEYS[2])
 return 1
@@ -73,20 +85,44 @@ def lock_key(key: Any) -> Any:
     return LOCK_PREFIX.encode() + key if isinstance(key, bytes) else LOCK_PREFIX + str(key)
 
 
+def delta_key(key: Any) -> Any:
+    return DELTA_PREFIX.encode() + key if isinstance(key, bytes) else DELTA_PREFIX + str(key)
+
+
+def refresh_now(seconds_left: float, delta: float, early: float) -> bool:
+    """XFetch: recompute a value ``seconds_left`` before its expiry, whose computation took
+    ``delta`` seconds, with a probability that grows as the expiry nears (``early`` scales it)."""
+    return -delta * early * math.log(1.0 - random.random()) >= seconds_left
+
+
 class AsyncStampedeOperations(AsyncCacheOperations):
     """``get_or_set`` with one computation per miss across processes (``lock_timeout`` seconds:
     how long a holder may compute before another caller takes over)."""
 
     async def get_or_set(
-        self, key: Any, default: Any, timeout: float | None, *, lock_timeout: float = 10.0
+        self,
+        key: Any,
+        default: Any,
+        timeout: float | None,
+        *,
+        lock_timeout: float = 10.0,
+        early: float = 0.0,
     ) -> Any:
         """The key's value; on a miss ``default`` (called if callable) computed by one caller
         and stored for ``timeout`` seconds, every other caller waiting for it. A timeout of zero
-        or less stores nothing: each caller gets its own computation, as Django's."""
+        or less stores nothing: each caller gets its own computation, as Django's. ``early``
+        above 0: a hit may recompute the value shortly before it expires (see the module)."""
         if type(timeout) is not int or timeout > MAX_TIMEOUT:
             timeout = valid_timeout(timeout)
         lock_timeout = valid_lock_timeout(lock_timeout)
-        value = await self.get(key, MISS)
+        if early and (type(early) not in (int, float) or not 0 < early < MAX_TIMEOUT):
+            raise ArgumentValueError("early", early, "must be a finite number >= 0")
+        refresh = early and callable(default) and timeout is not None and timeout > 0
+        value = await (
+            self._hit_or_refresh(key, default, timeout, lock_timeout, early)
+            if refresh
+            else self.get(key, MISS)
+        )
         if value is not MISS:
             return value
         if (timeout is not None and timeout <= 0) or not callable(default):
@@ -97,6 +133,32 @@ class AsyncStampedeOperations(AsyncCacheOperations):
         return await self.io.flights.once(
             key, lambda: self._computed_once(key, default, timeout, lock_timeout)
         )
+
+    async def _hit_or_refresh(
+        self,
+        key: Any,
+        compute: Callable[[], Any],
+        timeout: float | None,
+        lock_timeout: float,
+        early: float,
+    ) -> Any:
+        """A hit, recomputed first if XFetch says so and nobody else is at it (the others keep
+        the current value); MISS on a miss."""
+        reads: list[Command] = [("GET", key), ("PTTL", key), ("GET", delta_key(key))]
+        (data, ms_left, delta), _ = await self.keyed(
+            key, reads, [None, -2, None], READ, replicas=False
+        )
+        value = MISS if data is None else self.decode(data, key)
+        if value is MISS or delta is None or ms_left <= 0:
+            return value
+        if not refresh_now(ms_left / 1000, int(delta) / 1000, early):
+            return value
+        lock, token = lock_key(key), secrets.token_hex(16)
+        take: Command = ("SET", lock, token, "NX", "PX", max(1, int(lock_timeout * 1000)))
+        (taken,), _ = await self.keyed(key, [take], [None], WRITE)
+        if not is_ok(taken):
+            return value  # someone else refreshes it: the current value is still good
+        return await self._compute_and_store(key, compute, timeout, lock, token)
 
     async def _computed_once(
         self, key: Any, compute: Callable[[], Any], timeout: float | None, lock_timeout: float
@@ -134,8 +196,10 @@ class AsyncStampedeOperations(AsyncCacheOperations):
             release: Command = ("EVAL", RELEASE_IF_HELD, 1, lock, token)
             await self.keyed(key, [release], [0], WRITE)
             raise
+        took = max(1, int((monotonic() - began) * 1000))
         ms = expiry_args(timeout)[1] if timeout is not None else 0
-        publish: Command = ("EVAL", PUBLISH_IF_HELD, 2, key, lock, token, self.encode(value), ms)
+        keys = (key, lock, delta_key(key))
+        publish: Command = ("EVAL", PUBLISH_IF_HELD, 3, *keys, token, self.encode(value), ms, took)
         replies, _ = await self.keyed(key, self.durable([publish]), [0], REPLACE, idempotent=False)
         self.check_durable(key, replies)
         if replies[0] != 1:
