@@ -307,25 +307,52 @@ class AsyncRunner(ClientBase):
         rules its ``access`` calls for (:class:`~sentinel_cache.core.ops.plans.Access`). The
         replies, and how many copies its previous owner deleted (a ``delete`` while resharding).
         With IGNORE_EXCEPTIONS an unavailable shard answers ``absent``: the replies as if the
-        key did not exist (the one fail-open rule)."""
+        key did not exist (the one fail-open rule).
+
+        ``keep``: the stored data and timeout of a write the near cache may keep. It goes on
+        the shard's writer connection when that is free (the server does not echo it to us),
+        and is kept if nothing read or wrote the key meanwhile
+        (:meth:`~sentinel_cache.core.topology.near.NearCache.own`); any other write evicts the
+        key. (One method, not two: every operation's hot path.)"""
+        core = self.core
+        resharding = core.previous_ring is not None
         dropped = 0
-        if self.core.previous_ring is not None:
+        if resharding:
             if access.move:
                 await self._move([key])
             if access.delete:  # first: see plans.DELETE_MARKED
                 dropped = await self._drop_previous([key])
+        shard = core.shard_for(key)
+        near = core.near
+        write = access.write
+        writer = ticket = None
+        if keep is not None and near is not None and not resharding:
+            writer = self.io.writer(shard, key)
+            if writer is not None:
+                ticket = near.ticket(shard, key)
+        kept = False
         try:
-            replies = await self._on(
-                key,
+            replies = await self.execute(
+                shard,
                 commands,
-                absent,
-                write=access.write,
+                write=write,
                 idempotent=idempotent,
                 replicas=replicas,
-                keep=keep,
+                client=writer,
             )
+            kept = ticket is not None and is_ok(replies[0])
+        except MASTER_ERRORS as exc:
+            if not self.fail_open.skip(shard, exc, commands[0][0]):
+                raise
+            replies = absent
         finally:
-            if access.replace:
+            if writer is not None:
+                writer.done()
+            if kept:
+                near.own(shard, key, ticket, *keep)  # type: ignore[union-attr, misc]
+            elif write:
+                self.forget([key])
+            if resharding and access.replace:
                 await self._drop_previous([key])
         return replies, dropped
 
@@ -354,54 +381,6 @@ class AsyncRunner(ClientBase):
             if access.replace:
                 await self._drop_previous(keys)
         return replies, dropped
-
-    async def _on(
-        self,
-        key: Any,
-        commands: list[Command],
-        absent: list[Any],
-        *,
-        write: bool,
-        idempotent: bool,
-        replicas: bool,
-        keep: tuple[bytes, float | None] | None,
-    ) -> list[Any]:
-        """:meth:`keyed`'s round trip, and the near cache's part of it.
-
-        ``keep``: the stored data and timeout of a write the near cache may keep. It goes on
-        the shard's writer connection when that is free (the server does not echo it to us),
-        and is kept if nothing read or wrote the key meanwhile
-        (:meth:`~sentinel_cache.core.topology.near.NearCache.own`); any other write evicts the key."""
-        shard = self.core.shard_for(key)
-        near = self.core.near
-        writer = ticket = None
-        if keep is not None and near is not None and self.core.previous_ring is None:
-            writer = self.io.writer(shard, key)
-            if writer is not None:
-                ticket = near.ticket(shard, key)
-        kept = False
-        try:
-            replies = await self.execute(
-                shard,
-                commands,
-                write=write,
-                idempotent=idempotent,
-                replicas=replicas,
-                client=writer,
-            )
-            kept = ticket is not None and is_ok(replies[0])
-            return replies
-        except MASTER_ERRORS as exc:
-            if not self.fail_open.skip(shard, exc, commands[0][0]):
-                raise
-            return absent
-        finally:
-            if writer is not None:
-                writer.done()
-            if kept:
-                near.own(shard, key, ticket, *keep)  # type: ignore[union-attr, misc]
-            elif write:
-                self.forget([key])
 
     async def learn(self, shards: Iterable[Shard], feature: str) -> None:
         """Ask the masters not asked yet whether they allow ``feature`` (see
