@@ -11,6 +11,9 @@ Those two are the safety net's (``core/topology/safety.py``); this thread is onl
   demoted link, still syncing, unreachable) leaves the rotation until it does again, instead of
   serving wrong misses until something fails. Sentinel events about replicas (``+sdown``,
   ``-sdown``, ``+slave``, ``+convert-to-slave``) wake the thread for an immediate check.
+- With ``OUTAGE_READS``, the same checks tell each shard which replicas are in step with its
+  master (:func:`link_state`), to serve reads while that master is unreachable; and a shard whose
+  master was found unreachable is re-resolved on this clock (the safety net's ``check_outages``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,30 @@ def same_node(a: Address, b: Address) -> bool:
         return False
 
 
+#: ROLE link states of a replica whose master went away: it reconnects, keeping its data.
+LINK_DOWN = ("connect", "connecting", "handshake")
+
+
+def link_state(role: Any, master: Address | None) -> bool | None:
+    """What a ``ROLE`` reply says of a replica and ``master``: True connected to it, None
+    following it with the link down (``connect``: what the master's crash looks like), False
+    anything else (another node, a full resync under way, a master, a malformed reply)."""
+    if not isinstance(role, (list, tuple)) or len(role) < 4 or master is None:
+        return False
+    if reply_text(role[0]) not in ("slave", "replica"):
+        return False
+    try:
+        following = Address(reply_text(role[1]), int(role[2]))
+    except (TypeError, ValueError):
+        return False
+    if not same_node(following, master):
+        return False
+    state = reply_text(role[3])
+    if state == "connected":
+        return True
+    return None if state in LINK_DOWN else False
+
+
 def replica_problem(role: Any, master: Address | None) -> str | None:
     """Why a ``ROLE`` reply disqualifies a replica of ``master`` from serving reads, or None."""
     if not isinstance(role, (list, tuple)) or len(role) < 4:
@@ -75,6 +102,8 @@ class Kept(Protocol):
     def check_fences(self) -> None: ...
 
     def recheck_failed(self) -> None: ...
+
+    def check_outages(self) -> None: ...
 
     def refresh_replicas(self, name: str) -> None: ...
 
@@ -143,6 +172,7 @@ class Housekeeper:
             try:
                 self._core.check_fences()
                 self._core.recheck_failed()
+                self._core.check_outages()
                 pending, self._pending = self._pending, set()
                 for name in pending:
                     self._core.refresh_replicas(name)
@@ -158,19 +188,24 @@ class Housekeeper:
         self.checks += 1
         listed: set[Address] = set()
         for shard in self._core.shards:
+            master, generation = shard.current()
             for address in shard.replicas:
                 listed.add(address)
-                problem = self._problem(address, shard.address)
+                role, problem = self._role(address)
+                if role is not None:
+                    problem = replica_problem(role, master)
                 shard.set_replica_health(address, problem is None, problem or "")
+                shard.note_replica_link(address, generation, link_state(role, master))
         for address in set(self._clients) - listed:
             self._clients.pop(address).connection_pool.disconnect()
 
-    def _problem(self, address: Address, master: Address | None) -> str | None:
+    def _role(self, address: Address) -> tuple[Any, str | None]:
+        """The replica's ``ROLE`` reply, or (None, why it could not be asked)."""
         client = self._clients.get(address)
         if client is None:
             client = self._clients[address] = direct_client(address, self._kwargs)
         try:
-            return replica_problem(client.execute_command("ROLE"), master)
+            return client.execute_command("ROLE"), None
         except (redis.RedisError, OSError) as exc:
             client.connection_pool.disconnect()
-            return f"{type(exc).__name__}: {exc}"
+            return None, f"{type(exc).__name__}: {exc}"
