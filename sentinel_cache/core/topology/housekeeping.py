@@ -29,7 +29,7 @@ import redis
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.topology.discovery import direct_client, reply_text
-from sentinel_cache.core.topology.shard import Shard
+from sentinel_cache.core.topology.shard import Link, Shard
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -54,24 +54,25 @@ def same_node(a: Address, b: Address) -> bool:
 LINK_DOWN = ("connect", "connecting", "handshake")
 
 
-def link_state(role: Any, master: Address | None) -> bool | None:
-    """What a ``ROLE`` reply says of a replica and ``master``: True connected to it, None
-    following it with the link down (``connect``: what the master's crash looks like), False
-    anything else (another node, a full resync under way, a master, a malformed reply)."""
-    if not isinstance(role, (list, tuple)) or len(role) < 4 or master is None:
-        return False
-    if reply_text(role[0]) not in ("slave", "replica"):
-        return False
+def link_state(role: Any, master: Address | None) -> Link:
+    """What a ``ROLE`` reply says of a replica and ``master`` (see :data:`Link`)."""
+    if not isinstance(role, (list, tuple)) or master is None:
+        return "out"
+    kind = reply_text(role[0]) if role else ""
+    if kind == "master":
+        return "promoted"
+    if kind not in ("slave", "replica") or len(role) < 4:
+        return "out"
     try:
         following = Address(reply_text(role[1]), int(role[2]))
     except (TypeError, ValueError):
-        return False
+        return "out"
     if not same_node(following, master):
-        return False
+        return "out"
     state = reply_text(role[3])
     if state == "connected":
-        return True
-    return None if state in LINK_DOWN else False
+        return "connected"
+    return "down" if state in LINK_DOWN else "out"
 
 
 def replica_problem(role: Any, master: Address | None) -> str | None:

@@ -41,6 +41,11 @@ K = TypeVar("K", bound="str | bytes")
 MASTER_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
 SwitchCallback = Callable[["SwitchEvent"], None]
+#: What a ``ROLE`` check found of a replica and the shard's master: ``connected`` to it,
+#: following it with the link ``down`` (``connect``: what the master's crash looks like; the
+#: replica keeps what it was given), ``promoted`` (a master now), or ``out`` (another master,
+#: a full resync under way, unreachable, a failed read).
+Link = Literal["connected", "down", "promoted", "out"]
 #: ``restarted(shard, old_run_id, new_run_id, source)``: the core's report of an empty restart.
 RestartCallback = Callable[["Shard", "str | None", str, str], None]
 
@@ -463,17 +468,17 @@ class Shard:
         outage = self._outage
         return generation == self._generation and outage is not None and outage[0] == generation
 
-    def note_replica_link(self, address: Address, generation: int, connected: bool | None) -> None:
+    def note_replica_link(self, address: Address, generation: int, link: Link) -> None:
         """What a ``ROLE`` check (or a failed read) found of a replica of the master of
-        ``generation``: ``True`` connected to it (in step: it may serve reads while that master
-        is unreachable), ``None`` still following it with the link down (what a crash of the
-        master looks like: it keeps what it was given), ``False`` anything else (another master,
-        a full resync, unreachable, promoted): no longer in step."""
+        ``generation``. Connected, it is in step: it may serve reads while that master is
+        unreachable. It stays in step while its link is down, and once promoted while a
+        failover is announced (the fence is up: it is the new master-to-be, holding what it
+        had plus what was written to it since); anything else puts it out of step."""
         with self._lock:
-            if connected:
+            if link == "connected":
                 if generation == self._generation and address in self._replica_clients:
                     self._in_step[address] = generation
-            elif connected is False:
+            elif link == "out" or (link == "promoted" and self._fence_open.is_set()):
                 self._in_step.pop(address, None)
 
     def outage_replicas(self, generation: int) -> list[Address]:

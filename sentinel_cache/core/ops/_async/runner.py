@@ -19,6 +19,7 @@ from time import perf_counter
 from typing import Any, TypeVar
 
 from redis.exceptions import MasterDownError, ReadOnlyError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.ops.async_io import AsyncShardIO, run_blocking, wait_fence, wait_switch
@@ -221,21 +222,23 @@ class AsyncRunner(ClientBase):
     ) -> tuple[bool, T | None]:
         """``read`` on a replica in step with the unreachable master of ``generation``
         (``OUTAGE_READS``): ``(True, reply)``, or ``(False, None)`` if none answered. Such a
-        replica holds what that master gave it, up to its replication lag; one that fails leaves
-        the outage's candidates."""
+        replica holds what that master gave it, up to its replication lag. A connection it
+        closed is made again once (the sentinels close every client's connection to the replica
+        they promote); whether a replica stays a candidate is the housekeeper's ``ROLE`` check's
+        to say."""
         for address in shard.outage_replicas(generation):
             client = await self.io.replica(shard, address)
             if client is None:  # no longer listed
                 continue
-            try:
-                reply = await read(client)
-            except PoolExhaustedError:
-                continue
-            except (*MASTER_ERRORS, MasterDownError):  # down too, or refusing stale reads
-                shard.note_replica_link(address, generation, False)
-                continue
-            note(self.core, shard, outage_read=True)
-            return True, reply
+            for _ in range(2):
+                try:
+                    reply = await read(client)
+                except (PoolExhaustedError, MasterDownError, RedisTimeoutError):
+                    break  # busy, refusing stale reads (replica-serve-stale-data no), or hung
+                except MASTER_ERRORS:
+                    continue
+                note(self.core, shard, outage_read=True)
+                return True, reply
         return False, None
 
     async def hold(self, shard: Shard, generation: int, exc: BaseException | None) -> None:
