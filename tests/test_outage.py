@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 from threads import Workers
 from waiting import wait_until
 
+from sentinel_cache.core.admin import status as admin_status
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.ops.plans import READ, WRITE
@@ -241,6 +242,7 @@ def test_reads_are_answered_by_the_replica_through_a_sigkill(
         shard = pool.shards[0]
         counted = outage_count(name) - counted
         status = pool.status()["shards"][0]["outage_reads"]
+        report = admin_status.collect(pool)
         new = shard.generation
     finally:
         pool.close()
@@ -262,6 +264,8 @@ def test_reads_are_answered_by_the_replica_through_a_sigkill(
     ][:3]
     replica_reads = sum(c.replica for c in on.calls)
     assert status == replica_reads and counted == replica_reads
+    assert report["shards"][0]["outage_reads"] == replica_reads  # what sentinel_status shows
+    assert f"{name} {replica_reads}" in admin_status.render_text(report)
     # From the first read after this process's switch on, the new master answers.
     after = [c for c in on.calls if c.generation == new]
     assert after and not any(c.replica for c in after)
