@@ -44,7 +44,7 @@ SwitchCallback = Callable[["SwitchEvent"], None]
 #: What a ``ROLE`` check found of a replica and the shard's master: ``connected`` to it,
 #: following it with the link ``down`` (``connect``: what the master's crash looks like; the
 #: replica keeps what it was given), ``promoted`` (a master now), or ``out`` (another master,
-#: a full resync under way, unreachable, a failed read).
+#: a full resync under way, unreachable).
 Link = Literal["connected", "down", "promoted", "out"]
 #: ``restarted(shard, old_run_id, new_run_id, source)``: the core's report of an empty restart.
 RestartCallback = Callable[["Shard", "str | None", str, str], None]
@@ -469,17 +469,25 @@ class Shard:
         return generation == self._generation and outage is not None and outage[0] == generation
 
     def note_replica_link(self, address: Address, generation: int, link: Link) -> None:
-        """What a ``ROLE`` check (or a failed read) found of a replica of the master of
+        """What the housekeeper's ``ROLE`` check found of a replica of the master of
         ``generation``. Connected, it is in step: it may serve reads while that master is
         unreachable. It stays in step while its link is down, and once promoted while a
         failover is announced (the fence is up: it is the new master-to-be, holding what it
-        had plus what was written to it since); anything else puts it out of step."""
+        had plus what was written to it since); anything else puts it out of step. The map is
+        replaced, never changed in place: readers iterate it without the lock."""
         with self._lock:
+            in_step = self._in_step
             if link == "connected":
-                if generation == self._generation and address in self._replica_clients:
-                    self._in_step[address] = generation
-            elif link == "out" or (link == "promoted" and self._fence_open.is_set()):
-                self._in_step.pop(address, None)
+                if (
+                    generation == self._generation
+                    and address in self._replica_clients
+                    and in_step.get(address) != generation
+                ):
+                    self._in_step = {**in_step, address: generation}
+            elif address in in_step and (
+                link == "out" or (link == "promoted" and self._fence_open.is_set())
+            ):
+                self._in_step = {a: g for a, g in in_step.items() if a != address}
 
     def outage_replicas(self, generation: int) -> list[Address]:
         """The replicas in step with the master of ``generation``, to serve a read while it is
