@@ -341,3 +341,31 @@ def test_a_hold_that_runs_out_raises_naming_the_shard_and_the_hold(
         client.set(other, 1, None)  # the other shard answers meanwhile
     finally:
         pool.close()
+
+
+def test_a_replica_cut_off_from_a_master_that_still_answers_serves_no_outage_read(
+    make_cluster: ClusterFactory,
+) -> None:
+    """A replica whose link is down while its master goes on answering (and taking writes it
+    misses) is no longer in step: it would answer an outage's reads with ever older data."""
+    cluster = make_cluster(shards=1, replicas=1, sentinels=1, requirepass="outage-secret")
+    pool = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, password="outage-secret"
+    )
+    try:
+        pool.discover()
+        shard = pool.shards[0]
+        wait_until(lambda: shard.outage_replicas(shard.generation), 5, "a replica in step")
+        (replica,) = shard.replicas
+        client = cluster.node_client(replica)
+        try:  # the replica can no longer authenticate to its master: its link stays down
+            client.config_set("masterauth", "not-the-secret")
+            client.execute_command("CLIENT", "KILL", "TYPE", "master")
+            wait_until(
+                lambda: client.execute_command("ROLE")[3] != b"connected", 5, "the link down"
+            )
+        finally:
+            client.close()
+        wait_until(lambda: not shard.outage_replicas(shard.generation), 5, "out of step")
+    finally:
+        pool.close()

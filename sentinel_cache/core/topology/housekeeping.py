@@ -12,7 +12,8 @@ Those two are the safety net's (``core/topology/safety.py``); this thread is onl
   serving wrong misses until something fails. Sentinel events about replicas (``+sdown``,
   ``-sdown``, ``+slave``, ``+convert-to-slave``) wake the thread for an immediate check.
 - With ``OUTAGE_READS``, the same checks tell each shard which replicas are in step with its
-  master (:func:`link_state`), to serve reads while that master is unreachable; and a shard whose
+  master (:func:`link_state`; a replica whose link is down while that master still answers is
+  not), to serve reads while that master is unreachable; and a shard whose
   master was found unreachable is re-resolved on this clock (the safety net's ``check_outages``).
 """
 
@@ -190,15 +191,29 @@ class Housekeeper:
         listed: set[Address] = set()
         for shard in self._core.shards:
             master, generation = shard.current()
+            answers: bool | None = None  # does the master still answer? asked once, if needed
             for address in shard.replicas:
                 listed.add(address)
                 role, problem = self._role(address)
                 if role is not None:
                     problem = replica_problem(role, master)
                 shard.set_replica_health(address, problem is None, problem or "")
-                shard.note_replica_link(address, generation, link_state(role, master))
+                link = link_state(role, master)
+                if link == "down" and master is not None:
+                    # A link down is a crash's mark only if the master is gone: one that still
+                    # answers goes on taking writes this replica misses.
+                    if answers is None:
+                        answers = self._is_master(master)
+                    if answers:
+                        link = "out"
+                shard.note_replica_link(address, generation, link)
         for address in set(self._clients) - listed:
             self._clients.pop(address).connection_pool.disconnect()
+
+    def _is_master(self, address: Address) -> bool:
+        """Whether the node at ``address`` answers ``ROLE`` as a master (short timeouts)."""
+        role, _ = self._role(address)
+        return isinstance(role, (list, tuple)) and bool(role) and reply_text(role[0]) == "master"
 
     def _role(self, address: Address) -> tuple[Any, str | None]:
         """The replica's ``ROLE`` reply, or (None, why it could not be asked)."""

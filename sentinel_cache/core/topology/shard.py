@@ -471,7 +471,8 @@ class Shard:
     def note_replica_link(self, address: Address, generation: int, link: Link) -> None:
         """What the housekeeper's ``ROLE`` check found of a replica of the master of
         ``generation``. Connected, it is in step: it may serve reads while that master is
-        unreachable. It stays in step while its link is down, and once promoted while a
+        unreachable. It stays in step while its link is down (the housekeeper calls that
+        ``out`` if the master still answers), and once promoted while a
         failover is announced (the fence is up: it is the new master-to-be, holding what it
         had plus what was written to it since); anything else puts it out of step. The map is
         replaced, never changed in place: readers iterate it without the lock."""
