@@ -280,6 +280,8 @@ class PoolConfig:
     read_from_replicas: bool = False
     discovery_timeout: float = 5.0
     failover_hold: float = 2.0
+    outage_reads: bool = True
+    outage_hold: float = 0.0
     listeners: bool = True
     reresolve_interval: float = 0.2
     metrics: bool = False
@@ -305,6 +307,7 @@ class PoolConfig:
         _check_number("health_check_interval", self.health_check_interval)
         _check_number("discovery_timeout", self.discovery_timeout)
         _check_number("failover_hold", self.failover_hold)
+        _check_number("outage_hold", self.outage_hold)
         _check_number("reresolve_interval", self.reresolve_interval)
         _check_number(
             "near_cache_max_entries", self.near_cache_max_entries, minimum=1, integer=True
@@ -330,7 +333,14 @@ class PoolConfig:
                         f"{first!r} and {second!r} overlap (one starts the other), which the "
                         "server refuses for tracking: keep the shorter one",
                     )
-        for name in ("read_from_replicas", "listeners", "metrics", "tracing", "near_cache"):
+        for name in (
+            "read_from_replicas",
+            "outage_reads",
+            "listeners",
+            "metrics",
+            "tracing",
+            "near_cache",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, getattr(self, name), "must be True or False")
 
@@ -498,6 +508,8 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "READ_FROM_REPLICAS": (_POOL, "read_from_replicas"),
     "DISCOVERY_TIMEOUT": (_POOL, "discovery_timeout"),
     "FAILOVER_HOLD": (_POOL, "failover_hold"),
+    "OUTAGE_READS": (_POOL, "outage_reads"),
+    "OUTAGE_HOLD": (_POOL, "outage_hold"),
     "LISTENERS": (_POOL, "listeners"),
     "RERESOLVE_INTERVAL": (_POOL, "reresolve_interval"),
     "METRICS": (_POOL, "metrics"),

@@ -46,6 +46,10 @@ class AsyncShardIO:
         found = self.clients.reader(await self.clients.state(), shard)
         return (None, None) if found is None else found
 
+    async def replica(self, shard: Shard, address: Address) -> Any:
+        """This loop's client of one of the shard's replicas (for a read during an outage)."""
+        return self.clients.replica(await self.clients.state(), address)
+
     def writer(self, shard: Shard, key: Any) -> Any:
         """The near cache's writer connection is a blocking socket: asyncio writes go through
         the loop's pool, and the server's echo of them evicts the key (see ``ShardIO.writer``)."""
@@ -58,6 +62,22 @@ class AsyncShardIO:
 async def run_blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking call of the core (discovery, re-resolve) without blocking the loop."""
     return await asyncio.to_thread(function, *args, **kwargs)
+
+
+async def wait_switch(shard: Shard, generation: int, hold: float) -> bool:
+    """Wait up to ``hold`` seconds for the shard to leave the unreachable master of
+    ``generation`` (or for its outage to end), as ``Shard.wait_change`` does, without blocking
+    the loop; True if it did."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + hold
+    delay = 0.002
+    while shard.in_outage(generation):
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(delay, left))
+        delay = min(delay * 2, _FENCE_POLL_MAX)
+    return True
 
 
 async def wait_fence(shard: Shard, hold: float) -> None:

@@ -36,6 +36,10 @@ class ShardIO:
         """A replica in the read rotation (its address and client), or (None, None)."""
         return shard.read_replica() or (None, None)
 
+    def replica(self, shard: Shard, address: Address) -> Any:
+        """The client of one of the shard's replicas (for a read during an outage)."""
+        return shard.replica_client(address)
+
     def writer(self, shard: Shard, key: Any) -> Any:
         """The near cache's writer connection, leased for a write of ``key`` whose value may
         be kept (the server does not echo writes made on it), or None: see
@@ -49,6 +53,10 @@ class ShardIO:
 
 def run_blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return function(*args, **kwargs)
+
+
+def wait_switch(shard: Shard, generation: int, hold: float) -> bool:
+    return shard.wait_change(generation, hold)
 
 
 def wait_fence(shard: Shard, hold: float) -> None:
