@@ -82,7 +82,7 @@ from pathlib import Path
 root, sdist, wheel = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 problems = []
 version = re.search(
-    r'^__version__ = "([^"]+)"$', (root / "sentinel_cache/__init__.py").read_text(), re.M
+    r'^__version__ = "([^"]+)"$', (root / "sentinel_cache/version.py").read_text(), re.M
 )[1]
 
 with zipfile.ZipFile(wheel) as zf:
