@@ -1,8 +1,8 @@
 """Where the cache's topology is: sentinel addresses, master names and their weights, parsed.
 
-Kept apart from :mod:`sentinel_cache.core.config` because the core's lower layers only need
-:class:`Address`, and because every parser here raises the same field-naming
-:class:`ConfigurationError` (:func:`bad_value`) that the rest of the configuration reuses.
+Kept apart from :mod:`sentinel_cache.core.config` (which re-exports :class:`Address`) so the
+values that say where the shards are read on their own. :func:`bad_value` is the one
+field-naming :class:`ConfigurationError` of these parsers, the options and the codec's checks.
 """
 
 from __future__ import annotations
