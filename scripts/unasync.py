@@ -26,7 +26,15 @@ ROOT = Path(__file__).resolve().parent.parent / "sentinel_cache" / "core"
 # Every file of a _sync/ folder is generated: the connections (topology), the operations (ops).
 NAMES = {
     "topology": ("__init__.py", "connection.py"),
-    "ops": ("__init__.py", "runner.py", "client.py", "hashes.py", "sets.py", "sorted_sets.py"),
+    "ops": (
+        "__init__.py",
+        "runner.py",
+        "client.py",
+        "stampede.py",
+        "hashes.py",
+        "sets.py",
+        "sorted_sets.py",
+    ),
 }
 FILES = [
     (ROOT / layer / "_async" / name, ROOT / layer / "_sync" / name)

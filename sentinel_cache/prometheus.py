@@ -79,6 +79,13 @@ class PrometheusMetrics(Metrics):
             ["shard"],
             registry=registry,
         )
+        self.outage_reads = Counter(
+            "sentinel_cache_outage_reads",
+            "Reads answered by a replica while the shard's master was unreachable and not "
+            "replaced yet (OUTAGE_READS): as fresh as that replica's replication lag.",
+            ["shard"],
+            registry=registry,
+        )
         self.skips = Counter(
             "sentinel_cache_skipped_shards",
             "Times IGNORE_EXCEPTIONS skipped an unavailable shard, by operation (a command "
@@ -132,6 +139,9 @@ class PrometheusMetrics(Metrics):
 
     def retry(self, shard: str) -> None:
         self._child(self.retries, shard).inc()
+
+    def outage_read(self, shard: str) -> None:
+        self._child(self.outage_reads, shard).inc()
 
     def skipped(self, shard: str, operation: str) -> None:
         self._child(self.skips, shard, operation).inc()

@@ -18,9 +18,8 @@ SOURCES = sorted((Path(plans.__file__).resolve().parent / "_async").glob("*.py")
 # resharding helpers themselves, and whole-shard work (a scan's batches, a flush), which has
 # no declared keys.
 RULE_HOMES = {
-    "keyed": {"_move", "_drop_previous"},
+    "keyed": {"_move", "_drop_previous", "forget"},
     "planned": {"_move", "_drop_previous", "forget", "scatter"},
-    "_on": {"forget"},
     "_move": {"scatter", "_drop_previous"},
     "_with_adopted": {"adopt_many"},
     "_get_moving": {"scatter"},

@@ -219,6 +219,7 @@ def test_a_frozen_master_blocks_a_call_for_one_socket_timeout(
         socket_timeout=0.5,
         listeners=False,
         reresolve_interval=0.0,
+        outage_reads=False,  # the error is under test here (tests/test_outage.py: the replica)
     )
     cache = CacheClient(core, Codec())
     frozen_key, other_key = key_on(core, 0, "frozen"), key_on(core, 1, "alive")

@@ -167,6 +167,8 @@ class PoolConfig:
     read_from_replicas: bool = False
     discovery_timeout: float = 5.0
     failover_hold: float = 2.0
+    outage_reads: bool = True
+    outage_hold: float = 0.0
     listeners: bool = True
     reresolve_interval: float = 0.2
     metrics: bool = False
@@ -192,6 +194,7 @@ class PoolConfig:
         _check_number("health_check_interval", self.health_check_interval)
         _check_number("discovery_timeout", self.discovery_timeout)
         _check_number("failover_hold", self.failover_hold)
+        _check_number("outage_hold", self.outage_hold)
         _check_number("reresolve_interval", self.reresolve_interval)
         _check_number(
             "near_cache_max_entries", self.near_cache_max_entries, minimum=1, integer=True
@@ -217,7 +220,14 @@ class PoolConfig:
                         f"{first!r} and {second!r} overlap (one starts the other), which the "
                         "server refuses for tracking: keep the shorter one",
                     )
-        for name in ("read_from_replicas", "listeners", "metrics", "tracing", "near_cache"):
+        for name in (
+            "read_from_replicas",
+            "outage_reads",
+            "listeners",
+            "metrics",
+            "tracing",
+            "near_cache",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise bad_value(name, getattr(self, name), "must be True or False")
 
@@ -341,6 +351,9 @@ class CacheOptions:
     log_ignored_exceptions_interval: float = 10.0
     durable_replicas: int = 0
     durable_timeout_ms: int = 100
+    stampede_protection: bool = False
+    stampede_lock_timeout: float = 10.0
+    stampede_early_refresh: float = 0.0
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -440,6 +453,13 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
     ignore = values.get("ignore_exceptions", False)
     if not isinstance(ignore, bool):
         raise bad_value("IGNORE_EXCEPTIONS", ignore, "must be True or False")
+    stampede = values.get("stampede_protection", False)
+    if not isinstance(stampede, bool):
+        raise bad_value("STAMPEDE_PROTECTION", stampede, "must be True or False")
+    lock_timeout = values.get("stampede_lock_timeout", 10.0)
+    _check_number("STAMPEDE_LOCK_TIMEOUT", lock_timeout, minimum=0.001)
+    early = values.get("stampede_early_refresh", 0.0)
+    _check_number("STAMPEDE_EARLY_REFRESH", early)
     compress_min_length = check_compress_min_length(values.get("compress_min_length", 1024))
     for name, integer in (
         ("durable_replicas", True),
@@ -458,4 +478,7 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
         log_ignored_exceptions_interval=values.get("log_ignored_exceptions_interval", 10.0),
         durable_replicas=values.get("durable_replicas", 0),
         durable_timeout_ms=values.get("durable_timeout_ms", 100),
+        stampede_protection=stampede,
+        stampede_lock_timeout=float(lock_timeout),
+        stampede_early_refresh=float(early),
     )

@@ -2,7 +2,8 @@
 
 The core calls a :class:`Metrics` at a few points: each command batch sent to a shard (its
 outcome and latency), the hits and misses of reads, master switches (and how they were learned),
-write-fence holds, safety-net re-resolves and retries, shards skipped by ``IGNORE_EXCEPTIONS``.
+write-fence holds, safety-net re-resolves and retries, reads served by a replica during an
+outage, shards skipped by ``IGNORE_EXCEPTIONS``.
 ``METRICS = True`` installs the Prometheus backend (:mod:`sentinel_cache.prometheus`); without
 it the core holds ``None`` and pays one attribute test per call. Gauges (connections, listeners)
 are not pushed: a backend reads them from
@@ -50,6 +51,10 @@ class Metrics:
 
     def retry(self, shard: str) -> None:
         """The safety net sent a batch again, on the shard's new master."""
+
+    def outage_read(self, shard: str) -> None:
+        """A read was answered by a replica while the shard's master was unreachable
+        (``OUTAGE_READS``)."""
 
     def skipped(self, shard: str, operation: str) -> None:
         """``IGNORE_EXCEPTIONS`` skipped the unavailable shard in ``operation`` (a command

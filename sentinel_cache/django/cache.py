@@ -356,15 +356,37 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
     def get_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> Any:
-        """Django's, with the timeout checked first: refused even when the key is there."""
-        self.get_backend_timeout(timeout)
-        return super().get_or_set(key, default, timeout, version)
+        """Django's, with the timeout checked first: refused even when the key is there. With
+        ``STAMPEDE_PROTECTION`` a miss is computed by one caller across every process, the
+        others waiting for its value (:mod:`sentinel_cache.core.ops._async.stampede`)."""
+        seconds = self.get_backend_timeout(timeout)
+        options = self.cache_options
+        if not options.stampede_protection:
+            return super().get_or_set(key, default, timeout, version)
+        made = self.make_and_validate_key(key, version=version)
+        return self.client.get_or_set(
+            made,
+            default,
+            seconds,
+            lock_timeout=options.stampede_lock_timeout,
+            early=options.stampede_early_refresh,
+        )
 
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> Any:
-        self.get_backend_timeout(timeout)
-        return await super().aget_or_set(key, default, timeout, version)
+        seconds = self.get_backend_timeout(timeout)
+        options = self.cache_options
+        if not options.stampede_protection:
+            return await super().aget_or_set(key, default, timeout, version)
+        made = self.make_and_validate_key(key, version=version)
+        return await self.aclient.get_or_set(
+            made,
+            default,
+            seconds,
+            lock_timeout=options.stampede_lock_timeout,
+            early=options.stampede_early_refresh,
+        )
 
     def _get_many(self, keys: Iterable[Any], version: Any = None) -> Call:
         key_map = self._key_map(keys, version)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sentinel_cache.core.ops._async.hashes import AsyncHashOperations
 from sentinel_cache.core.ops._async.sets import AsyncSetOperations
 from sentinel_cache.core.ops._async.sorted_sets import AsyncSortedSetOperations
+from sentinel_cache.core.ops._async.stampede import AsyncStampedeOperations
 from sentinel_cache.core.ops.async_clients import AsyncShardClients, shared_async_clients
 from sentinel_cache.core.topology._async.connection import (
     AsyncShardConnection,
@@ -14,7 +15,9 @@ from sentinel_cache.core.topology._async.connection import (
 )
 
 
-class AsyncCacheClient(AsyncSortedSetOperations, AsyncSetOperations, AsyncHashOperations):
+class AsyncCacheClient(
+    AsyncStampedeOperations, AsyncSortedSetOperations, AsyncSetOperations, AsyncHashOperations
+):
     """The asyncio client: the same operations, arguments and semantics as
     :class:`~sentinel_cache.core.ops.client.CacheClient` (one source, see
     :mod:`sentinel_cache.core.ops._async.client`). Cheap to create: connections belong to the core's

@@ -189,6 +189,10 @@ class AsyncShardClients:
         if not replicas:
             return None
         address = replicas[next(self._replica_turn) % len(replicas)]
+        return address, self.replica(state, address)
+
+    def replica(self, state: _LoopState, address: Address) -> AsyncRedis:
+        """This loop's client of the replica at ``address`` (made on first use)."""
         client = state.replicas.get(address)
         if client is None:
             connection_class = (
@@ -205,7 +209,7 @@ class AsyncShardClients:
                 **self._kwargs,
             )
             client = state.replicas[address] = AsyncRedis(connection_pool=pool)
-        return address, client
+        return client
 
 
 # Tasks started from another thread by close_all(): kept until done (a task only weakly held by

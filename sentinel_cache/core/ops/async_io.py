@@ -9,7 +9,8 @@ polling, since the fence is a ``threading.Event`` set by a listener thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sentinel_cache.core.config import Address
@@ -29,6 +30,7 @@ class AsyncShardIO:
 
     def __init__(self, core: ShardedSentinelPool) -> None:
         self.clients = shared_async_clients(core)
+        self.flights = AsyncFlights()
 
     def __repr__(self) -> str:
         return f"<AsyncShardIO {self.clients!r}>"
@@ -44,6 +46,10 @@ class AsyncShardIO:
         found = self.clients.reader(await self.clients.state(), shard)
         return (None, None) if found is None else found
 
+    async def replica(self, shard: Shard, address: Address) -> Any:
+        """This loop's client of one of the shard's replicas (for a read during an outage)."""
+        return self.clients.replica(await self.clients.state(), address)
+
     def writer(self, shard: Shard, key: Any) -> Any:
         """The near cache's writer connection is a blocking socket: asyncio writes go through
         the loop's pool, and the server's echo of them evicts the key (see ``ShardIO.writer``)."""
@@ -56,6 +62,22 @@ class AsyncShardIO:
 async def run_blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking call of the core (discovery, re-resolve) without blocking the loop."""
     return await asyncio.to_thread(function, *args, **kwargs)
+
+
+async def wait_switch(shard: Shard, generation: int, hold: float) -> bool:
+    """Wait up to ``hold`` seconds for the shard to leave the unreachable master of
+    ``generation`` (or for its outage to end), as ``Shard.wait_change`` does, without blocking
+    the loop; True if it did."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + hold
+    delay = 0.002
+    while shard.in_outage(generation):
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(delay, left))
+        delay = min(delay * 2, _FENCE_POLL_MAX)
+    return True
 
 
 async def wait_fence(shard: Shard, hold: float) -> None:
@@ -73,3 +95,48 @@ async def wait_fence(shard: Shard, hold: float) -> None:
             )
         await asyncio.sleep(min(delay, left))
         delay = min(delay * 2, _FENCE_POLL_MAX)
+
+
+async def pause(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+# Per event loop: the keys being worked on, and the future their waiters await.
+_loop_flights: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, asyncio.Future[Any]]]
+_loop_flights = weakref.WeakKeyDictionary()
+
+
+class AsyncFlights:
+    """The running loop's callers of one piece of work per key, coalesced: the first task runs
+    it, the others await its outcome (value or exception). One table per event loop, shared by
+    every cache object (tasks of one loop coalesce; other loops and threads go to the server)."""
+
+    def __repr__(self) -> str:
+        return "<AsyncFlights>"
+
+    async def once(self, key: Any, work: Callable[[], Awaitable[T]]) -> T:
+        loop = asyncio.get_running_loop()
+        running = _loop_flights.setdefault(loop, {})
+        future = running.get(key)
+        if future is not None:
+            return await asyncio.shield(future)
+        future = running[key] = loop.create_future()
+        future.add_done_callback(_retrieved)
+        try:
+            value = await work()
+            future.set_result(value)
+            return value
+        except Exception as exc:
+            future.set_exception(exc)
+            raise
+        except BaseException:  # cancelled: the waiters are too (each may call again)
+            future.cancel()
+            raise
+        finally:
+            del running[key]
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Nobody may be waiting: mark the exception seen (no "never retrieved" warning)."""
+    if not future.cancelled():
+        future.exception()

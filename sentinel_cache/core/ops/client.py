@@ -18,6 +18,7 @@ from sentinel_cache.core.ops._sync.client import SCAN_COUNT
 from sentinel_cache.core.ops._sync.hashes import HashOperations
 from sentinel_cache.core.ops._sync.sets import SetOperations
 from sentinel_cache.core.ops._sync.sorted_sets import SortedSetOperations
+from sentinel_cache.core.ops._sync.stampede import StampedeOperations
 from sentinel_cache.core.ops.plans import (
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
@@ -35,7 +36,7 @@ from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 T = TypeVar("T")
 
 
-class CacheClient(SortedSetOperations, SetOperations, HashOperations):
+class CacheClient(StampedeOperations, SortedSetOperations, SetOperations, HashOperations):
     """Framework-free cache operations; ``timeout`` is seconds, None means never expire, and
     zero or less means the value expires at once (as in Django)."""
 

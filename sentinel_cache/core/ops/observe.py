@@ -5,8 +5,9 @@ uses it unchanged in both generated flavours. It is entered only when the core h
 tracer: with neither, a call pays one attribute test. The spans follow OpenTelemetry's database
 conventions (``db.system.name``, ``db.operation.name``, ``server.address``/``server.port`` of the
 master that answered) and add ``sentinel_cache.shard`` (the master name), and, when they
-happened, ``sentinel_cache.fence_wait_ms`` (writes held by a failover) and
-``sentinel_cache.retried`` (sent again on a new master by the safety net).
+happened, ``sentinel_cache.fence_wait_ms`` (writes held by a failover),
+``sentinel_cache.retried`` (sent again on a new master by the safety net) and
+``sentinel_cache.outage_read`` (answered by a replica while the master was unreachable).
 """
 
 from __future__ import annotations
@@ -100,14 +101,27 @@ def observed(core: ShardedSentinelPool, shard: Shard, commands: Sequence[Command
 
 
 def note(
-    core: ShardedSentinelPool, shard: Shard, *, retried: bool = False, fence_wait: float = 0.0
+    core: ShardedSentinelPool,
+    shard: Shard,
+    *,
+    retried: bool = False,
+    fence_wait: float = 0.0,
+    outage_read: bool = False,
 ) -> None:
-    """Record on the current call what the safety net did: a retry, or a wait on a fence."""
-    if retried and core.metrics is not None:
-        core.metrics.retry(shard.name)
+    """Record on the current call what the safety net did: a retry, a wait on a fence, a
+    read answered by a replica during an outage (counted on the shard too, for its status)."""
+    if outage_read:
+        shard.note_outage_read()
+    if core.metrics is not None:
+        if retried:
+            core.metrics.retry(shard.name)
+        if outage_read:
+            core.metrics.outage_read(shard.name)
     if core.tracer is not None:
         span = _trace.get_current_span()
         if retried:
             span.set_attribute("sentinel_cache.retried", True)
+        if outage_read:
+            span.set_attribute("sentinel_cache.outage_read", True)
         if fence_wait:
             span.set_attribute("sentinel_cache.fence_wait_ms", round(fence_wait * 1000, 3))

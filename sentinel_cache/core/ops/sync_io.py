@@ -6,6 +6,9 @@ runs inline; a write fence is waited for on its ``threading.Event``.
 
 from __future__ import annotations
 
+import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -21,6 +24,7 @@ class ShardIO:
 
     def __init__(self, core: ShardedSentinelPool) -> None:
         self.core = core
+        self.flights = shared_flights(core)
 
     def __repr__(self) -> str:
         return f"<ShardIO {self.core!r}>"
@@ -31,6 +35,10 @@ class ShardIO:
     def reader(self, shard: Shard) -> tuple[Address | None, Any]:
         """A replica in the read rotation (its address and client), or (None, None)."""
         return shard.read_replica() or (None, None)
+
+    def replica(self, shard: Shard, address: Address) -> Any:
+        """The client of one of the shard's replicas (for a read during an outage)."""
+        return shard.replica_client(address)
 
     def writer(self, shard: Shard, key: Any) -> Any:
         """The near cache's writer connection, leased for a write of ``key`` whose value may
@@ -47,5 +55,69 @@ def run_blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return function(*args, **kwargs)
 
 
+def wait_switch(shard: Shard, generation: int, hold: float) -> bool:
+    return shard.wait_change(generation, hold)
+
+
 def wait_fence(shard: Shard, hold: float) -> None:
     shard.wait_fence(hold)
+
+
+def pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+class _Flight:
+    __slots__ = ("done", "value", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class Flights:
+    """This process's callers of one piece of work per key, coalesced: the first one runs it,
+    the others (other threads) wait for its outcome, and get its value or its exception. Shared
+    by every cache object of a core (Django makes one per thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[Any, _Flight] = {}
+
+    def __repr__(self) -> str:
+        return f"<Flights running={len(self._running)}>"
+
+    def once(self, key: Any, work: Callable[[], T]) -> T:
+        with self._lock:
+            flight = self._running.get(key)
+            leader = flight is None
+            if flight is None:
+                flight = self._running[key] = _Flight()
+        if not leader:
+            flight.done.wait()  # the leader's work always ends: bounded by its lock and compute
+            if flight.error is not None:
+                raise flight.error
+            return flight.value
+        try:
+            flight.value = work()
+            return flight.value
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        finally:
+            with self._lock:
+                del self._running[key]
+            flight.done.set()
+
+
+_flights: weakref.WeakKeyDictionary[ShardedSentinelPool, Flights] = weakref.WeakKeyDictionary()
+_flights_lock = threading.Lock()
+
+
+def shared_flights(core: ShardedSentinelPool) -> Flights:
+    with _flights_lock:
+        flights = _flights.get(core)
+        if flights is None:
+            flights = _flights[core] = Flights()
+        return flights

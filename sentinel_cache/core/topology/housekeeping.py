@@ -11,6 +11,10 @@ Those two are the safety net's (``core/topology/safety.py``); this thread is onl
   demoted link, still syncing, unreachable) leaves the rotation until it does again, instead of
   serving wrong misses until something fails. Sentinel events about replicas (``+sdown``,
   ``-sdown``, ``+slave``, ``+convert-to-slave``) wake the thread for an immediate check.
+- With ``OUTAGE_READS``, the same checks tell each shard which replicas are in step with its
+  master (:func:`link_state`; a replica whose link is down while that master still answers is
+  not), to serve reads while that master is unreachable; and a shard whose
+  master was found unreachable is re-resolved on this clock (the safety net's ``check_outages``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import redis
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.topology.discovery import direct_client, reply_text
-from sentinel_cache.core.topology.shard import Shard
+from sentinel_cache.core.topology.shard import Link, Shard
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -45,6 +49,31 @@ def same_node(a: Address, b: Address) -> bool:
         return socket.gethostbyname(a.host) == socket.gethostbyname(b.host)
     except OSError:
         return False
+
+
+#: ROLE link states of a replica whose master went away: it reconnects, keeping its data.
+LINK_DOWN = ("connect", "connecting", "handshake")
+
+
+def link_state(role: Any, master: Address | None) -> Link:
+    """What a ``ROLE`` reply says of a replica and ``master`` (see :data:`Link`)."""
+    if not isinstance(role, (list, tuple)) or master is None:
+        return "out"
+    kind = reply_text(role[0]) if role else ""
+    if kind == "master":
+        return "promoted"
+    if kind not in ("slave", "replica") or len(role) < 4:
+        return "out"
+    try:
+        following = Address(reply_text(role[1]), int(role[2]))
+    except (TypeError, ValueError):
+        return "out"
+    if not same_node(following, master):
+        return "out"
+    state = reply_text(role[3])
+    if state == "connected":
+        return "connected"
+    return "down" if state in LINK_DOWN else "out"
 
 
 def replica_problem(role: Any, master: Address | None) -> str | None:
@@ -75,6 +104,8 @@ class Kept(Protocol):
     def check_fences(self) -> None: ...
 
     def recheck_failed(self) -> None: ...
+
+    def check_outages(self) -> None: ...
 
     def refresh_replicas(self, name: str) -> None: ...
 
@@ -143,6 +174,7 @@ class Housekeeper:
             try:
                 self._core.check_fences()
                 self._core.recheck_failed()
+                self._core.check_outages()
                 pending, self._pending = self._pending, set()
                 for name in pending:
                     self._core.refresh_replicas(name)
@@ -158,19 +190,38 @@ class Housekeeper:
         self.checks += 1
         listed: set[Address] = set()
         for shard in self._core.shards:
+            master, generation = shard.current()
+            answers: bool | None = None  # does the master still answer? asked once, if needed
             for address in shard.replicas:
                 listed.add(address)
-                problem = self._problem(address, shard.address)
+                role, problem = self._role(address)
+                if role is not None:
+                    problem = replica_problem(role, master)
                 shard.set_replica_health(address, problem is None, problem or "")
+                link = link_state(role, master)
+                if link == "down" and master is not None:
+                    # A link down is a crash's mark only if the master is gone: one that still
+                    # answers goes on taking writes this replica misses.
+                    if answers is None:
+                        answers = self._is_master(master)
+                    if answers:
+                        link = "out"
+                shard.note_replica_link(address, generation, link)
         for address in set(self._clients) - listed:
             self._clients.pop(address).connection_pool.disconnect()
 
-    def _problem(self, address: Address, master: Address | None) -> str | None:
+    def _is_master(self, address: Address) -> bool:
+        """Whether the node at ``address`` answers ``ROLE`` as a master (short timeouts)."""
+        role, _ = self._role(address)
+        return isinstance(role, (list, tuple)) and bool(role) and reply_text(role[0]) == "master"
+
+    def _role(self, address: Address) -> tuple[Any, str | None]:
+        """The replica's ``ROLE`` reply, or (None, why it could not be asked)."""
         client = self._clients.get(address)
         if client is None:
             client = self._clients[address] = direct_client(address, self._kwargs)
         try:
-            return replica_problem(client.execute_command("ROLE"), master)
+            return client.execute_command("ROLE"), None
         except (redis.RedisError, OSError) as exc:
             client.connection_pool.disconnect()
-            return f"{type(exc).__name__}: {exc}"
+            return None, f"{type(exc).__name__}: {exc}"

@@ -111,9 +111,10 @@ class Placement:
             )
             return False
         shard.note_agreeing(resolution.agreeing)
-        if self._config.read_from_replicas:
+        if self._config.read_from_replicas or self._config.outage_reads:
             shard.set_replicas(resolution.replicas)
-        if outcome == "same":
+        if outcome == "same":  # ROLE just said master: an outage without a switch is over
+            shard.reachable_again()
             return False
         if old is not None:
             self._announce(shard, old, resolution.address, source, None)

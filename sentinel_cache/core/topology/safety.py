@@ -6,7 +6,13 @@ error, timeout or READONLY reply from a shard's master it asks
 :meth:`SafetyNet.should_reresolve`, then :meth:`SafetyNet.reresolve`, then
 :meth:`SafetyNet.retry_or_raise`, through the pool's methods of the same names. The rest is the
 same policy at the start of a call (no master known yet) or on the housekeeper's clock (a shard
-whose last resolution failed, a write fence whose failover never announced its end).
+whose last resolution failed, a write fence whose failover never announced its end, a master
+found unreachable).
+
+An outage is a master found unreachable that the sentinels did not replace yet
+(:meth:`SafetyNet.unreachable`): a read may then be served by a replica in step with that master
+(``OUTAGE_READS``), and an operation that may be sent again waits up to ``OUTAGE_HOLD`` for the
+switch (:meth:`SafetyNet.held_too_long` is the error once the hold is spent).
 """
 
 from __future__ import annotations
@@ -75,6 +81,34 @@ class SafetyNet:
         raise ShardUnavailableError(
             f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
         ) from exc
+
+    def unreachable(self, shard: Shard, exc: BaseException, generation: int) -> bool:
+        """After the re-resolve step: True (and the outage noted on the shard) if ``exc`` left
+        the shard's master of ``generation`` unreachable and nothing replaced it, so the outage
+        rules apply. A stale reply is no outage: the node answered."""
+        if isinstance(exc, StaleReplyError) or shard.generation != generation:
+            return False
+        shard.note_unreachable(generation)
+        return True
+
+    def held_too_long(
+        self, shard: Shard, exc: BaseException | None, hold: float
+    ) -> ShardUnavailableError:
+        """The error of an operation held ``hold`` seconds for a switch that did not come
+        (``exc``: what its master answered, None for a write held before it was sent)."""
+        why = "" if exc is None else f": {type(exc).__name__}: {exc}"
+        return ShardUnavailableError(
+            f"shard {shard.label} at {shard.address}: master unreachable and not replaced "
+            f"within OUTAGE_HOLD ({hold:g}s){why}"
+        )
+
+    def check_outages(self) -> None:
+        """Ask the sentinels again about every shard in an outage (the housekeeper's clock,
+        rate-limited per shard), asking its master's ``ROLE`` too: a master back without a
+        switch ends the outage, a new one moves the shard."""
+        for shard in self._shards:
+            if shard.unreachable_since is not None:
+                self.reresolve(shard, reason="master unreachable")
 
     def refusal(self, shard: Shard, exc: BaseException) -> AuthenticationFailedError | None:
         """The error to raise if ``exc`` says the shard's data node refused our credentials or

@@ -41,6 +41,11 @@ K = TypeVar("K", bound="str | bytes")
 MASTER_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
 SwitchCallback = Callable[["SwitchEvent"], None]
+#: What a ``ROLE`` check found of a replica and the shard's master: ``connected`` to it,
+#: following it with the link ``down`` (``connect``: what the master's crash looks like; the
+#: replica keeps what it was given), ``promoted`` (a master now), or ``out`` (another master,
+#: a full resync under way, unreachable).
+Link = Literal["connected", "down", "promoted", "out"]
 #: ``restarted(shard, old_run_id, new_run_id, source)``: the core's report of an empty restart.
 RestartCallback = Callable[["Shard", "str | None", str, str], None]
 
@@ -127,6 +132,7 @@ class Shard:
         self.weight = weight
         self.label = f"{index} ({name})"
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a switch, or an outage's end
         self._address: Address | None = None
         self._generation = 0
         self._replicas: tuple[Address, ...] = ()
@@ -177,6 +183,13 @@ class Shard:
         self._serving_replicas: tuple[Address, ...] = ()
         self._rotation: list[tuple[Address, redis.Redis]] = []
         self._replica_turn = itertools.count()
+        self._rotating = config.read_from_replicas  # replicas take reads in normal times
+        # OUTAGE_READS: replica -> the generation whose master it was seen connected to (and
+        # has not been seen leave since); the outage: (generation, since) of a master found
+        # unreachable that nothing replaced yet; reads replicas served during outages.
+        self._in_step: dict[Address, int] = {}
+        self._outage: tuple[int, float] | None = None
+        self._outage_reads = 0
 
     # -- the state, read-only from outside ---------------------------------------------------
     @property
@@ -257,6 +270,7 @@ class Shard:
     def reset_locks(self) -> None:
         """After a fork: a lock held by a parent thread would never be released in the child."""
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._resolving = threading.Lock()
         self._resolve_failures.reset_after_fork()
         fenced = self.fenced
@@ -308,6 +322,7 @@ class Shard:
                 self._switch_count += 1
                 self._last_switch = time.time()
                 self._last_switch_source = source
+            self._changed.notify_all()
         self.pool.retire_idle()  # network I/O outside the lock
         return "moved", old
 
@@ -418,6 +433,85 @@ class Shard:
             f"({self._fence_reason}); the new master was not confirmed in time"
         )
 
+    # -- outages: a master unreachable that nothing replaced yet ------------------------------
+    @property
+    def unreachable_since(self) -> float | None:
+        """Monotonic time the current master was first found unreachable, None if it was not
+        (or it answered since, or the shard moved)."""
+        outage = self._outage
+        return outage[1] if outage is not None and outage[0] == self._generation else None
+
+    def note_unreachable(self, generation: int) -> None:
+        """A call found the master of ``generation`` unreachable and the sentinels named no
+        other: the outage begins (once; moot if the shard moved meanwhile)."""
+        with self._lock:
+            if generation == self._generation and (
+                self._outage is None or self._outage[0] != generation
+            ):
+                self._outage = (generation, time.monotonic())
+
+    def reachable_again(self) -> None:
+        """The current master answered as a master again (no switch): the outage is over."""
+        with self._lock:
+            if self._outage is not None:
+                self._outage = None
+                self._changed.notify_all()
+
+    def wait_change(self, generation: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the shard to leave the master of ``generation``
+        or for that master's outage to end; True if it did."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self.in_outage(generation), timeout)
+
+    def in_outage(self, generation: int) -> bool:
+        """Still on the master of ``generation``, and that master found unreachable."""
+        outage = self._outage
+        return generation == self._generation and outage is not None and outage[0] == generation
+
+    def note_replica_link(self, address: Address, generation: int, link: Link) -> None:
+        """What the housekeeper's ``ROLE`` check found of a replica of the master of
+        ``generation``. Connected, it is in step: it may serve reads while that master is
+        unreachable. It stays in step while its link is down (the housekeeper calls that
+        ``out`` if the master still answers), and once promoted while a
+        failover is announced (the fence is up: it is the new master-to-be, holding what it
+        had plus what was written to it since); anything else puts it out of step. The map is
+        replaced, never changed in place: readers iterate it without the lock."""
+        with self._lock:
+            in_step = self._in_step
+            if link == "connected":
+                if (
+                    generation == self._generation
+                    and address in self._replica_clients
+                    and in_step.get(address) != generation
+                ):
+                    self._in_step = {**in_step, address: generation}
+            elif address in in_step and (
+                link == "out" or (link == "promoted" and self._fence_open.is_set())
+            ):
+                self._in_step = {a: g for a, g in in_step.items() if a != address}
+
+    def outage_replicas(self, generation: int) -> list[Address]:
+        """The replicas in step with the master of ``generation``, to serve a read while it is
+        unreachable, beginning at the next in turn (reads spread over them)."""
+        found = [a for a, g in self._in_step.items() if g == generation]
+        if len(found) > 1:
+            turn = next(self._replica_turn) % len(found)
+            found = found[turn:] + found[:turn]
+        return found
+
+    def note_outage_read(self) -> None:
+        with self._lock:
+            self._outage_reads += 1
+
+    @property
+    def outage_reads(self) -> int:
+        """Reads served by a replica while the master was unreachable, since start."""
+        return self._outage_reads
+
+    def replica_client(self, address: Address) -> redis.Redis | None:
+        """The client of a listed replica (sync calls), or None if it is no longer listed."""
+        return self._replica_clients.get(address)
+
     # -- replicas ----------------------------------------------------------------------------
     def set_replicas(self, replicas: Sequence[Address]) -> None:
         """The replicas the sentinels list; clients are kept for those still listed."""
@@ -444,12 +538,15 @@ class Shard:
             self._replica_clients = clients
             self._replicas = replicas
             self._down &= set(replicas)
+            self._in_step = {a: g for a, g in self._in_step.items() if a in clients}
             self._update_rotation()
         for client in dropped:
             client.connection_pool.disconnect()
 
     def set_replica_health(self, address: Address, healthy: bool, why: str = "") -> None:
         """Take a replica out of the read rotation (a failed read or check), or back in."""
+        if not self._rotating:
+            return
         with self._lock:
             if address not in self._replica_clients or (address not in self._down) == healthy:
                 return
@@ -467,6 +564,8 @@ class Shard:
         )
 
     def _update_rotation(self) -> None:
+        if not self._rotating:  # listed for OUTAGE_READS only: no reads in normal times
+            return
         self._serving_replicas = tuple(a for a in self._replicas if a not in self._down)
         self._rotation = [(a, self._replica_clients[a]) for a in self._serving_replicas]
 
@@ -483,6 +582,7 @@ class Shard:
 
     def snapshot(self) -> dict[str, Any]:
         """This shard in ``ShardedSentinelPool.status()``: from memory, no network."""
+        since = self.unreachable_since
         return {
             "index": self.index,
             "name": self.name,
@@ -497,6 +597,8 @@ class Shard:
             "last_switch_source": self._last_switch_source,
             "fenced": self.fenced,
             "fence_reason": self._fence_reason,
+            "unreachable_for": None if since is None else round(time.monotonic() - since, 3),
+            "outage_reads": self._outage_reads,
             "error": None if self._error is None else str(self._error),
             "connections": self.pool.connection_count(),
         }

@@ -129,7 +129,7 @@ class ShardedSentinelPool:
             self.sentinels,
             self.config.connection_options(),
             timeout=self.config.discovery_timeout,
-            replicas=self.config.read_from_replicas,
+            replicas=self.config.read_from_replicas or self.config.outage_reads,
             claimant=self.placement.claimant,
         )
         self.safety = SafetyNet(
@@ -174,10 +174,9 @@ class ShardedSentinelPool:
         if config.listeners:
             self.listeners = ListenerGroup(self, config.sentinel_options())
             self.listeners.ensure(self.sentinels.addresses)
-        if config.listeners or config.read_from_replicas:
-            self.housekeeper = Housekeeper(
-                self, config.connection_options(), replicas=config.read_from_replicas
-            )
+        replicas = config.read_from_replicas or config.outage_reads
+        if config.listeners or replicas or config.outage_hold:
+            self.housekeeper = Housekeeper(self, config.connection_options(), replicas=replicas)
             self.housekeeper.start()
         if self.near is not None and not self.near.running:  # still running after a fork
             self.near.start(self.shards, config)
@@ -312,6 +311,10 @@ class ShardedSentinelPool:
     def check_fences(self) -> None:
         """Lift a fence whose failover we never heard the end of (see ``SafetyNet``)."""
         self.safety.check_fences()
+
+    def check_outages(self) -> None:
+        """Ask again about the shards whose master was found unreachable (see ``SafetyNet``)."""
+        self.safety.check_outages()
 
     def _discover_all(self) -> dict[str, Resolution | BaseException]:
         results = self.discovery.resolve(self._names)
@@ -448,6 +451,14 @@ class ShardedSentinelPool:
 
     def refusal(self, shard: Shard, exc: BaseException) -> AuthenticationFailedError | None:
         return self.safety.refusal(shard, exc)
+
+    def unreachable(self, shard: Shard, exc: BaseException, generation: int) -> bool:
+        return self.safety.unreachable(shard, exc, generation)
+
+    def held_too_long(
+        self, shard: Shard, exc: BaseException | None, hold: float
+    ) -> ShardUnavailableError:
+        return self.safety.held_too_long(shard, exc, hold)
 
     def reresolve(
         self,

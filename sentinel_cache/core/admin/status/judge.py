@@ -321,6 +321,10 @@ def _shard_entry(
         "last_restart": shard["last_restart"],
         "fenced": shard["fenced"],
         "fence_reason": shard["fence_reason"],
+        # OUTAGE_READS, this process: reads a replica answered while the master was unreachable,
+        # and for how many seconds the master has been found unreachable (None: it is not).
+        "outage_reads": shard.get("outage_reads", 0),
+        "unreachable_for": shard.get("unreachable_for"),
         "near_cache": shard.get("near_cache"),  # this process's local copies (NEAR_CACHE)
         # Filled in by collect once judged: the worst problem's code first.
         "problem": None,

@@ -182,6 +182,21 @@ def render_text(report: Mapping[str, Any], *, title: str | None = None) -> str:
             for s in sentinels
         ],
     )
+    outages = [
+        f"{s['name']} {s['outage_reads']}"
+        + (
+            ""
+            if s.get("unreachable_for") is None
+            else f" (master unreachable for {s['unreachable_for']:.1f} s)"
+        )
+        for s in shards
+        if s.get("outage_reads") or s.get("unreachable_for") is not None
+    ]
+    if outages:
+        lines += [
+            "",
+            "reads answered by a replica, master unreachable (this process): " + ", ".join(outages),
+        ]
     near = [(s["name"], s["near_cache"]) for s in shards if s.get("near_cache")]
     if near:
         lines.append("")

@@ -13,14 +13,16 @@ to wait: each flavour's ``*_io.py`` module beside this package.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from time import perf_counter
 from typing import Any, TypeVar
 
-from redis.exceptions import ReadOnlyError, ResponseError
+from redis.exceptions import MasterDownError, ReadOnlyError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.ops.async_io import AsyncShardIO, run_blocking, wait_fence
+from sentinel_cache.core.ops.async_io import AsyncShardIO, run_blocking, wait_fence, wait_switch
 from sentinel_cache.core.ops.observe import Observed, note, observed
 from sentinel_cache.core.ops.plans import (
     MISS,
@@ -144,9 +146,19 @@ class AsyncRunner(ClientBase):
         a failover) is no acknowledgement: idempotent operations are retried, others raise
         :class:`~sentinel_cache.StaleReplyError`. A replica that fails a read leaves the read
         rotation and the master answers.
+
+        While the master is unreachable and not replaced (an outage, see
+        :mod:`~sentinel_cache.core.topology.safety`): a read may be answered by a replica in
+        step with it (:meth:`outage_read`), and with ``OUTAGE_HOLD`` an operation that may be
+        sent again waits for the switch (:meth:`hold`); a write that cannot be sent twice waits
+        *before* it is sent if the outage is already known.
         """
         core = self.core
         await self.ready(shard, write)
+        if write and not idempotent and core.config.outage_hold:
+            outage = shard.generation
+            if shard.in_outage(outage):
+                await self.hold(shard, outage, None)
         reader = client is None and not write and replicas  # a replica in rotation may serve
         replica, chosen = await self.io.reader(shard) if reader else (None, client)
         client = chosen if chosen is not None else await self.io.master(shard)
@@ -159,16 +171,84 @@ class AsyncRunner(ClientBase):
             if replica is not None:  # a replica failed: the master still serves reads
                 shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
                 return await operation(await self.io.master(shard))
-            if core.should_reresolve(shard, exc, generation):
-                reason = f"{type(exc).__name__}: {exc}"
-                await run_blocking(core.reresolve, shard, reason=reason, suspect=address)
-            core.retry_or_raise(shard, exc, generation, idempotent=idempotent)
+            served, reply = await self._recover(
+                shard,
+                exc,
+                address,
+                generation,
+                operation if reader else None,
+                idempotent=idempotent,
+            )
+            if served:
+                return reply
         note(core, shard, retried=True)
         if write and shard.fenced:
             began = perf_counter()
             await wait_fence(shard, core.config.failover_hold)
             note(core, shard, fence_wait=perf_counter() - began)
         return await operation(await self.io.master(shard))
+
+    async def _recover(
+        self,
+        shard: Shard,
+        exc: BaseException,
+        address: Address | None,
+        generation: int,
+        read: Callable[[Any], Awaitable[Any]] | None,
+        *,
+        idempotent: bool,
+    ) -> tuple[bool, Any]:
+        """The safety net after ``exc`` on the shard's master of ``generation``: ``(True,
+        reply)`` if a replica answered the read (``read``: the operation, if a replica may
+        answer it), ``(False, None)`` if the operation may be sent again to the shard's master;
+        else it raises."""
+        core = self.core
+        if core.should_reresolve(shard, exc, generation):
+            reason = f"{type(exc).__name__}: {exc}"
+            await run_blocking(core.reresolve, shard, reason=reason, suspect=address)
+        if core.unreachable(shard, exc, generation):
+            if read is not None and core.config.outage_reads:
+                served, reply = await self.outage_read(shard, read, generation)
+                if served:
+                    return True, reply
+            if idempotent and core.config.outage_hold:
+                await self.hold(shard, generation, exc)
+                return False, None
+        core.retry_or_raise(shard, exc, generation, idempotent=idempotent)
+        return False, None
+
+    async def outage_read(
+        self, shard: Shard, read: Callable[[Any], Awaitable[T]], generation: int
+    ) -> tuple[bool, T | None]:
+        """``read`` on a replica in step with the unreachable master of ``generation``
+        (``OUTAGE_READS``): ``(True, reply)``, or ``(False, None)`` if none answered. Such a
+        replica holds what that master gave it, up to its replication lag. A connection it
+        closed is made again once (the sentinels close every client's connection to the replica
+        they promote); whether a replica stays a candidate is the housekeeper's ``ROLE`` check's
+        to say."""
+        for address in shard.outage_replicas(generation):
+            client = await self.io.replica(shard, address)
+            if client is None:  # no longer listed
+                continue
+            for _ in range(2):
+                try:
+                    reply = await read(client)
+                except (PoolExhaustedError, MasterDownError, RedisTimeoutError):
+                    break  # busy, refusing stale reads (replica-serve-stale-data no), or hung
+                except MASTER_ERRORS:
+                    continue
+                note(self.core, shard, outage_read=True)
+                return True, reply
+        return False, None
+
+    async def hold(self, shard: Shard, generation: int, exc: BaseException | None) -> None:
+        """Wait (``OUTAGE_HOLD`` at most) for the shard to leave its unreachable master of
+        ``generation``, or for that master to answer again; else the shard's error, naming the
+        hold. Waits on the shard's switch signal, sending nothing: the housekeeper and the
+        listeners ask the sentinels meanwhile."""
+        hold = self.core.config.outage_hold
+        if not await wait_switch(shard, generation, hold):
+            raise self.core.held_too_long(shard, exc, hold) from exc
 
     async def scatter(
         self, plan: Mapping[Shard, Sequence[Command]], *, write: bool, operation: str
@@ -238,17 +318,20 @@ class AsyncRunner(ClientBase):
                     await connection.disconnect()
                 await connections.release(connection)
         for shard, (error, address, generation) in failed.items():
+            read = None if write else functools.partial(send, commands=plan[shard])
             try:
-                if core.should_reresolve(shard, error, generation):
-                    reason = f"{type(error).__name__}: {error}"
-                    await run_blocking(core.reresolve, shard, reason=reason, suspect=address)
-                core.retry_or_raise(shard, error, generation, idempotent=True)
+                served, reply = await self._recover(
+                    shard, error, address, generation, read, idempotent=True
+                )
             except MASTER_ERRORS as exc:
                 if not self.fail_open.skip(shard, exc, operation):
                     raise
                 replies[shard] = None
             else:
-                resend.append(shard)
+                if served:
+                    replies[shard] = reply
+                else:
+                    resend.append(shard)
         for shard in resend:
             replies[shard] = await self._shard_or_none(shard, plan[shard], write, operation)
         return replies
@@ -307,25 +390,52 @@ class AsyncRunner(ClientBase):
         rules its ``access`` calls for (:class:`~sentinel_cache.core.ops.plans.Access`). The
         replies, and how many copies its previous owner deleted (a ``delete`` while resharding).
         With IGNORE_EXCEPTIONS an unavailable shard answers ``absent``: the replies as if the
-        key did not exist (the one fail-open rule)."""
+        key did not exist (the one fail-open rule).
+
+        ``keep``: the stored data and timeout of a write the near cache may keep. It goes on
+        the shard's writer connection when that is free (the server does not echo it to us),
+        and is kept if nothing read or wrote the key meanwhile
+        (:meth:`~sentinel_cache.core.topology.near.NearCache.own`); any other write evicts the
+        key. (One method, not two: every operation's hot path.)"""
+        core = self.core
+        resharding = core.previous_ring is not None
         dropped = 0
-        if self.core.previous_ring is not None:
+        if resharding:
             if access.move:
                 await self._move([key])
             if access.delete:  # first: see plans.DELETE_MARKED
                 dropped = await self._drop_previous([key])
+        shard = core.shard_for(key)
+        near = core.near
+        write = access.write
+        writer = ticket = None
+        if keep is not None and near is not None and not resharding:
+            writer = self.io.writer(shard, key)
+            if writer is not None:
+                ticket = near.ticket(shard, key)
+        kept = False
         try:
-            replies = await self._on(
-                key,
+            replies = await self.execute(
+                shard,
                 commands,
-                absent,
-                write=access.write,
+                write=write,
                 idempotent=idempotent,
                 replicas=replicas,
-                keep=keep,
+                client=writer,
             )
+            kept = ticket is not None and is_ok(replies[0])
+        except MASTER_ERRORS as exc:
+            if not self.fail_open.skip(shard, exc, commands[0][0]):
+                raise
+            replies = absent
         finally:
-            if access.replace:
+            if writer is not None:
+                writer.done()
+            if kept:
+                near.own(shard, key, ticket, *keep)  # type: ignore[union-attr, misc]
+            elif write:
+                self.forget([key])
+            if resharding and access.replace:
                 await self._drop_previous([key])
         return replies, dropped
 
@@ -354,54 +464,6 @@ class AsyncRunner(ClientBase):
             if access.replace:
                 await self._drop_previous(keys)
         return replies, dropped
-
-    async def _on(
-        self,
-        key: Any,
-        commands: list[Command],
-        absent: list[Any],
-        *,
-        write: bool,
-        idempotent: bool,
-        replicas: bool,
-        keep: tuple[bytes, float | None] | None,
-    ) -> list[Any]:
-        """:meth:`keyed`'s round trip, and the near cache's part of it.
-
-        ``keep``: the stored data and timeout of a write the near cache may keep. It goes on
-        the shard's writer connection when that is free (the server does not echo it to us),
-        and is kept if nothing read or wrote the key meanwhile
-        (:meth:`~sentinel_cache.core.topology.near.NearCache.own`); any other write evicts the key."""
-        shard = self.core.shard_for(key)
-        near = self.core.near
-        writer = ticket = None
-        if keep is not None and near is not None and self.core.previous_ring is None:
-            writer = self.io.writer(shard, key)
-            if writer is not None:
-                ticket = near.ticket(shard, key)
-        kept = False
-        try:
-            replies = await self.execute(
-                shard,
-                commands,
-                write=write,
-                idempotent=idempotent,
-                replicas=replicas,
-                client=writer,
-            )
-            kept = ticket is not None and is_ok(replies[0])
-            return replies
-        except MASTER_ERRORS as exc:
-            if not self.fail_open.skip(shard, exc, commands[0][0]):
-                raise
-            return absent
-        finally:
-            if writer is not None:
-                writer.done()
-            if kept:
-                near.own(shard, key, ticket, *keep)  # type: ignore[union-attr, misc]
-            elif write:
-                self.forget([key])
 
     async def learn(self, shards: Iterable[Shard], feature: str) -> None:
         """Ask the masters not asked yet whether they allow ``feature`` (see
