@@ -622,11 +622,11 @@ def test_missing_msgpack_is_a_configuration_error(monkeypatch: pytest.MonkeyPatc
 
 
 def test_missing_zstandard(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sentinel_cache.core.serializers as serializers
+    import sentinel_cache.core.codecs as codecs
 
     data = stored(Codec(compressor="zstd", compress_min_length=0), "v" * 100)
     _block_import(monkeypatch, "zstandard")
-    monkeypatch.setattr(serializers, "_zstd_for_reading", None)
+    monkeypatch.setattr(codecs, "_zstd_for_reading", None)
     with pytest.raises(ConfigurationError) as info:
         Codec(compressor="zstd")
     assert "COMPRESSOR" in str(info.value) and "sentinel-cache[zstd]" in str(info.value)

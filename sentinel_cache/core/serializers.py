@@ -1,5 +1,8 @@
 """The value codec shared by every cache front end: serialize, compress, sign, and read back.
 
+This module is the storage format; the serializers and compressors it frames are in
+:mod:`~sentinel_cache.core.codecs`, the signer in :mod:`~sentinel_cache.core.signing`.
+
 Storage format (one Redis string value)
 =======================================
 
@@ -66,18 +69,37 @@ cover the key name, so a value can be copied from one key to another (replayed) 
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import importlib
-import inspect
-import json
 import pickle
-import threading
 import types
 import zlib
-from collections.abc import Callable
 from typing import Any, Protocol
 
+from sentinel_cache.core.addresses import bad_value
+from sentinel_cache.core.codecs import (
+    BUILTIN_MODULES,
+    Dumps,
+    Loads,
+    Transform,
+    Zstd,
+    bytes_dumps,
+    bytes_loads,
+    custom_dumps,
+    import_optional,
+    json_dumps,
+    json_loads,
+    msgpack_functions,
+    msgpack_loads_lazy,
+    no_custom,
+    resolve_object,
+    text_dumps,
+    text_loads,
+    to_bytes,
+    type_name,
+    zstd_decompress_lazy,
+)
+from sentinel_cache.core.signing import Signer
+from sentinel_cache.core.signing import check_signing_key as check_signing_key
 from sentinel_cache.exceptions import (
     ConfigurationError,
     InvalidValueError,
@@ -116,21 +138,10 @@ CUSTOM_ID = 15  # either nibble: this codec's own custom serializer / compressor
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
-_MAC_CONTEXT = b"sentinel_cache.core.serializers.Codec v1"
 _LEGACY_PICKLE = 0x80
 _MINUS = 0x2D
 _SIGNED_PREFIX = bytes((SIGNED_MAGIC,))
 _PLAIN_PICKLE_HEADER = bytes((PICKLE_ID << 4,))
-
-_BUILTIN_MODULES = frozenset({"pickle", "json", "msgpack"})
-
-_Dumps = Callable[[Any], bytes]
-_Loads = Callable[[bytes], Any]
-_Transform = Callable[[bytes], bytes]
-
-
-def _bad(field_name: str, value: Any, why: str) -> ConfigurationError:
-    return ConfigurationError(option=field_name, value=value, reason=f"{why} (got {value!r})")
 
 
 # --- the codec's own options, checked here only (the configuration parser calls these) -------
@@ -139,7 +150,7 @@ def _bad(field_name: str, value: Any, why: str) -> ConfigurationError:
 def check_compress_min_length(value: Any) -> int:
     """``COMPRESS_MIN_LENGTH``: an integer >= 0."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _bad("COMPRESS_MIN_LENGTH", value, "must be an integer >= 0")
+        raise bad_value("COMPRESS_MIN_LENGTH", value, "must be an integer >= 0")
     return value
 
 
@@ -147,7 +158,7 @@ def check_value_format(value: Any, *, compressor: Any, signing_key: Any) -> str:
     """``VALUE_FORMAT``: "framed" or "plain"; plain values carry no header, so they are neither
     compressed nor signed (a reader could not tell)."""
     if value not in VALUE_FORMATS:
-        raise _bad("VALUE_FORMAT", value, 'expected "framed" or "plain"')
+        raise bad_value("VALUE_FORMAT", value, 'expected "framed" or "plain"')
     if value == "plain" and signing_key is not None:
         raise ConfigurationError(
             option="VALUE_FORMAT",
@@ -155,255 +166,10 @@ def check_value_format(value: Any, *, compressor: Any, signing_key: Any) -> str:
             reason='"plain" values carry no signature: it cannot be combined with SIGNING_KEY',
         )
     if value == "plain" and compressor is not None:
-        raise _bad("COMPRESSOR", compressor, 'must be None with VALUE_FORMAT "plain" (no header)')
+        raise bad_value(
+            "COMPRESSOR", compressor, 'must be None with VALUE_FORMAT "plain" (no header)'
+        )
     return str(value)
-
-
-def _text_dumps(value: Any) -> bytes:
-    if not isinstance(value, str):
-        raise TypeError(f'SERIALIZER "text" stores str values, not {_type_name(value)}')
-    return value.encode("utf-8")
-
-
-def _text_loads(payload: bytes) -> str:
-    return payload.decode("utf-8")
-
-
-def _bytes_dumps(value: Any) -> bytes:
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise TypeError(f'SERIALIZER "bytes" stores bytes values, not {_type_name(value)}')
-    return bytes(value)
-
-
-def _bytes_loads(payload: bytes) -> bytes:
-    return payload
-
-
-def check_signing_key(value: Any) -> bytes | None:
-    """``SIGNING_KEY`` as bytes: a str (UTF-8 encoded) or bytes of at least 16 characters, or
-    None. The key never appears in the error."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = value.encode("utf-8")
-    if not isinstance(value, (bytes, bytearray)) or len(value) < 16:
-        raise _bad("SIGNING_KEY", "***", "must be a str or bytes of at least 16 characters")
-    return bytes(value)
-
-
-def _type_name(value: Any) -> str:
-    kind = type(value)
-    return (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else f"{kind.__module__}.{kind.__qualname__}"
-    )
-
-
-# --- built-in serializers --------------------------------------------------------------------
-
-
-def _json_default(value: Any) -> Any:
-    """Name the exact offending type, even deep inside a container."""
-    raise TypeError(f"Object of type {_type_name(value)} is not JSON serializable")
-
-
-_json_encoder = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_json_default
-)
-
-
-def _json_dumps(value: Any) -> bytes:
-    """Compact, strict JSON (no NaN/Infinity) that other languages can read.
-
-    JSON turns tuples into lists and non-string dict keys into strings, and cannot carry bytes,
-    sets or arbitrary objects (those raise :class:`SerializationError`).
-    """
-    try:
-        return _json_encoder.encode(value).encode("utf-8")
-    except ValueError as exc:
-        if str(exc).startswith("Out of range float"):  # the stdlib message names no value
-            raise ValueError("a float NaN/Infinity is not valid JSON") from None
-        raise
-
-
-def _json_loads(payload: bytes) -> Any:
-    return json.loads(payload)
-
-
-def _import_optional(module: str, field_name: str, name: str, extra: str) -> Any:
-    """Import an optional extra when it is configured; a missing one is a configuration error."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise _bad(
-            field_name, name, f"needs the {module} package: pip install sentinel-cache[{extra}]"
-        ) from None
-
-
-def _import_for_reading(module: str, extra: str) -> Any:
-    """Import an optional extra to read a value another process wrote; missing means a miss."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise InvalidValueError(
-            f"value was written with {module}, which is not installed here "
-            f"(pip install sentinel-cache[{extra}])"
-        ) from None
-
-
-def _msgpack_functions(msgpack: Any) -> tuple[_Dumps, _Loads]:
-    def dumps(value: Any) -> bytes:
-        return msgpack.packb(value, use_bin_type=True)
-
-    def loads(payload: bytes) -> Any:
-        # strict_map_key=False: msgpack packs int keys happily, so it must also unpack them.
-        return msgpack.unpackb(payload, raw=False, strict_map_key=False)
-
-    return dumps, loads
-
-
-def _msgpack_loads_lazy(payload: bytes) -> Any:
-    return _msgpack_functions(_import_for_reading("msgpack", "msgpack"))[1](payload)
-
-
-class _Zstd:
-    """zstandard (de)compressor objects are not thread safe, so keep one pair per thread."""
-
-    def __init__(self, module: Any) -> None:
-        self._module = module
-        self._local = threading.local()
-
-    def compress(self, data: bytes) -> bytes:
-        compressor = getattr(self._local, "compressor", None)
-        if compressor is None:
-            compressor = self._local.compressor = self._module.ZstdCompressor(level=3)
-        return compressor.compress(data)
-
-    def decompress(self, data: bytes) -> bytes:
-        decompressor = getattr(self._local, "decompressor", None)
-        if decompressor is None:
-            decompressor = self._local.decompressor = self._module.ZstdDecompressor()
-        return decompressor.decompress(data)
-
-
-_zstd_for_reading: _Zstd | None = None
-_zstd_lock = threading.Lock()
-
-
-def _zstd_decompress_lazy(payload: bytes) -> bytes:
-    global _zstd_for_reading
-    if _zstd_for_reading is None:
-        module = _import_for_reading("zstandard", "zstd")
-        with _zstd_lock:
-            if _zstd_for_reading is None:
-                _zstd_for_reading = _Zstd(module)
-    return _zstd_for_reading.decompress(payload)
-
-
-# --- signing ---------------------------------------------------------------------------------
-
-
-class _Signer:
-    """HMAC-SHA256 (RFC 2104) from precomputed pad states.
-
-    ``hmac.digest`` re-initialises OpenSSL's HMAC on every call (about 2.5 us on OpenSSL 3);
-    copying two prepared SHA-256 states costs a quarter of that. The template states are never
-    updated, only copied, so one signer is safe to share between threads.
-    """
-
-    __slots__ = ("_inner", "_outer")
-
-    def __init__(self, signing_key: bytes) -> None:
-        # Domain separation: the MAC key is derived, never the configured key itself.
-        key = hmac.digest(signing_key, _MAC_CONTEXT, "sha256").ljust(64, b"\0")
-        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
-        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
-
-    def sign(self, data: bytes) -> bytes:
-        inner = self._inner.copy()
-        inner.update(data)
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        return outer.digest()
-
-
-# --- custom (dotted path / class / instance) -------------------------------------------------
-
-
-def _resolve_object(field_name: str, spec: Any, methods: tuple[str, str]) -> tuple[Any, str]:
-    """Turn a dotted path, a class, a factory or an instance into an object with ``methods``."""
-    name = spec if isinstance(spec, str) else _qualified_name(spec)
-    target = spec
-    if isinstance(spec, str):
-        target = _import_dotted(field_name, spec)
-    if isinstance(target, type) or (callable(target) and not _has_methods(target, methods)):
-        try:
-            target = target()
-        except Exception as exc:
-            raise _bad(
-                field_name, spec, f"could not instantiate it without arguments: {exc}"
-            ) from exc
-    if not _has_methods(target, methods):
-        raise _bad(field_name, spec, f"must provide callable {methods[0]}() and {methods[1]}()")
-    return target, name
-
-
-def _has_methods(target: Any, methods: tuple[str, str]) -> bool:
-    return all(callable(getattr(target, method, None)) for method in methods)
-
-
-def _qualified_name(obj: Any) -> str:
-    if isinstance(obj, types.ModuleType):
-        return obj.__name__
-    kind = obj if isinstance(obj, type) or inspect.isroutine(obj) else type(obj)
-    return f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', repr(kind))}"
-
-
-def _import_dotted(field_name: str, path: str) -> Any:
-    """``pkg.mod.Attr`` (or a module such as ``lz4.frame``), resolved with importlib."""
-    module_name, dot, attr = path.strip().rpartition(".")
-    if not dot or not module_name or not attr:
-        raise _bad(field_name, path, "expected a dotted path such as 'package.module.Class'")
-    try:
-        module = importlib.import_module(module_name)
-        return getattr(module, attr)
-    except (ImportError, AttributeError) as first:
-        try:
-            return importlib.import_module(path.strip())
-        except ImportError:
-            raise _bad(field_name, path, f"cannot import it: {first}") from None
-
-
-def _custom_dumps(target: Any) -> _Dumps:
-    method = target.dumps
-
-    def dumps(value: Any) -> bytes:
-        data = method(value)
-        if isinstance(data, bytes):
-            return data
-        if isinstance(data, (bytearray, memoryview)):
-            return bytes(data)
-        if isinstance(data, str):
-            return data.encode("utf-8")
-        raise TypeError(f"custom serializer returned {_type_name(data)}, expected bytes")
-
-    return dumps
-
-
-def _to_bytes(function: Callable[[bytes], Any]) -> _Transform:
-    def call(data: bytes) -> bytes:
-        result = function(data)
-        return result if isinstance(result, bytes) else bytes(result)
-
-    return call
-
-
-def _no_custom(kind: str) -> Callable[[bytes], Any]:
-    def fail(payload: bytes) -> Any:
-        raise InvalidValueError(f"value was written by a custom {kind}; this codec has none")
-
-    return fail
 
 
 # --- the codec -------------------------------------------------------------------------------
@@ -441,7 +207,7 @@ class Codec:
 
     serializer_name: str
     compressor_name: str | None
-    _signer: _Signer | None
+    _signer: Signer | None
 
     def __init__(
         self,
@@ -461,7 +227,7 @@ class Codec:
             or not isinstance(pickle_protocol, int)
             or not 0 <= pickle_protocol <= pickle.HIGHEST_PROTOCOL
         ):
-            raise _bad(
+            raise bad_value(
                 "PICKLE_PROTOCOL",
                 pickle_protocol,
                 f"must be an integer from 0 to {pickle.HIGHEST_PROTOCOL}",
@@ -470,17 +236,17 @@ class Codec:
         self.compress_min_length = check_compress_min_length(compress_min_length)
 
         protocol = pickle_protocol
-        loaders: dict[int, _Loads] = {
+        loaders: dict[int, Loads] = {
             PICKLE_ID: pickle.loads,
-            JSON_ID: _json_loads,
-            MSGPACK_ID: _msgpack_loads_lazy,
-            TEXT_ID: _text_loads,
-            BYTES_ID: _bytes_loads,
-            CUSTOM_ID: _no_custom("serializer"),
+            JSON_ID: json_loads,
+            MSGPACK_ID: msgpack_loads_lazy,
+            TEXT_ID: text_loads,
+            BYTES_ID: bytes_loads,
+            CUSTOM_ID: no_custom("serializer"),
         }
-        dumps: _Dumps
+        dumps: Dumps
         known = serializer.strip().lower() if isinstance(serializer, str) else None
-        if isinstance(serializer, types.ModuleType) and serializer.__name__ in _BUILTIN_MODULES:
+        if isinstance(serializer, types.ModuleType) and serializer.__name__ in BUILTIN_MODULES:
             # e.g. Flask-Caching passes the pickle module: store it in the shared format.
             known = serializer.__name__
         if known == "pickle":
@@ -491,36 +257,36 @@ class Codec:
 
         elif known == "json":
             self._serializer_id = JSON_ID
-            dumps = _json_dumps
+            dumps = json_dumps
         elif known == "msgpack":
             self._serializer_id = MSGPACK_ID
-            module = _import_optional("msgpack", "SERIALIZER", "msgpack", "msgpack")
-            dumps, loaders[MSGPACK_ID] = _msgpack_functions(module)
+            module = import_optional("msgpack", "SERIALIZER", "msgpack", "msgpack")
+            dumps, loaders[MSGPACK_ID] = msgpack_functions(module)
         elif known == "text":
-            self._serializer_id, dumps = TEXT_ID, _text_dumps
+            self._serializer_id, dumps = TEXT_ID, text_dumps
         elif known == "bytes":
-            self._serializer_id, dumps = BYTES_ID, _bytes_dumps
+            self._serializer_id, dumps = BYTES_ID, bytes_dumps
         elif isinstance(serializer, str) and "." not in serializer:
-            raise _bad(
+            raise bad_value(
                 "SERIALIZER",
                 serializer,
                 'expected "pickle", "json", "msgpack", "text", "bytes" or a dotted path to a class',
             )
         else:
-            target, known = _resolve_object("SERIALIZER", serializer, ("dumps", "loads"))
+            target, known = resolve_object("SERIALIZER", serializer, ("dumps", "loads"))
             self._serializer_id = CUSTOM_ID
-            dumps = _custom_dumps(target)
+            dumps = custom_dumps(target)
             loaders[CUSTOM_ID] = target.loads
         self.serializer_name = known
         self._dumps = dumps
         self._loaders = loaders
 
-        decompressors: dict[int, _Transform] = {
+        decompressors: dict[int, Transform] = {
             ZLIB_ID: zlib.decompress,
-            ZSTD_ID: _zstd_decompress_lazy,
-            CUSTOM_ID: _no_custom("compressor"),
+            ZSTD_ID: zstd_decompress_lazy,
+            CUSTOM_ID: no_custom("compressor"),
         }
-        compress: _Transform | None = None
+        compress: Transform | None = None
         compressor_id = 0
         name: str | None = None
         if compressor is not None:
@@ -528,16 +294,18 @@ class Codec:
             if known == "zlib":
                 compressor_id, name, compress = ZLIB_ID, known, zlib.compress
             elif known == "zstd":
-                zstd = _Zstd(_import_optional("zstandard", "COMPRESSOR", compressor, "zstd"))
+                zstd = Zstd(import_optional("zstandard", "COMPRESSOR", compressor, "zstd"))
                 compressor_id, name = ZSTD_ID, known
                 compress, decompressors[ZSTD_ID] = zstd.compress, zstd.decompress
             elif isinstance(compressor, str) and "." not in compressor:
-                raise _bad("COMPRESSOR", compressor, 'expected "zlib", "zstd" or a dotted path')
+                raise bad_value(
+                    "COMPRESSOR", compressor, 'expected "zlib", "zstd" or a dotted path'
+                )
             else:
-                target, name = _resolve_object("COMPRESSOR", compressor, ("compress", "decompress"))
+                target, name = resolve_object("COMPRESSOR", compressor, ("compress", "decompress"))
                 compressor_id = CUSTOM_ID
-                compress = _to_bytes(target.compress)
-                decompressors[CUSTOM_ID] = _to_bytes(target.decompress)
+                compress = to_bytes(target.compress)
+                decompressors[CUSTOM_ID] = to_bytes(target.decompress)
         self.compressor_name = name
         self._compress = compress
         self._decompressors = decompressors
@@ -547,7 +315,7 @@ class Codec:
 
         key = check_signing_key(signing_key)
         self.value_format = check_value_format(value_format, compressor=compressor, signing_key=key)
-        self._signer = None if key is None else _Signer(key)
+        self._signer = None if key is None else Signer(key)
         self._legacy_pickle = self._serializer_id == PICKLE_ID and self._signer is None
         # Reading: unsigned framed pickle (what the default configuration writes) skips dispatch.
         self._fast_prefix = self._prefix[:1] + _PLAIN_PICKLE_HEADER if self._legacy_pickle else None
@@ -602,7 +370,7 @@ class Codec:
         error = PicklingError if isinstance(exc, pickle.PickleError) else SerializationError
         return error(
             f"SERIALIZER {self.serializer_name} cannot serialize a value of type "
-            f"{_type_name(value)}: {exc}"
+            f"{type_name(value)}: {exc}"
         )
 
     # --- reading ---
@@ -713,7 +481,7 @@ def _coerce_stored(data: object) -> bytes | int:
         return int(data)
     if isinstance(data, str):
         raise InvalidValueError("got str, not bytes: the connection must not use decode_responses")
-    raise InvalidValueError(f"got {_type_name(data)}, not bytes")
+    raise InvalidValueError(f"got {type_name(data)}, not bytes")
 
 
 def build_codec(options: CodecOptions) -> Codec:

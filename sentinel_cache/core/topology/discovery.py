@@ -11,26 +11,44 @@ checks included) get the data nodes' ``connection_kwargs``. A rejected password,
 without permission or a failed TLS verification cannot be fixed by asking again, so it ends a
 name's resolution at once with an :class:`~sentinel_cache.AuthenticationFailedError` that says
 which side rejected what (and never contains a secret), instead of retrying until the timeout.
+
+The sentinels themselves and one round of asking them are in
+:mod:`~sentinel_cache.core.topology.sentinels`, the reading of their replies in
+:mod:`~sentinel_cache.core.topology.replies`; this module decides what the answers mean.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
-import ssl
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.exceptions import AuthenticationWrongNumberOfArgsError, NoPermissionError
 
-from sentinel_cache.core.config import Address, connection_class_and_kwargs
-from sentinel_cache.core.fanout import Fanout
+from sentinel_cache.core.config import Address
 from sentinel_cache.core.throttle import Throttle
+from sentinel_cache.core.topology.replies import (
+    HINTS,
+    VERBS,
+    credential_failure,
+    data_node_refusal,
+    direct_client,
+    reply_text,
+    secret_values,
+    summarize_failures,
+)
+from sentinel_cache.core.topology.replies import SentinelReply as SentinelReply
+from sentinel_cache.core.topology.replies import config_epoch as config_epoch
+from sentinel_cache.core.topology.replies import instance_healthy as instance_healthy
+from sentinel_cache.core.topology.replies import redact as redact
+from sentinel_cache.core.topology.replies import refusal as refusal
+from sentinel_cache.core.topology.replies import reply_address as reply_address
+from sentinel_cache.core.topology.replies import reply_fields as reply_fields
+from sentinel_cache.core.topology.sentinels import MAX_SENTINELS as MAX_SENTINELS
+from sentinel_cache.core.topology.sentinels import SentinelSet as SentinelSet
 from sentinel_cache.exceptions import (
     AuthenticationFailedError,
     ConflictingMasterError,
@@ -41,19 +59,6 @@ from sentinel_cache.exceptions import (
 )
 
 logger = logging.getLogger("sentinel_cache")
-
-
-@dataclass
-class SentinelReply:
-    """What one sentinel said in one round: per master, its address, replicas and peers."""
-
-    sentinel: Address
-    masters: dict[str, Address | None] = field(default_factory=dict)
-    epochs: dict[str, int] = field(default_factory=dict)
-    replicas: dict[str, list[Address]] = field(default_factory=dict)
-    peers: list[Address] = field(default_factory=list)
-    error: BaseException | None = None
-    elapsed: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -83,365 +88,6 @@ class Resolution:
     def majority(self) -> bool:
         """More than half of the sentinels asked (not only of those that answered) named it."""
         return self.agreeing > self.asked // 2
-
-
-def reply_text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def reply_fields(reply: Any) -> dict[str, str]:
-    """A sentinel's per-instance reply: a flat list, or a dict once redis-py has parsed it."""
-    if isinstance(reply, Mapping):
-        return {reply_text(k): reply_text(v) for k, v in reply.items()}
-    return {reply_text(reply[i]): reply_text(reply[i + 1]) for i in range(0, len(reply) - 1, 2)}
-
-
-def instance_healthy(info: Mapping[str, str]) -> bool:
-    flags = set(info.get("flags", "").split(","))
-    return not flags & {"s_down", "o_down", "disconnected"}
-
-
-def reply_address(host: Any, port: Any) -> Address:
-    """An address from a sentinel's reply; ValueError unless it is a plausible one, so a garbled
-    reply costs that sentinel its answer instead of breaking a ROLE check."""
-    text = reply_text(host)
-    if not text or len(text) > 253 or not text.isprintable() or " " in text:
-        raise ValueError(f"malformed host {text[:64]!r}")
-    number = int(port)
-    if not 1 <= number <= 65535:
-        raise ValueError(f"port out of range: {number}")
-    return Address(text, number)
-
-
-# Learned sentinels beyond this are ignored: a broken sentinel may list thousands of "peers",
-# and every round asks every known sentinel (a thread each) and runs a listener for each.
-MAX_SENTINELS = 16
-
-
-# A connection dropped in the middle of a handshake is not a verdict on our certificates.
-_TRANSIENT_SSL_ERRORS = (
-    ssl.SSLEOFError,
-    ssl.SSLZeroReturnError,
-    ssl.SSLSyscallError,
-    ssl.SSLWantReadError,
-    ssl.SSLWantWriteError,
-)
-_CREDENTIAL_CODES = ("NOAUTH", "WRONGPASS", "NOPERM")
-
-#: What to check, per kind of rejection and side.
-_HINTS = {
-    ("credentials", "data node"): "check the data nodes' USERNAME/PASSWORD (connection kwargs), "
-    "which are separate from SENTINEL_USERNAME/SENTINEL_PASSWORD",
-    ("credentials", "sentinel"): "check SENTINEL_USERNAME/SENTINEL_PASSWORD (sentinel_kwargs), "
-    "which are separate from the data nodes' USERNAME/PASSWORD",
-    ("permission", "data node"): "the data nodes' ACL user needs at least +role and the cache's "
-    "commands",
-    ("permission", "sentinel"): "the sentinels' ACL user needs +sentinel|get-master-addr-by-name, "
-    "+sentinel|sentinels, +sentinel|replicas and +subscribe",
-    ("tls", "data node"): "check SSL, SSL_CA_CERTS, SSL_CERTFILE/SSL_KEYFILE and "
-    "SSL_CHECK_HOSTNAME (the data nodes' TLS settings)",
-    ("tls", "sentinel"): "check SENTINEL_SSL, SENTINEL_SSL_CA_CERTS, "
-    "SENTINEL_SSL_CERTFILE/SENTINEL_SSL_KEYFILE and SENTINEL_SSL_CHECK_HOSTNAME",
-}
-_VERBS = {
-    "credentials": "rejected the credentials",
-    "permission": "denied a command to the configured user (ACL)",
-    "tls": "failed TLS verification",
-}
-
-
-def credential_failure(exc: BaseException | None) -> str | None:
-    """``"credentials"``, ``"permission"`` or ``"tls"`` if ``exc`` (or what caused it) says our
-    credentials or certificates were refused; None for anything a retry might fix."""
-    seen: set[int] = set()
-    current = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, (redis.AuthenticationError, AuthenticationWrongNumberOfArgsError)):
-            return "credentials"
-        if isinstance(current, NoPermissionError):
-            return "permission"
-        if isinstance(current, redis.ResponseError) and str(current).startswith(_CREDENTIAL_CODES):
-            return "permission" if str(current).startswith("NOPERM") else "credentials"
-        if isinstance(current, ssl.SSLError) and not isinstance(current, _TRANSIENT_SSL_ERRORS):
-            return "tls"
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def refusal(exc: BaseException | None, side: str) -> tuple[str, str] | None:
-    """``(what the server did, what to check)`` if ``exc`` says a ``side`` (``"sentinel"`` or
-    ``"data node"``) refused our credentials, permissions or certificates; None otherwise.
-    For reports that name the refusal themselves (the status command, the deploy check)."""
-    kind = credential_failure(exc)
-    return None if kind is None else (_VERBS[kind], _HINTS[kind, side])
-
-
-def data_node_refusal(
-    exc: BaseException, subject: str, address: Address | None, secrets: Sequence[str] = ()
-) -> DataNodeAuthenticationError | None:
-    """The error to raise when the data node at ``address`` refused our credentials or TLS
-    (``subject`` names the shard), or None when ``exc`` is no such refusal."""
-    kind = credential_failure(exc)
-    if kind is None:
-        return None
-    error = redact(f"{type(exc).__name__}: {exc}", secrets)
-    return DataNodeAuthenticationError(
-        f"{subject}: the data node {address} {_VERBS[kind]} ({error}); {_HINTS[kind, 'data node']}"
-    )
-
-
-def secret_values(kwargs: Mapping[str, Any]) -> tuple[str, ...]:
-    """The secrets in a set of connection options, for :func:`redact` (short ones are left out:
-    replacing every "ab" in a message would garble it, and such a secret protects nothing)."""
-    values = (kwargs.get("password"), kwargs.get("ssl_password"))
-    return tuple(str(v) for v in values if v is not None and len(str(v)) >= 4)
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every secret replaced by ``***`` (servers do not echo passwords, but a
-    message that is logged and shown must not depend on that)."""
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
-
-
-def direct_client(address: Address, kwargs: Mapping[str, Any], **extra: Any) -> redis.Redis:
-    """A client on an explicit pool: redis-py's client-level default retries (up to several
-    seconds of backoff) would turn a dead node into a stall instead of a fast error."""
-    connection_class, options = connection_class_and_kwargs({**kwargs, **extra})
-    pool = redis.ConnectionPool(
-        host=address.host, port=address.port, connection_class=connection_class, **options
-    )
-    return redis.Redis(connection_pool=pool)
-
-
-class SentinelSet:
-    """The configured sentinels, their clients, and the order to ask them in."""
-
-    def __init__(self, addresses: Sequence[Address], sentinel_kwargs: Mapping[str, Any]) -> None:
-        self._lock = threading.Lock()
-        self._addresses: list[Address] = list(addresses)
-        self._configured = frozenset(addresses)
-        self._kwargs = dict(sentinel_kwargs)
-        self._clients: dict[Address, redis.Redis] = {}
-        self._fanouts: list[Fanout[Address, SentinelReply]] = []  # asking, or done asking
-        self._rejected: set[Address] = set()
-        self.secrets = secret_values(self._kwargs)
-
-    def __repr__(self) -> str:
-        return f"<SentinelSet {[str(a) for a in self.addresses]}>"
-
-    @property
-    def addresses(self) -> list[Address]:
-        with self._lock:
-            return list(self._addresses)
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        return dict(self._kwargs)
-
-    def client(self, address: Address) -> redis.Redis:
-        """A small pooled client per sentinel, reused across rounds."""
-        with self._lock:
-            client = self._clients.get(address)
-            if client is None:
-                client = direct_client(address, self._kwargs, max_connections=4)
-                self._clients[address] = client
-            return client
-
-    def config_epoch(self, address: Address, name: str) -> int:
-        """The config epoch sentinel ``address`` holds for master ``name``; 0 if it cannot say."""
-        try:
-            return config_epoch(self.client(address).execute_command("SENTINEL", "MASTER", name))
-        except (redis.RedisError, OSError):
-            return 0
-
-    def note_rejections(self, replies: Sequence[SentinelReply]) -> None:
-        """Warn once per sentinel that refuses our credentials (until it accepts them again)."""
-        for reply in replies:
-            kind = credential_failure(reply.error)
-            with self._lock:
-                if reply.error is None:
-                    self._rejected.discard(reply.sentinel)
-                if kind is None or reply.sentinel in self._rejected:
-                    continue  # answered, or not waited for, or already reported
-                self._rejected.add(reply.sentinel)
-            logger.warning(
-                "sentinel %s %s: %s (%s)",
-                reply.sentinel,
-                _VERBS[kind],
-                redact(f"{type(reply.error).__name__}: {reply.error}", self.secrets),
-                _HINTS[kind, "sentinel"],
-            )
-
-    def promote(self, address: Address) -> None:
-        with self._lock:
-            if address in self._addresses and self._addresses[0] != address:
-                self._addresses.remove(address)
-                self._addresses.insert(0, address)
-
-    def learn(self, addresses: Sequence[Address]) -> None:
-        with self._lock:
-            for address in addresses:
-                if len(self._addresses) >= max(MAX_SENTINELS, len(self._configured)):
-                    break
-                if address not in self._addresses:
-                    logger.info("learned sentinel %s", address)
-                    self._addresses.append(address)
-
-    def ask_all(
-        self, masters: Sequence[str], *, replicas: bool = False, wait: float | None = None
-    ) -> list[SentinelReply]:
-        """Ask every sentinel at once; return replies in order of arrival.
-
-        Returns early once a majority of sentinels agree on every master; otherwise waits for
-        the rest up to ``wait`` (default: the sentinel socket timeouts), never longer.
-        """
-        addresses = self.addresses
-        if wait is None:
-            wait = float(self._kwargs.get("socket_timeout") or 0.5) + float(
-                self._kwargs.get("socket_connect_timeout") or 0.5
-            )
-        fanout: Fanout[Address, SentinelReply] = Fanout(
-            {
-                address: functools.partial(self._ask_one, address, tuple(masters), replicas)
-                for address in addresses
-            },
-            name="sentinel_cache-ask",
-        )
-        with self._lock:
-            self._fanouts = [f for f in self._fanouts if f.running] + [fanout]
-        majority = len(addresses) // 2 + 1
-        arrived = fanout.collect(
-            time.monotonic() + wait,
-            enough=lambda so_far: _agreed([_as_reply(*item) for item in so_far], masters, majority),
-        )
-        replies = [_as_reply(*item) for item in arrived]
-        agreed = _agreed(replies, masters, majority)
-        answered = {r.sentinel for r in replies}
-        why = "not awaited: a majority agreed" if agreed else f"no answer within {wait:.2f}s"
-        for address in addresses:
-            if address not in answered:
-                replies.append(SentinelReply(address, error=TimeoutError(why)))
-        return replies
-
-    def _ask_one(
-        self,
-        address: Address,
-        masters: tuple[str, ...],
-        replicas: bool,
-    ) -> SentinelReply:
-        reply = SentinelReply(address)
-        started = time.monotonic()
-        try:
-            pipe = self.client(address).pipeline(transaction=False)
-            for name in masters:
-                pipe.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)
-                pipe.execute_command("SENTINEL", "SENTINELS", name)
-                pipe.execute_command("SENTINEL", "MASTER", name)
-                if replicas:
-                    pipe.execute_command("SENTINEL", "REPLICAS", name)
-            results = pipe.execute(raise_on_error=False)
-            step = 4 if replicas else 3
-            for i, name in enumerate(masters):
-                master, peers = results[i * step], results[i * step + 1]
-                reply.epochs[name] = config_epoch(results[i * step + 2])
-                if isinstance(master, BaseException):
-                    raise master
-                if master and not (isinstance(master, (list, tuple)) and len(master) == 2):
-                    raise ValueError(
-                        f"malformed reply to SENTINEL GET-MASTER-ADDR-BY-NAME {name}: "
-                        f"{master!r:.80}"
-                    )
-                reply.masters[name] = reply_address(*master) if master else None
-                if isinstance(peers, list):
-                    for flat in peers:
-                        try:
-                            info = reply_fields(flat)
-                            if not (instance_healthy(info) and "ip" in info):
-                                continue
-                            peer = reply_address(info["ip"], info["port"])
-                        except (TypeError, ValueError, KeyError, IndexError):
-                            continue  # one garbled peer entry: skip it, keep the rest
-                        if peer not in reply.peers:
-                            reply.peers.append(peer)
-                if replicas:
-                    found = results[i * step + 3]
-                    reply.replicas[name] = [
-                        reply_address(info["ip"], info["port"])
-                        for info in map(reply_fields, found if isinstance(found, list) else [])
-                        if instance_healthy(info) and info.get("master-link-status", "ok") == "ok"
-                    ]
-        except BaseException as exc:  # reported to the caller, who names every sentinel's failure
-            reply.error = exc
-        reply.elapsed = time.monotonic() - started
-        return reply
-
-    def disconnect(self) -> None:
-        """Close the idle sockets to the sentinels (they reconnect on next use)."""
-        with self._lock:
-            clients = list(self._clients.values())
-        for client in clients:
-            client.connection_pool.disconnect(inuse_connections=False)
-
-    def active_threads(self) -> int:
-        """Discovery threads still asking a sentinel (none once closed)."""
-        with self._lock:
-            return sum(fanout.running for fanout in self._fanouts)
-
-    def close(self) -> None:
-        with self._lock:
-            clients, self._clients = list(self._clients.values()), {}
-            fanouts, self._fanouts = self._fanouts, []
-        for fanout in fanouts:
-            fanout.join(timeout=5)
-        for client in clients:
-            client.close()
-            client.connection_pool.disconnect()
-
-
-def _as_reply(address: Address, outcome: SentinelReply | BaseException) -> SentinelReply:
-    """A sentinel's reply, or its asking's exception as one (so no failure goes unnamed)."""
-    return outcome if isinstance(outcome, SentinelReply) else SentinelReply(address, error=outcome)
-
-
-def _agreed(replies: Sequence[SentinelReply], masters: Sequence[str], majority: int) -> bool:
-    for name in masters:
-        counts: dict[Address, int] = {}
-        for reply in replies:
-            address = reply.masters.get(name)
-            if address is not None:
-                counts[address] = counts.get(address, 0) + 1
-        if not counts or max(counts.values()) < majority:
-            return False
-    return True
-
-
-def config_epoch(reply: Any) -> int:
-    """The ``config-epoch`` in a ``SENTINEL MASTER`` reply; 0 when absent, refused (an ACL
-    without ``+sentinel|master``) or garbled: the answer then carries no epoch evidence."""
-    try:
-        return max(0, int(reply_fields(reply).get("config-epoch", 0)))
-    except (TypeError, ValueError, IndexError, AttributeError):
-        return 0
-
-
-def summarize_failures(
-    replies: Sequence[SentinelReply], name: str, secrets: Sequence[str] = ()
-) -> str:
-    parts = []
-    for reply in replies:
-        if reply.error is not None:
-            kind = credential_failure(reply.error)
-            verb = "" if kind is None else f"{_VERBS[kind]}: "
-            error = redact(f"{type(reply.error).__name__}: {reply.error}", secrets)
-            parts.append(f"{reply.sentinel}: {verb}{error}")
-        elif reply.masters.get(name) is None:
-            parts.append(f"{reply.sentinel}: does not monitor {name!r}")
-        else:
-            parts.append(f"{reply.sentinel}: named {reply.masters[name]}")
-    return redact("; ".join(parts), secrets)
 
 
 def check_role(address: Address, connection_kwargs: Mapping[str, Any]) -> str:
@@ -576,8 +222,8 @@ class Discovery:
             if kinds:
                 kind = max(set(kinds), key=kinds.count)
                 return SentinelAuthenticationError(
-                    f"master {name!r}: the sentinels {_VERBS[kind]} "
-                    f"({len(kinds)} of {len(replies)}; {summary}); {_HINTS[kind, 'sentinel']}"
+                    f"master {name!r}: the sentinels {VERBS[kind]} "
+                    f"({len(kinds)} of {len(replies)}; {summary}); {HINTS[kind, 'sentinel']}"
                 )
             return NoSentinelReachableError(f"master {name!r}: no sentinel reachable ({summary})")
         votes: dict[Address, int] = {}

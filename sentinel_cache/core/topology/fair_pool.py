@@ -14,16 +14,17 @@ a dead server never shrinks the pool. No network I/O happens under the pool's lo
 code inherited from redis-py that is not used by this project: ``re_auth_callback`` (AUTH on
 idle connections, for streaming credential providers) and client-side caching's invalidation
 drain (``CacheProxyConnection`` reads other connections under the pool lock).
+
+The hand-off rules both pools follow (the ledger and its waiters) are in
+:mod:`~sentinel_cache.core.topology.fair_ledger`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import threading
-from collections import deque
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -32,17 +33,19 @@ import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from sentinel_cache.exceptions import PoolExhaustedError
+from sentinel_cache.core.topology.fair_ledger import (
+    EMPTY,
+    SLOT,
+    FairPool,
+    TaskWaiter,
+    Waiter,
+)
+from sentinel_cache.core.topology.fair_ledger import EXHAUSTED as EXHAUSTED
 
 __all__ = ["AsyncFairBlockingConnectionPool", "FairBlockingConnectionPool"]
 
 logger = logging.getLogger("sentinel_cache")
 
-#: The message redis-py's blocking pools raise on exhaustion (callers match on it).
-EXHAUSTED: Final = "No connection available."
-
-_EMPTY: Final[Any] = object()  # a waiter that was handed nothing yet; take(): "queue up"
-_SLOT: Final[Any] = None  # handed instead of a connection: "create one, the slot is yours"
 _TIMED_OUT: Final[Any] = object()  # an async waiter's future when its timeout fired first
 
 try:  # redis-py >= 5.1: streaming credentials re-authenticate a connection on release
@@ -59,187 +62,7 @@ def _should_reconnect(connection: Any) -> bool:
     return bool(check()) if check is not None else False
 
 
-def _describe(pool: Any) -> str:
-    kwargs = pool.connection_kwargs
-    if "host" in kwargs:
-        return f"{kwargs['host']}:{kwargs.get('port', 6379)}"
-    if "path" in kwargs:
-        return str(kwargs["path"])
-    return str(pool.connection_class.__name__)
-
-
-class _Ledger:
-    """Who holds what: idle connections, checked-out ones, slots and the queue of waiters.
-
-    The one definition of the hand-off rules, shared by both pools: it does no I/O and takes no
-    lock (the thread pool calls it under its lock, the asyncio pool from its event loop). A
-    waiter is anything with ``hand(item) -> bool`` (False: it left, hand it to the next one) and
-    ``pending() -> bool``. The containers keep their identity for a ledger's life, so the pools
-    expose them under redis-py's attribute names.
-    """
-
-    __slots__ = ("max_connections", "idle", "checked_out", "made", "waiters", "slots")
-
-    def __init__(self, max_connections: int) -> None:
-        self.max_connections = max_connections
-        self.idle: list[Any] = []  # most recently used last
-        self.checked_out: set[Any] = set()  # borrowed (or being made ready, or retired)
-        self.made: list[Any] = []  # every connection made, as BlockingConnectionPool
-        self.waiters: deque[Any] = deque()
-        self.slots = 0  # connections made plus ones being made
-
-    def in_use(self) -> int:
-        """Slots not free to borrow: checked-out connections and ones being made or retired."""
-        return self.slots - len(self.idle)
-
-    def waiting(self) -> int:
-        return sum(1 for waiter in self.waiters if waiter.pending())
-
-    def take(self) -> Any:
-        """An idle connection, ``_SLOT`` (make one) or ``_EMPTY`` (queue up). Idle connections
-        and free slots exist only while nobody waits, so taking one never jumps the queue."""
-        if self.idle:
-            connection = self.idle.pop()
-            self.checked_out.add(connection)
-            return connection
-        if self.slots < self.max_connections:
-            self.slots += 1
-            return _SLOT
-        return _EMPTY
-
-    def track(self, connection: Any, *, checked_out: bool) -> None:
-        self.made.append(connection)
-        if checked_out:
-            self.checked_out.add(connection)
-
-    def give_back(self, item: Any) -> None:
-        """Pass a checked-out connection (or a slot) on: oldest waiter first."""
-        if item is _SLOT:
-            self.free_slot()
-            return
-        while self.waiters:
-            if self.waiters.popleft().hand(item):  # stays checked out: it changes hands only
-                return
-        self.checked_out.discard(item)
-        self.idle.append(item)
-
-    def free_slot(self) -> None:
-        while self.waiters:
-            if self.waiters.popleft().hand(_SLOT):
-                return
-        self.slots -= 1
-
-    def drop(self, connection: Any) -> bool:
-        """A checked-out connection leaves for good (it failed, or is not this pool's); its slot
-        is passed on. False if it was not checked out here (reset meanwhile, or dropped)."""
-        if connection not in self.checked_out:
-            return False
-        self.checked_out.discard(connection)
-        with contextlib.suppress(ValueError):
-            self.made.remove(connection)
-        self.free_slot()
-        return True
-
-    def take_idle(self) -> list[Any]:
-        """Check out every idle connection (to close them without anyone borrowing one)."""
-        taken = list(self.idle)
-        self.idle.clear()
-        self.checked_out.update(taken)
-        return taken
-
-    def forget(self, waiter: Any) -> None:
-        with contextlib.suppress(ValueError):  # handed meanwhile, or the pool was reset
-            self.waiters.remove(waiter)
-
-
-class _Waiter:
-    """One blocked thread: a lock it sleeps on (held until someone hands it something)."""
-
-    __slots__ = ("signal", "item")
-
-    def __init__(self) -> None:
-        self.signal = threading.Lock()
-        self.signal.acquire()
-        self.item: Any = _EMPTY
-
-    def hand(self, item: Any) -> bool:
-        self.item = item
-        self.signal.release()
-        return True
-
-    def pending(self) -> bool:
-        return self.item is _EMPTY
-
-
-class _TaskWaiter:
-    """One waiting task: a future (done already if the task was cancelled or timed out)."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: asyncio.Future[Any]) -> None:
-        self.future = future
-
-    def hand(self, item: Any) -> bool:
-        if self.future.done():
-            return False
-        self.future.set_result(item)
-        return True
-
-    def pending(self) -> bool:
-        return not self.future.done()
-
-
-class _FairPool:
-    """What both pools share beyond the ledger: counters, repr and the exhaustion error."""
-
-    _ledger: _Ledger
-    timeout: float | None
-    max_connections: int
-    label: str | None
-
-    def __repr__(self) -> str:
-        return (
-            f"<{type(self).__name__} {_describe(self)} max={self.max_connections} "
-            f"timeout={self.timeout} in_use={self.in_use()} idle={self.idle()} "
-            f"waiting={self.waiting()}>"
-        )
-
-    def __del__(self) -> None:
-        """redis-py 8's ``__del__`` undoes pool metrics; this pool records none."""
-
-    def _new_ledger(self) -> _Ledger:
-        ledger = self._ledger = _Ledger(self.max_connections)
-        # redis-py's names, read by its maintenance-notification and metrics code and by ours.
-        self._available_connections = ledger.idle
-        self._in_use_connections = ledger.checked_out
-        self._connections = ledger.made
-        return ledger
-
-    def in_use(self) -> int:
-        """Slots not free to borrow: checked-out connections and ones being made or retired."""
-        return self._ledger.in_use()
-
-    def idle(self) -> int:
-        return len(self._ledger.idle)
-
-    def waiting(self) -> int:
-        return self._ledger.waiting()
-
-    def connection_count(self) -> int:
-        """Connections this pool has made and not dropped (open or to be reopened)."""
-        return len(self._ledger.made)
-
-    def _exhausted(self, flavour: str = "") -> RedisConnectionError:
-        """redis-py's error, or (for a labelled pool) one that names the shard."""
-        if self.label is None:
-            return RedisConnectionError(EXHAUSTED)
-        return PoolExhaustedError(
-            f"shard {self.label}: no free connection within {self.timeout}s "
-            f"(max_connections={self.max_connections}{flavour})"
-        )
-
-
-class FairBlockingConnectionPool(_FairPool, redis.ConnectionPool):
+class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
     """A thread-safe blocking pool whose waiters are served first come, first served.
 
     Same constructor and public methods as ``redis.BlockingConnectionPool``, plus ``label``
@@ -282,12 +105,12 @@ class FairBlockingConnectionPool(_FairPool, redis.ConnectionPool):
         waiter = None
         with self._lock:
             connection = self._ledger.take()
-            if connection is _EMPTY:
-                waiter = _Waiter()
+            if connection is EMPTY:
+                waiter = Waiter()
                 self._ledger.waiters.append(waiter)
         if waiter is not None:
             connection = self._wait(waiter)
-        if connection is _SLOT:
+        if connection is SLOT:
             connection = self._create()
         try:
             self._ensure_connected(connection)
@@ -296,20 +119,20 @@ class FairBlockingConnectionPool(_FairPool, redis.ConnectionPool):
             raise
         return connection
 
-    def _wait(self, waiter: _Waiter) -> Any:
+    def _wait(self, waiter: Waiter) -> Any:
         timeout = self.timeout
         try:
             handed = waiter.signal.acquire(True, -1 if timeout is None else max(timeout, 0))
         except BaseException:  # KeyboardInterrupt and friends: do not lose what was handed
             with self._lock:
-                if waiter.item is _EMPTY:
+                if waiter.item is EMPTY:
                     self._ledger.forget(waiter)
                 else:
                     self._ledger.give_back(waiter.item)
             raise
         if not handed:
             with self._lock:
-                if waiter.item is _EMPTY:
+                if waiter.item is EMPTY:
                     self._ledger.forget(waiter)
                     raise self._exhausted()
             # handed over just as the timeout fired: take it
@@ -443,7 +266,7 @@ class FairBlockingConnectionPool(_FairPool, redis.ConnectionPool):
             return set(self._ledger.checked_out)
 
 
-class AsyncFairBlockingConnectionPool(_FairPool, redis.asyncio.ConnectionPool):
+class AsyncFairBlockingConnectionPool(FairPool, redis.asyncio.ConnectionPool):
     """The asyncio flavour: waiting tasks are served first come, first served.
 
     Use it from one event loop (like redis-py's asyncio pools). Its state changes never await,
@@ -487,9 +310,9 @@ class AsyncFairBlockingConnectionPool(_FairPool, redis.asyncio.ConnectionPool):
         """A connected connection; waits in line up to ``timeout`` when all are checked out."""
         self._checkpid()
         connection = self._ledger.take()
-        if connection is _EMPTY:
+        if connection is EMPTY:
             connection = await self._wait()
-        if connection is _SLOT:
+        if connection is SLOT:
             connection = self._create()
         try:
             await self.ensure_connection(connection)
@@ -502,13 +325,13 @@ class AsyncFairBlockingConnectionPool(_FairPool, redis.asyncio.ConnectionPool):
         """Take an idle connection or a free slot without waiting (redis-py's hook)."""
         self._checkpid()
         connection = self._ledger.take()
-        if connection is _EMPTY:
+        if connection is EMPTY:
             raise RedisConnectionError("Too many connections")
-        return self._create() if connection is _SLOT else connection
+        return self._create() if connection is SLOT else connection
 
     async def _wait(self) -> Any:
         loop = asyncio.get_running_loop()
-        waiter = _TaskWaiter(loop.create_future())
+        waiter = TaskWaiter(loop.create_future())
         self._ledger.waiters.append(waiter)
         timer = (
             None if self.timeout is None else loop.call_later(self.timeout, self._expire, waiter)
@@ -532,7 +355,7 @@ class AsyncFairBlockingConnectionPool(_FairPool, redis.asyncio.ConnectionPool):
             raise self._exhausted(", asyncio")
         return item
 
-    def _expire(self, waiter: _TaskWaiter) -> None:
+    def _expire(self, waiter: TaskWaiter) -> None:
         if not waiter.future.done():
             self._ledger.forget(waiter)
             waiter.future.set_result(_TIMED_OUT)

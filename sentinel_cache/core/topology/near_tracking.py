@@ -1,0 +1,299 @@
+"""The near cache's tracker threads and their connections: per shard, an invalidation
+connection subscribed to ``__redis__:invalidate`` and a writer connection whose
+``CLIENT TRACKING ... BCAST NOLOOP`` redirects there (see :mod:`~sentinel_cache.core.topology.near`
+for why, and what keeps a copy correct).
+
+Apart from the copies so that each side reads alone; a tracker reports to its near cache only
+through :class:`Sessions` (so this module does not import the one that starts it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from sentinel_cache.core.config import connection_class_and_kwargs
+from sentinel_cache.core.throttle import Throttle
+from sentinel_cache.core.topology._sync.connection import ShardConnection, ShardSSLConnection
+
+if TYPE_CHECKING:
+    from sentinel_cache.core.config import PoolConfig
+    from sentinel_cache.core.topology.shard import Shard
+
+logger = logging.getLogger("sentinel_cache.near")
+
+
+CHANNEL = b"__redis__:invalidate"
+PING_EVERY = 1.0  # seconds between two pings on a quiet tracker connection
+PONG_WITHIN = 1.0  # a ping unanswered this long ends the session
+RETRY_EVERY = 0.2  # seconds between two attempts to start tracking a shard
+
+
+class Sessions(Protocol):
+    """What a tracker and its writer tell the near cache: a session began, ended, or the server
+    invalidated keys (:class:`~sentinel_cache.core.topology.near.NearCache` is one)."""
+
+    @property
+    def prefixes(self) -> tuple[str, ...]: ...
+
+    def begin(self, index: int, writer: Writer, generation: int) -> int: ...
+
+    def end(self, index: int, session: int | None, cause: str) -> None: ...
+
+    def invalidate(self, index: int, keys: Sequence[bytes] | None) -> None: ...
+
+
+class _WriterMixin:
+    """A writer connection never reconnects: a new socket would not be tracked (nothing would
+    tell us about other writers), so once lost it stays lost and its session ends."""
+
+    lost = False
+
+    def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        if self.lost:
+            raise RedisConnectionError("the near cache's writer connection is gone")
+        super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+
+    def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self.lost = True
+        super().disconnect(*args, **kwargs)  # type: ignore[misc]
+
+
+class _WriterConnection(_WriterMixin, ShardConnection):
+    pass
+
+
+class _WriterSSLConnection(_WriterMixin, ShardSSLConnection):
+    pass
+
+
+class Writer:
+    """One shard's writer connection for one tracking session: it holds the session's
+    tracking (``CLIENT TRACKING ON REDIRECT <tracker> BCAST NOLOOP``), so the server tells us
+    of every write but the ones made on it, and a value written on it can be kept (see
+    :meth:`NearCache.own`). Leased to one caller at a time; to the operations it looks like a
+    redis-py client (``connection_pool.get_connection``/``release``)."""
+
+    def __init__(self, near: Sessions, index: int, connection: Any) -> None:
+        self.near = near
+        self.index = index
+        self.connection = connection
+        self.lock = threading.Lock()
+        self.session = 0
+        self.cause = "tracker connection lost"  # what ends the session if the connection goes
+        self.ping_due = False  # the tracker waits to ping it: writes leave it alone meanwhile
+        self.connection_pool = self
+
+    def __repr__(self) -> str:
+        lost = self.connection.lost
+        return f"<NearCache writer shard={self.index} session={self.session} lost={lost}>"
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        return self.connection
+
+    def release(self, connection: Any = None) -> None:
+        """The pool's side: the lease is given back with :meth:`done`."""
+
+    def done(self) -> None:
+        """The lease holder is done; a connection lost meanwhile ends the session at once (its
+        tracking went with it)."""
+        lost = self.connection.lost
+        self.lock.release()
+        if lost:
+            self.near.end(self.index, self.session, self.cause)
+
+
+class Tracker(threading.Thread):
+    """Keeps one shard tracked: connect to its master (an invalidation connection subscribed
+    to ``__redis__:invalidate``, and a writer connection whose tracking redirects there), apply
+    invalidations; any error, a switch or an unanswered ping ends the session (its copies go)
+    and it starts over."""
+
+    def __init__(self, near: Sessions, shard: Shard, config: PoolConfig) -> None:
+        super().__init__(name=f"sentinel_cache-near-{shard.name}", daemon=True)
+        self.near = near
+        self.shard = shard
+        cls, kwargs = connection_class_and_kwargs(config.connection_options())
+        kwargs.pop("host", None)
+        kwargs.pop("port", None)
+        kwargs["protocol"] = 2  # RESP2 pub/sub messages, whatever redis-py's default protocol
+        self._connection_class, self._kwargs = cls, kwargs
+        # The invalidation connection never waits longer than a ping may (a message delivered
+        # in part, then held, must not stall the invalidations), whatever SOCKET_TIMEOUT says.
+        self._tracker_kwargs = {**kwargs, "socket_timeout": PONG_WITHIN}
+        ssl = issubclass(cls, redis.connection.SSLConnection)
+        self._writer_class = _WriterSSLConnection if ssl else _WriterConnection
+        self._prefixes = [arg for prefix in near.prefixes for arg in ("PREFIX", prefix)]
+        self._stopped = threading.Event()
+        self._failures = Throttle(30.0)
+
+    def __repr__(self) -> str:
+        return f"<NearCache tracker {self.shard.label} alive={self.is_alive()}>"
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        index = self.shard.index
+        while not self._stopped.is_set():
+            address, generation = self.shard.current()
+            if address is None:
+                self._stopped.wait(RETRY_EVERY)
+                continue
+            connection = self._connection_class(
+                host=address.host, port=address.port, **self._tracker_kwargs
+            )
+            writer = Writer(self.near, index, self._writer_class(shard=self.shard, **self._kwargs))
+            session = None
+            cause = "tracker connection lost"
+            try:
+                connection.connect()
+                connection.send_command("CLIENT", "ID")
+                own_id = connection.read_response()
+                connection.send_command("SUBSCRIBE", CHANNEL)
+                connection.read_response()
+                writer.connection.connect()
+                writer.connection.send_command(
+                    "CLIENT",
+                    "TRACKING",
+                    "ON",
+                    "REDIRECT",
+                    own_id,
+                    "BCAST",
+                    "NOLOOP",
+                    *self._prefixes,
+                )
+                writer.connection.read_response()
+                session = self.near.begin(index, writer, generation)
+                cause = self._follow(connection, writer, generation)
+            except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError) as exc:
+                self._failures.warn(
+                    logger,
+                    "near cache: tracking shard %s at %s failed (its copies are not served "
+                    "until tracking resumes): %s: %s",
+                    self.shard.label,
+                    address,
+                    type(exc).__name__,
+                    exc,
+                )
+            finally:
+                self.near.end(index, session, cause)
+                connection.disconnect()
+                with writer.lock:  # not under a write in flight
+                    writer.connection.disconnect()
+            self._stopped.wait(RETRY_EVERY)
+
+    def _follow(self, connection: Any, writer: Writer, generation: int) -> str:
+        """Apply invalidations until something ends the session; returns the cause.
+
+        Both connections are pinged every ``PING_EVERY`` whatever the traffic, and each ping
+        must be answered within ``PONG_WITHIN``: a connection silently cut, or an invalidation
+        stream that lags that much, ends the session. Nothing here blocks longer than that: the
+        invalidation connection reads with ``PONG_WITHIN`` as its socket timeout (a message
+        delivered in part, then held, raises), and the writer's ping is sent, then its answer
+        read when the socket says it is there, while the tracker goes on reading invalidations.
+        """
+        index = self.shard.index
+        now = time.monotonic()
+        pinged_at: float | None = None  # our PING on the invalidation connection, unanswered
+        next_ping = writer_next = now + PING_EVERY
+        writer_pinged_at: float | None = None  # our PING on the writer (we hold its lock)
+        writer_busy_until = 0.0
+        try:
+            while not self._stopped.is_set():
+                if self.shard.generation != generation:
+                    return "master switched"
+                if writer.connection.lost:
+                    return writer.cause
+                now = time.monotonic()
+                watched = [connection._sock]  # redis-py's socket: waited on with the writer's
+                if writer_pinged_at is not None or now >= writer_busy_until:
+                    watched.append(writer.connection._sock)
+                wait = 0.01 if writer.ping_due else 0.1
+                try:
+                    ready, _, _ = select.select(watched, [], [], wait)
+                except (OSError, ValueError, TypeError):  # a socket closed under us
+                    return "tracker connection lost"
+                if len(ready) > (connection._sock in ready):  # the writer's socket stirred
+                    if writer_pinged_at is not None:
+                        writer.connection.read_response(timeout=PONG_WITHIN)  # our PONG
+                        writer_pinged_at = None
+                        writer.lock.release()
+                    elif not self._check_writer(writer):
+                        writer_busy_until = now + 0.01  # a write in flight: its caller reads it
+                began = time.monotonic()
+                while connection.can_read(timeout=0) and time.monotonic() - began < 0.1:
+                    reply = connection.read_response()
+                    kind = reply[0] if isinstance(reply, list) and reply else None
+                    if kind == b"message" and reply[1] == CHANNEL:
+                        self.near.invalidate(index, reply[2])
+                    elif kind == b"pong":
+                        pinged_at = None
+                now = time.monotonic()
+                if pinged_at is not None and now - pinged_at > PONG_WITHIN:
+                    return "tracker ping unanswered"
+                if writer_pinged_at is not None and now - writer_pinged_at > PONG_WITHIN:
+                    writer.cause = "tracker ping unanswered"
+                    return writer.cause
+                if pinged_at is None and now >= next_ping:
+                    connection.send_command("PING")
+                    pinged_at, next_ping = now, now + PING_EVERY
+                if writer_pinged_at is None and now >= writer_next:
+                    writer_pinged_at = self._ping_writer(writer, now)
+                    if writer_pinged_at is not None:
+                        writer_next = now + PING_EVERY
+                    elif now - writer_next > PONG_WITHIN:  # a write held it all that while
+                        writer.cause = "tracker ping unanswered"
+                        with contextlib.suppress(OSError, AttributeError):
+                            # Wakes that write (it reads an end of stream and fails) without
+                            # pulling the connection from under it.
+                            writer.connection._sock.shutdown(socket.SHUT_RDWR)
+                        return writer.cause
+            return "stopped"
+        finally:
+            writer.ping_due = False
+            if writer_pinged_at is not None:
+                writer.lock.release()
+
+    @staticmethod
+    def _check_writer(writer: Writer) -> bool:
+        """The writer's socket is readable: if no write holds it, that is the server closing it
+        (or something out of step): either way the writer is lost. False if a write held it."""
+        if not writer.lock.acquire(blocking=False):
+            return False
+        try:
+            if writer.connection.can_read(timeout=0):
+                writer.connection.disconnect()  # nothing is owed to us on an idle writer
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            writer.connection.disconnect()
+        finally:
+            writer.lock.release()
+        return True
+
+    @staticmethod
+    def _ping_writer(writer: Writer, now: float) -> float | None:
+        """Send a ``PING`` on the writer (keeping it from an idle ``timeout``, and checking it
+        answers) and hold the writer until its answer is read; when it was sent, or None if a
+        write held the writer (the next writes then leave it to the ping, going through the
+        pool, so a stream of writes cannot starve it)."""
+        if not writer.lock.acquire(blocking=False):
+            writer.ping_due = True
+            return None
+        writer.ping_due = False
+        try:
+            writer.connection.send_command("PING")
+        except BaseException:
+            writer.connection.disconnect()
+            writer.lock.release()
+            raise
+        return now
