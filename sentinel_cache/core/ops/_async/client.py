@@ -450,7 +450,7 @@ class AsyncCacheOperations(AsyncRunner):
                     raise
                 complete = False
         if not pattern and self.core.previous_ring is not None:
-            # After every shard was flushed: no copy read before the flush lands (plans._GUARD).
+            # After every shard was flushed: no copy read before the flush lands (scripts._GUARD).
             marks = {s: [("SET", CLEARED, 1, "PX", TOMBSTONE_MS)] for s in self.core.every_shard}
             await self.scatter(marks, write=True, operation="clear")
         return complete

@@ -451,7 +451,7 @@ class CacheOperations(Runner):
                     raise
                 complete = False
         if not pattern and self.core.previous_ring is not None:
-            # After every shard was flushed: no copy read before the flush lands (plans._GUARD).
+            # After every shard was flushed: no copy read before the flush lands (scripts._GUARD).
             marks = {s: [("SET", CLEARED, 1, "PX", TOMBSTONE_MS)] for s in self.core.every_shard}
             self.scatter(marks, write=True, operation="clear")
         return complete
