@@ -41,9 +41,7 @@ from sentinel_cache.core.ops.plans import (
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
-from sentinel_cache.exceptions import (
-    PoolExhaustedError,
-)
+from sentinel_cache.exceptions import PoolExhaustedError, ShardUnavailableError
 
 T = TypeVar("T")
 
@@ -186,7 +184,31 @@ class AsyncRunner(ClientBase):
             began = perf_counter()
             await wait_fence(shard, core.config.failover_hold)
             note(core, shard, fence_wait=perf_counter() - began)
-        return await operation(await self.io.master(shard))
+        address, generation = shard.current()
+        try:
+            return await operation(await self.io.master(shard))
+        except PoolExhaustedError:
+            raise
+        except MASTER_ERRORS as exc:
+            # The one retry failed too (the shard moved to a node that is down as well, or the
+            # move was a re-resolve naming the same dead master): its rules once more, so an
+            # outage holds it, then the shard's error, never the connection's bare one.
+            served, reply = await self._recover(
+                shard,
+                exc,
+                address,
+                generation,
+                operation if reader else None,
+                idempotent=idempotent,
+            )
+            if served:
+                return reply
+        try:  # the last try, after a hold that saw the switch
+            return await operation(await self.io.master(shard))
+        except MASTER_ERRORS as exc:
+            raise ShardUnavailableError(
+                f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
+            ) from exc
 
     async def _recover(
         self,
