@@ -477,7 +477,17 @@ def test_unreadable_values_are_logged_misses(
             assert cache.get_many(keys) == {}
         for key in keys:
             assert any(key in r.getMessage() for r in caplog.records), key
-        assert all(cache.has_key(key) for key in keys)  # present, just unreadable
+        # Absent everywhere, never "present but missing": has_key agrees with get, add stores
+        # over it (and only over it), get_or_set computes and stores its value.
+        assert [key for key in keys if cache.has_key(key)] == []
+        for key in keys[: len(keys) // 2]:
+            assert cache.add(key, "added", 60) is True, key
+            assert cache.get(key) == "added" and cache.has_key(key), key
+            assert cache.add(key, "again", 60) is False, key  # a readable value: add loses
+            assert 0 < cache.ttl(key) <= 60, key
+        for key in keys[len(keys) // 2 :]:
+            assert cache.get_or_set(key, lambda: "computed", 60) == "computed", key
+            assert cache.get(key) == "computed", key
         cache.delete_many(keys)
     finally:
         pool.close()

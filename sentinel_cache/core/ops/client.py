@@ -8,11 +8,13 @@ to its client). See :mod:`sentinel_cache.core.ops._async.client` for the operati
 
 from __future__ import annotations
 
+import uuid
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
+import redis.lock
 
 from sentinel_cache.core.ops._sync.client import SCAN_COUNT
 from sentinel_cache.core.ops._sync.hashes import HashOperations
@@ -46,8 +48,32 @@ class CacheClient(StampedeOperations, SortedSetOperations, SetOperations, HashOp
         return self.core.client_for(key, write=write)
 
     def lock(self, key: Any, **kwargs: Any) -> Any:
-        """A redis-py lock held on the key's shard (its current master)."""
-        return self.core.client_for(key, write=True).lock(key, **kwargs)
+        """A redis-py lock held on the key's shard (its current master), its token written in
+        the cache's format (:class:`CacheLock`)."""
+        kwargs.setdefault("lock_class", CacheLock)
+        lock = self.core.client_for(key, write=True).lock(key, **kwargs)
+        if isinstance(lock, CacheLock):
+            lock.codec = self.codec
+        return lock
+
+
+class CacheLock(redis.lock.Lock):
+    """redis-py's lock with a token the cache can read: a key held by a lock is then present to
+    every read alike (``get`` returns the token, ``has_key`` is True), where redis-py's bare
+    token would be a value the codec cannot read, which the cache treats as absent."""
+
+    codec: Codec
+
+    def acquire(
+        self,
+        sleep: float | None = None,
+        blocking: bool | None = None,
+        blocking_timeout: float | None = None,
+        token: str | bytes | None = None,
+    ) -> bool:
+        if token is None:
+            token = self.codec.dumps(uuid.uuid4().hex)  # type: ignore[assignment]
+        return bool(super().acquire(sleep, blocking, blocking_timeout, token))  # type: ignore[arg-type]
 
 
 _raw: weakref.WeakKeyDictionary[ShardedSentinelPool, CacheClient] = weakref.WeakKeyDictionary()
@@ -78,6 +104,7 @@ __all__ = [
     "MISS",
     "SCAN_COUNT",
     "CacheClient",
+    "CacheLock",
     "ClientBase",
     "escape_pattern",
     "execute",

@@ -24,15 +24,23 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 return false
 """
-# Compare and set, keeping the TTL: KEYS[1] the key, ARGV[1] the data read, ARGV[2] the new data.
-# 1 if the key still held the data read (and now holds the new data), else 0. The fallback of an
-# ``incr`` past 64 bits (django-redis's read-modify-write, made safe against a concurrent write).
+# Compare and set: KEYS[1] the key, ARGV[1] the data read, ARGV[2] the new data, ARGV[3] (if
+# given) its lifetime in ms, 0 for none; without ARGV[3] the TTL is kept. 1 if the key still held
+# the data read (and now holds the new data), else 0. The fallback of an ``incr`` past 64 bits
+# (django-redis's read-modify-write, made safe against a concurrent write) and of an ``add`` that
+# found a value it cannot read (which counts as absent).
 SWAP_IF_SAME = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
-    return 1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return 0
 end
-return 0
+if ARGV[3] == nil then
+    redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+elseif ARGV[3] == '0' then
+    redis.call('SET', KEYS[1], ARGV[2])
+else
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
 """
 # SET with PX for many keys in one command: KEYS are the keys, ARGV[1] the milliseconds, then
 # the values. Sent as EVAL (the server caches it by its SHA1), so no NOSCRIPT round trip.

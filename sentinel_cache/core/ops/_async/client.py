@@ -40,6 +40,7 @@ from sentinel_cache.core.ops.plans import (
     DELETE_MARKED,
     INCR_IF_EXISTS,
     INCR_IF_EXISTS_SHA,
+    MISS,
     READ,
     READ_MOVED,
     REPLACE,
@@ -133,13 +134,30 @@ class AsyncCacheOperations(AsyncRunner):
         replies, _ = await self.keyed(
             key,
             self.durable([command]),
-            [None],
+            [_SKIPPED],
             UPDATE if nx or xx else REPLACE,
             idempotent=not nx,
             keep=keep,
         )
         self.check_durable(key, replies)
+        if nx and replies[0] is None:  # taken: by a value it can read?
+            return await self._add_over_unreadable(key, data, timeout)
         return is_ok(replies[0])
+
+    async def _add_over_unreadable(
+        self, key: Any, data: bytes | int, timeout: float | None
+    ) -> bool:
+        """An ``add`` that found the key taken: a value this cache cannot read counts as absent,
+        as ``get`` and ``has_key`` say, so it is replaced, and only if it is still the same
+        (:data:`~sentinel_cache.core.ops.plans.SWAP_IF_SAME`). False for a readable value."""
+        (found,), _ = await self.keyed(key, [("GET", key)], [_SKIPPED], READ, replicas=False)
+        if type(found) is not bytes or self.decode(found, key) is not MISS:
+            return False  # readable (the add lost fairly), skipped, or gone since
+        ms = 0 if timeout is None else expiry_args(timeout)[1]
+        swap: Command = ("EVAL", SWAP_IF_SAME, 1, key, found, data, ms)
+        replies, _ = await self.keyed(key, self.durable([swap]), [0], UPDATE, idempotent=False)
+        self.check_durable(key, replies)
+        return replies[0] == 1
 
     async def add(self, key: Any, value: Any, timeout: float | None) -> bool:
         return await self.set(key, value, timeout, nx=True)
@@ -165,13 +183,22 @@ class AsyncCacheOperations(AsyncRunner):
         return sum(replies) > 0 or dropped > 0
 
     async def has_key(self, key: Any) -> bool:
+        """True if ``get`` would find a value: one this cache cannot read is absent, as ``get``,
+        ``add`` and ``get_or_set`` treat it (so the value is read, not only ``EXISTS``); a key
+        holding a hash, set or sorted set is present."""
         near = self.core.near
-        if near is not None and near.get(key) is not None:
+        local = None if near is None else near.get(key)
+        if local is not None:
+            return self.decode(local, key) is not MISS
+        try:
+            (data,), _ = await self.keyed(key, [("GET", key)], [None], READ)
+            if data is None and self.core.previous_ring is not None:  # maybe not moved yet
+                (data,), _ = await self.keyed(key, [("GET", key)], [None], READ_MOVED)
+        except ResponseError as exc:
+            if not wrong_type(exc):
+                raise
             return True
-        (reply,), _ = await self.keyed(key, [("EXISTS", key)], [0], READ)
-        if not reply and self.core.previous_ring is not None:  # maybe not moved yet
-            (reply,), _ = await self.keyed(key, [("EXISTS", key)], [0], READ_MOVED)
-        return bool(reply)
+        return data is not None and self.decode(data, key) is not MISS
 
     async def incr(self, key: Any, delta: int = 1, *, create: bool = False) -> int | None:
         """Atomic and TTL-preserving; ValueError if the key is missing (Django semantics), or,
