@@ -104,9 +104,6 @@ def check_role(address: Address, connection_kwargs: Mapping[str, Any]) -> str:
         client.connection_pool.disconnect()
 
 
-#: The longest wait for one round of answers (the sentinels' default socket timeouts).
-ROUND = 1.0
-
 #: At most this many monitored names are listed in a "did you mean".
 SHOWN_NAMES = 10
 
@@ -184,13 +181,10 @@ class Discovery:
         suspects = suspects or {}
         settled: dict[str, Address] = {}  # found so far by this call, not yet taken by a shard
         delay = 0.05
+        wait: float | None = None  # the first round waits as long as a round does
         while True:
             asked_at = time.monotonic()
-            # The configured discovery ends by its deadline: a round waits only what is left.
-            left = deadline - asked_at if timeout is None else None
-            replies = self.sentinels.ask_all(
-                pending, replicas=self._replicas, wait=None if left is None else min(left, ROUND)
-            )
+            replies = self.sentinels.ask_all(pending, replicas=self._replicas, wait=wait)
             self._remember(replies)
             # Every sentinel refusing our credentials (or certificates) will not change by
             # asking again; neither will a data node refusing them: fail now, not at the deadline.
@@ -222,6 +216,8 @@ class Discovery:
                 return results
             time.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2, 0.5)
+            # A later round ends by the deadline: it waits only what is left of it.
+            wait = max(0.0, min(self.sentinels.round_wait, deadline - time.monotonic()))
 
     def _monitored(self, replies: Sequence[SentinelReply]) -> list[str]:
         """The master names the first answering sentinel monitors (SENTINEL MASTERS), asked
