@@ -4,6 +4,7 @@ which was meant, as the system check does; an unknown option names the closest o
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
@@ -12,7 +13,10 @@ import pytest
 from waiting import key_on
 
 from sentinel_cache.core.config import parse_cache_config
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.options import OPTION_NAMES
+from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConfigurationError, ShardUnavailableError
 from sentinel_cache.testing import LocalSentinelCluster
@@ -39,9 +43,10 @@ def mute_port() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
+@pytest.mark.parametrize("client", ["sync", "asyncio"])
 @pytest.mark.parametrize("kind", ["closed", "mute"])
 def test_unreachable_sentinels_fail_the_first_call_within_discovery_timeout(
-    kind: str, closed_port: int, mute_port: int
+    kind: str, client: str, closed_port: int, mute_port: int
 ) -> None:
     port = closed_port if kind == "closed" else mute_port
     config, _ = parse_cache_config(
@@ -51,7 +56,10 @@ def test_unreachable_sentinels_fail_the_first_call_within_discovery_timeout(
     try:
         started = time.monotonic()
         with pytest.raises(ShardUnavailableError) as raised:
-            pool.client_for("k").get("k")
+            if client == "sync":
+                CacheClient(pool, Codec()).get("k")
+            else:
+                asyncio.run(AsyncCacheClient(pool, Codec()).get("k"))
         elapsed = time.monotonic() - started
     finally:
         pool.close()
