@@ -7,7 +7,8 @@
 # 4. a clean virtualenv outside the checkout, the wheel installed with [django,flask,embedded]
 #    (dependencies from the package index);
 # 5. scripts/release_smoke.py with that virtualenv's python, from a directory outside the
-#    checkout: a real topology, Django and Flask, a failover each;
+#    checkout: `python -m sentinel_cache.testing demo`, a real topology, Django and Flask, a
+#    failover each;
 # 6. the classifiers are known to PyPI (trove-classifiers), so an upload is not refused.
 #
 # Environment: PYTHON (the interpreter for the clean virtualenv, default python3), PY (the one

@@ -7,11 +7,13 @@ neither the script's directory nor ``PYTHONPATH`` can put the checkout on ``sys.
 
 1. checks that ``sentinel_cache`` is imported from that virtualenv, not from the checkout, with its
    ``py.typed``, LICENSE and version;
-2. starts a real local topology (2 shards with a replica each, 3 sentinels; the embedded Valkey
+2. runs ``python -m sentinel_cache.testing demo`` (a failover under a write/read loop: no
+   failed call, no lost write), as the README's first step after ``pip install``;
+3. starts a real local topology (2 shards with a replica each, 3 sentinels; the embedded Valkey
    from the ``[embedded]`` extra by default) with ``sentinel_cache.testing.LocalSentinelCluster``;
-3. Django: ``settings.configure`` with the backend, set/get/get_many, ``manage.py check`` and
+4. Django: ``settings.configure`` with the backend, set/get/get_many, ``manage.py check`` and
    ``sentinel_status``, a planned failover of one shard, then reads and writes again;
-4. Flask: an app with Flask-Caching's ``Cache(app)``, the same, failing over the other shard, and
+5. Flask: an app with Flask-Caching's ``Cache(app)``, the same, failing over the other shard, and
    ``flask sentinel-status``.
 
 Exit code 0 when every step passed; any failure raises (non-zero exit, traceback).
@@ -74,6 +76,22 @@ def check_installation(checkout: Path) -> str:
     )
     say(f"sentinel_cache {installed} imported from {module.parent}")
     return installed
+
+
+def check_demo(server: str) -> None:
+    """The README's first step after ``pip install``: the demo, from the wheel alone."""
+    result = subprocess.run(
+        [sys.executable, "-I", "-m", "sentinel_cache.testing", "demo", "--server", server],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, (
+        f"the demo exited {result.returncode}:\n{result.stdout}{result.stderr}"
+    )
+    assert ", 0 failed, 0 acknowledged writes lost" in result.stdout, result.stdout
+    summary = [line.strip() for line in result.stdout.splitlines() if " calls (" in line]
+    say(f"python -m sentinel_cache.testing demo passed: {summary[0] if summary else '?'}")
 
 
 def keys_on(cluster: Any, address: tuple[str, int], pattern: str) -> int:
@@ -233,6 +251,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     began = time.monotonic()
     version = check_installation(args.checkout.resolve())
+    check_demo(args.server)
 
     from sentinel_cache.core.topology.sharded_pool import close_all
     from sentinel_cache.testing import LocalSentinelCluster

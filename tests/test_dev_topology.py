@@ -9,7 +9,6 @@ About 15 s per server on 2 cores.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import random
@@ -19,6 +18,7 @@ import socket
 import stat
 import subprocess
 import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,12 +93,9 @@ def parse_printed_settings(text: str) -> dict[str, Any]:
     flask_src = text[text.index("# Flask config") : text.index("# Environment")]
     django: dict[str, Any] = {}
     exec(compile(django_src, "<django>", "exec"), {}, django)
-    flask = {
-        name.strip(): ast.literal_eval(value.strip())
-        for name, _, value in (
-            line.partition("=") for line in flask_src.splitlines() if line.startswith("CACHE_")
-        )
-    }
+    app = types.SimpleNamespace(config={})  # the docs' form: app.config.update(...)
+    exec(compile(flask_src, "<flask>", "exec"), {"app": app})
+    flask = app.config
     (env_line,) = [line for line in text.splitlines() if line.startswith("SENTINEL_CACHE_URL=")]
     (assignment,) = shlex.split(env_line)  # as a shell would read it
     return {"django": django["CACHES"], "flask": flask, "url": assignment.partition("=")[2]}

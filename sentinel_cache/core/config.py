@@ -14,8 +14,8 @@ also importable from here.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from sentinel_cache.core.options import (
     CONNECTION,
     POOL,
     SENTINEL,
+    did_you_mean,
     lookup_option,
     option_label,
 )
@@ -89,8 +90,7 @@ def _freeze(value: Any) -> Any:
 def _check_connection_kwargs(kwargs: Mapping[str, Any], field_name: str) -> None:
     for name in kwargs:
         if name not in CONNECTION_PARAMETERS:
-            hint = difflib.get_close_matches(name, sorted(CONNECTION_PARAMETERS), n=1)
-            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            suggestion = did_you_mean(name, CONNECTION_PARAMETERS)
             raise bad_value(field_name, name, f"unknown redis connection option{suggestion}")
 
 
@@ -367,9 +367,11 @@ def parse_cache_config(
 ) -> tuple[PoolConfig, CacheOptions]:
     """The one parser of adapter settings (Django LOCATION/OPTIONS, Flask keys/CACHE_OPTIONS)."""
     merged: dict[str, Any] = {}
+    url_given: frozenset[str] = frozenset()
     if isinstance(location, str) and "://" in location:
         sentinels, _masters, url_options = parse_url(location)
         merged.update(url_options)
+        url_given = frozenset(url_options)
     else:
         sentinels = parse_sentinels(location, "LOCATION")
     given: dict[str, Any] = {}
@@ -390,6 +392,16 @@ def parse_cache_config(
                 reason=f"{key} is given both in the LOCATION URL and in OPTIONS",
             )
         merged[key] = value
+    masters = merged.get("MASTERS")
+    if isinstance(masters, str) and "," not in masters and "MASTERS" not in url_given:
+        # "MASTERS": "shard_a" reads as one shard while the sentinels may monitor several.
+        raise bad_value(
+            option_label("masters"),
+            masters,
+            "must be a list of master names, one per shard in ring order: "
+            f'"MASTERS": [{json.dumps(masters)}] for one shard, [{json.dumps(masters)}, ...] '
+            "for every shard the sentinels monitor for this cache",
+        )
     if "MASTERS" not in merged:
         raise ConfigurationError(
             option="OPTIONS", reason="MASTERS is required (the ordered list of master names)"

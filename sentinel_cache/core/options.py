@@ -8,7 +8,7 @@ the same names, so :func:`sentinel_cache.core.config.parse_cache_config` reads b
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -78,17 +78,39 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
 }
 
 
+def did_you_mean(word: str, choices: Iterable[str], *, n: int = 1, cutoff: float = 0.6) -> str:
+    """``"; did you mean 'X'?"`` (or ``'X' or 'Y'``) with the closest of ``choices``, else "".
+
+    The one wording of a suggestion, for option names, connection options and master names
+    alike (the system checks and the errors at run time say the same). Case is ignored in
+    comparing ("Shard1" is close to "shard1"); of up to ``n`` close ones, only those about as
+    close as the closest are named."""
+    by_folded = {choice.casefold(): choice for choice in sorted(set(choices), reverse=True)}
+    folded = word.casefold()
+    close = difflib.get_close_matches(folded, sorted(by_folded), n=n, cutoff=cutoff)
+    if not close:
+        return ""
+
+    def ratio(choice: str) -> float:
+        return difflib.SequenceMatcher(None, folded, choice).ratio()
+
+    best = ratio(close[0])
+    names = [repr(by_folded[c]) for c in close if ratio(c) >= best - 0.1]
+    shown = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return f"; did you mean {shown}?"
+
+
 def lookup_option(name: Any) -> tuple[str, str]:
     key = str(name).upper()
     if key in OPTION_NAMES:
         return OPTION_NAMES[key]
-    hint = difflib.get_close_matches(key, sorted(OPTION_NAMES), n=1, cutoff=0.5)
-    suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-    valid = ", ".join(sorted(OPTION_NAMES))
+    # The closest names only: the whole list (about 60) on one line hides the one meant.
+    suggestion = did_you_mean(key, OPTION_NAMES, n=3, cutoff=0.5)
     raise ConfigurationError(
         option="OPTIONS",
         value=str(name),
-        reason=f"unknown option {name!r}{suggestion} (valid: {valid})",
+        reason=f"unknown option {name!r}"
+        + (suggestion or " (docs/configuration.md lists every option)"),
     )
 
 

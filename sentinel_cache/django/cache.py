@@ -66,6 +66,7 @@ from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_con
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import SCAN_COUNT, CacheClient, escape_pattern
 from sentinel_cache.core.ops.plans import FailOpen
+from sentinel_cache.core.options import did_you_mean
 from sentinel_cache.core.serializers import Codec, build_codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
 from sentinel_cache.django.compat import translate_options
@@ -86,6 +87,25 @@ __all__ = ["CachePicklingError", "InvalidKeyError", "ShardedSentinelCache"]
 
 # BaseCache's own options: Redis evicts by its maxmemory-policy, so they are accepted and unused.
 _DJANGO_OPTIONS = frozenset({"MAX_ENTRIES", "CULL_FREQUENCY"})
+# What Django's cache handler passes on from a CACHES entry (it keeps BACKEND and LOCATION);
+# django-redis's REVERSE_KEY_FUNCTION is accepted for system check W004 to explain.
+_ENTRY_KEYS = frozenset(
+    {"TIMEOUT", "OPTIONS", "KEY_PREFIX", "VERSION", "KEY_FUNCTION", "REVERSE_KEY_FUNCTION"}
+)
+
+
+def _check_entry(params: Mapping[str, Any]) -> None:
+    """A misspelled key ("OPTION") would be ignored by Django, and the error would be about
+    what it held ("MASTERS is required"): name the key instead."""
+    for name in params:
+        if name not in _ENTRY_KEYS:
+            known = _ENTRY_KEYS | {"BACKEND", "LOCATION"}
+            raise ConfigurationError(
+                option="CACHES",
+                value=str(name),
+                reason=f"unknown key {name!r} in this cache's entry"
+                f"{did_you_mean(str(name).upper(), known) or ' (Django would ignore it)'}",
+            )
 
 
 def _quiet(key: str) -> bool:
@@ -146,6 +166,7 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
         self._fail_open_logger = logger
         self._scan_itersize = SCAN_COUNT
         try:
+            _check_entry(params)
             # django-redis's settings in this library's terms (see compat), then the core's.
             translated = translate_options(options, settings if settings.configured else None)
             self._fail_open_logger = translated.logger or logger

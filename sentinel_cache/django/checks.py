@@ -26,6 +26,8 @@ from sentinel_cache.core.admin.status import (
     SentinelProbe,
     master_view,
     probe_sentinels,
+    unlisted_masters,
+    unlisted_warning,
 )
 from sentinel_cache.core.config import PoolConfig
 from sentinel_cache.core.fanout import run_all
@@ -94,7 +96,8 @@ def check_deployment(
 ) -> list[checks.CheckMessage]:
     """W001 for fewer than three sentinels; then every sentinel asked about every master:
     W002 unreachable sentinels, E002 sentinels refusing our credentials, E003 a master that no
-    sentinel monitors, W003 one that some sentinels do not monitor."""
+    sentinel monitors, W003 one that some sentinels do not monitor, W006 masters the sentinels
+    monitor that MASTERS leaves out."""
     configs: dict[str, PoolConfig] = {}
     for alias, entry in sentinel_aliases().items():
         try:
@@ -155,6 +158,17 @@ def _sentinel_messages(
                 ),
                 obj=alias,
                 id="sentinel_cache.W002",
+            )
+        )
+    unlisted = unlisted_masters(probes, [*config.masters, *config.previous_masters])
+    if unlisted:
+        messages.append(
+            checks.Warning(
+                unlisted_warning(unlisted),
+                hint="On sentinels shared with another application, silence "
+                "sentinel_cache.W006 (SILENCED_SYSTEM_CHECKS).",
+                obj=alias,
+                id="sentinel_cache.W006",
             )
         )
     views = [master_view(name, probes) for name in config.masters]

@@ -49,6 +49,8 @@ def translate_settings(
                 value=value if setting not in _SECRET_KEYS else "***",
                 reason=f"{option} is also set by {sources[option]}; set it once",
             )
+        if setting == "CACHE_REDIS_SENTINEL_MASTER" and isinstance(value, str):
+            value = [value]  # Flask-Caching's one master name, by its very name
         merged[option] = value
         sources[option] = setting
 

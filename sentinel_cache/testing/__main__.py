@@ -1,6 +1,7 @@
 """``python -m sentinel_cache.testing``: a local Sentinel topology to develop against.
 
-``up`` starts one, prints the settings to paste into a Django or Flask project (or, with
+``demo`` shows the library at work and stops (:mod:`~sentinel_cache.testing.demo`). ``up``
+starts a topology, prints the settings to paste into a Django or Flask project (or, with
 ``--json``, one JSON line for scripts), writes a state file and runs until Ctrl-C/SIGTERM (or,
 with ``--detach``, in the background). From another terminal, the state file is the handle:
 ``status``, ``failover NAME``, ``kill-master NAME``, ``cli PORT COMMAND...`` and ``down``.
@@ -26,8 +27,10 @@ from typing import Any
 
 import redis
 
+from sentinel_cache.testing import demo
 from sentinel_cache.testing.cluster import LocalSentinelCluster
-from sentinel_cache.testing.processes import HOST
+from sentinel_cache.testing.pasted import settings_json, settings_text
+from sentinel_cache.testing.processes import HOST, PortTakenError
 from sentinel_cache.testing.topology import (
     DEFAULT_STATE,
     STATE_ENV,
@@ -41,6 +44,8 @@ from sentinel_cache.testing.topology import (
 )
 
 PROG = "python -m sentinel_cache.testing"
+#: ``up``'s ports when none are chosen: the same every run, so the settings pasted stay valid.
+DEFAULT_PORT_BASE = 6390
 _USAGE, _FAILED = 2, 1
 
 
@@ -97,7 +102,8 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="stable ports: data nodes on N, N+1, ... (shard by shard, master first), then the "
-        "sentinels (default: random free ports)",
+        f"sentinels (default {DEFAULT_PORT_BASE}, so pasted settings stay valid across runs; "
+        "random free ports if one of those is taken; 0: random free ports)",
     )
     up.add_argument(
         "--down-after-ms", type=int, default=1000, help="sentinel down-after-milliseconds"
@@ -145,6 +151,8 @@ def _parser() -> argparse.ArgumentParser:
         help="stop the topology started by `up` and wait until it is gone",
     )
 
+    demo.add_parser(commands)
+
     cli = commands.add_parser(
         "cli",
         parents=[state],
@@ -157,58 +165,6 @@ def _parser() -> argparse.ArgumentParser:
     cli.add_argument("port", type=int, help="a port on 127.0.0.1")
     cli.add_argument("args", nargs=argparse.REMAINDER, metavar="COMMAND", help="command and args")
     return parser
-
-
-# --------------------------------------------------------------------------- up: what it prints
-
-
-def settings_text(cluster: LocalSentinelCluster) -> str:
-    """The copy-paste block for Django, Flask and the environment (passwords included: they
-    are the ones the user chose)."""
-    config = cluster.config()
-    options: dict[str, Any] = {"MASTERS": config["masters"]}
-    if config["password"] is not None:
-        options["PASSWORD"] = config["password"]
-    if config["sentinel_password"] is not None:
-        options["SENTINEL_PASSWORD"] = config["sentinel_password"]
-    # json.dumps renders str and list[str] as valid Python literals with double quotes.
-    lines = [
-        f"# {cluster!r}",
-        "",
-        "# Django settings.py",
-        "CACHES = {",
-        '    "default": {',
-        '        "BACKEND": "sentinel_cache.django.ShardedSentinelCache",',
-        f'        "LOCATION": {json.dumps(config["sentinels"])},',
-        f'        "OPTIONS": {json.dumps(options)},',
-        "    }",
-        "}",
-        "",
-        "# Flask config",
-        'CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"',
-        f"CACHE_REDIS_SENTINELS = {json.dumps(config['sentinels'])}",
-        f"CACHE_REDIS_SENTINEL_MASTERS = {json.dumps(config['masters'])}",
-    ]
-    if config["password"] is not None:
-        lines.append(f"CACHE_REDIS_PASSWORD = {json.dumps(config['password'])}")
-    if config["sentinel_password"] is not None:
-        lines.append(f"CACHE_REDIS_SENTINEL_PASSWORD = {json.dumps(config['sentinel_password'])}")
-    lines += ["", "# Environment", f"SENTINEL_CACHE_URL={shlex.quote(cluster.url())}"]
-    return "\n".join(lines)
-
-
-def settings_json(cluster: LocalSentinelCluster, state: str | None = None) -> str:
-    """:meth:`LocalSentinelCluster.config` plus the URL, server, pids and state file, as one
-    JSON line."""
-    payload = dict(cluster.config())
-    payload.update(
-        url=cluster.url(),
-        server_kind=cluster.server_kind,
-        server_version=cluster.server_version,
-        pids=cluster.pids,
-        state=state,
-    )
-    return json.dumps(payload)
 
 
 def state_payload(cluster: LocalSentinelCluster, *, with_secrets: bool) -> dict[str, Any]:
@@ -288,27 +244,41 @@ def up(args: argparse.Namespace) -> int:
     masters = None
     if args.masters is not None:
         masters = [m.strip() for m in args.masters.split(",")]
-    try:
-        cluster = LocalSentinelCluster(
-            args.shards,
-            args.replicas,
-            args.sentinels,
-            down_after_ms=args.down_after_ms,
-            server=args.server,
-            master_names=masters,
-            requirepass=args.password,
-            sentinel_requirepass=args.sentinel_password,
-            port_base=args.port_base,
-        )
-    except (RuntimeError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return _USAGE
-    try:
+    chosen = args.port_base
+    base = DEFAULT_PORT_BASE if chosen is None else (chosen or None)
+    while True:
+        try:
+            cluster = LocalSentinelCluster(
+                args.shards,
+                args.replicas,
+                args.sentinels,
+                down_after_ms=args.down_after_ms,
+                server=args.server,
+                master_names=masters,
+                requirepass=args.password,
+                sentinel_requirepass=args.sentinel_password,
+                port_base=base,
+            )
+        except (RuntimeError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return _USAGE
         try:
             cluster.start()
+            break
+        except PortTakenError as exc:
+            cluster.stop()
+            if chosen is not None or base is None:
+                print(f"error: {exc}", file=sys.stderr)
+                return _FAILED
+            # The default ports are busy (another topology, another program): any free ones.
+            if not args.json:  # --json prints one JSON line, nothing else
+                print(f"# {exc}: random free ports instead (--port-base N chooses)", flush=True)
+            base = None
         except (RuntimeError, TimeoutError) as exc:
+            cluster.stop()
             print(f"error: {exc}", file=sys.stderr)
             return _FAILED
+    try:
         write_state(path, state_payload(cluster, with_secrets=args.print_secrets))
         if args.json:
             print(settings_json(cluster, str(path)), flush=True)
@@ -557,6 +527,7 @@ _COMMANDS = {
     "kill-master": kill_master,
     "down": down,
     "cli": cli,
+    "demo": demo.main,
 }
 
 

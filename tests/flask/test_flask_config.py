@@ -287,7 +287,7 @@ def test_unknown_option_suggests_the_nearest() -> None:
         r"^CACHE_OPTIONS: unknown option 'WIEGHTS'; did you mean 'WEIGHTS'\?",
         CACHE_OPTIONS={"WIEGHTS": [1, 1]},
     )
-    assert "valid:" in str(error)
+    assert "MAX_CONNECTIONS" not in str(error)  # the closest name, not all of them
 
 
 def test_option_spelled_twice() -> None:

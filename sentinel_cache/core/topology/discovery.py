@@ -22,13 +22,14 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from sentinel_cache.core.config import Address
+from sentinel_cache.core.options import did_you_mean
 from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.core.topology.replies import (
     HINTS,
@@ -103,6 +104,21 @@ def check_role(address: Address, connection_kwargs: Mapping[str, Any]) -> str:
         client.connection_pool.disconnect()
 
 
+#: At most this many monitored names are listed in a "did you mean".
+SHOWN_NAMES = 10
+
+
+def monitored_hint(name: str, monitored: Iterable[str]) -> str:
+    """``"; they monitor: 'a', 'b'; did you mean 'a'?"`` for a master name no sentinel monitors:
+    one wording for the system check, ``sentinel_status`` and the error at run time."""
+    known = sorted(set(monitored))
+    if not known:
+        return ""
+    shown = ", ".join(map(repr, known[:SHOWN_NAMES]))
+    more = f" and {len(known) - SHOWN_NAMES} more" if len(known) > SHOWN_NAMES else ""
+    return f"; they monitor: {shown}{more}{did_you_mean(name, known)}"
+
+
 #: ``claimant(name, address, majority)``: why ``address`` may not be the master of ``name``
 #: (another shard is on it, or was), or None; ``majority``: most sentinels asked named it.
 Claimant = Callable[[str, Address, bool], "str | None"]
@@ -165,9 +181,10 @@ class Discovery:
         suspects = suspects or {}
         settled: dict[str, Address] = {}  # found so far by this call, not yet taken by a shard
         delay = 0.05
+        wait: float | None = None  # the first round waits as long as a round does
         while True:
             asked_at = time.monotonic()
-            replies = self.sentinels.ask_all(pending, replicas=self._replicas)
+            replies = self.sentinels.ask_all(pending, replicas=self._replicas, wait=wait)
             self._remember(replies)
             # Every sentinel refusing our credentials (or certificates) will not change by
             # asking again; neither will a data node refusing them: fail now, not at the deadline.
@@ -180,6 +197,10 @@ class Discovery:
                 if isinstance(outcome, Resolution):
                     settled[name] = outcome.address
                 unknown = all_answered and all(r.masters.get(name) is None for r in replies)
+                if unknown and isinstance(outcome, MasterNotFoundError):
+                    results[name] = MasterNotFoundError(
+                        f"{outcome}{monitored_hint(name, self._monitored(replies))}"
+                    )
                 if (
                     isinstance(outcome, Resolution)
                     or unknown
@@ -190,9 +211,40 @@ class Discovery:
                 ):
                     pending.remove(name)
             if not pending or time.monotonic() + delay >= deadline:
+                if timeout is None:
+                    self._name_the_wait(pending, results)
                 return results
             time.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2, 0.5)
+            # A later round ends by the deadline: it waits only what is left of it.
+            wait = max(0.0, min(self.sentinels.round_wait, deadline - time.monotonic()))
+
+    def _monitored(self, replies: Sequence[SentinelReply]) -> list[str]:
+        """The master names the first answering sentinel monitors (SENTINEL MASTERS), asked
+        only for a name none monitors, so the error can say which was meant."""
+        for reply in replies:
+            try:
+                listing = self.sentinels.client(reply.sentinel).execute_command(
+                    "SENTINEL", "MASTERS"
+                )
+                return [reply_fields(item)["name"] for item in listing or ()]
+            except (redis.RedisError, OSError, KeyError, TypeError, IndexError):
+                continue
+        return []
+
+    def _name_the_wait(
+        self, pending: Sequence[str], results: dict[str, Resolution | BaseException]
+    ) -> None:
+        """No sentinel answered within DISCOVERY_TIMEOUT: say which were asked (the adapters'
+        LOCATION) and for how long, so a wrong address or port explains itself."""
+        asked = ", ".join(map(str, self.sentinels.addresses))
+        for name in pending:
+            outcome = results.get(name)
+            if isinstance(outcome, NoSentinelReachableError):
+                results[name] = NoSentinelReachableError(
+                    f"{outcome}; no sentinel of LOCATION ({asked}) answered within "
+                    f"DISCOVERY_TIMEOUT ({self._timeout:g} s)"
+                )
 
     def _remember(self, replies: Sequence[SentinelReply]) -> None:
         self.sentinels.note_rejections(replies)

@@ -153,11 +153,13 @@ class SafetyNet:
             )
             return False
 
-    def need_master(self, shard: Shard) -> None:
-        """Raise unless a master is known for ``shard``, asking the sentinels once if none is."""
+    def need_master(self, shard: Shard, *, ask: bool = True) -> None:
+        """Raise unless a master is known for ``shard``, asking the sentinels once if none is
+        (unless not ``ask``: the discovery that just ran for DISCOVERY_TIMEOUT was that)."""
         if shard.address is not None:
             return
-        self.reresolve(shard, reason="no master known yet")
+        if ask:
+            self.reresolve(shard, reason="no master known yet")
         if shard.address is None:
             if isinstance(shard.error, AuthenticationFailedError):
                 raise type(shard.error)(f"shard {shard.label}: {shard.error}") from None

@@ -65,6 +65,13 @@ class SentinelSet:
     def kwargs(self) -> dict[str, Any]:
         return dict(self._kwargs)
 
+    @property
+    def round_wait(self) -> float:
+        """How long a round waits for the sentinels at most: their socket timeouts."""
+        return float(self._kwargs.get("socket_timeout") or 0.5) + float(
+            self._kwargs.get("socket_connect_timeout") or 0.5
+        )
+
     def client(self, address: Address) -> redis.Redis:
         """A small pooled client per sentinel, reused across rounds."""
         with self._lock:
@@ -124,9 +131,7 @@ class SentinelSet:
         """
         addresses = self.addresses
         if wait is None:
-            wait = float(self._kwargs.get("socket_timeout") or 0.5) + float(
-                self._kwargs.get("socket_connect_timeout") or 0.5
-            )
+            wait = self.round_wait
         fanout: Fanout[Address, SentinelReply] = Fanout(
             {
                 address: functools.partial(self._ask_one, address, tuple(masters), replicas)

@@ -422,6 +422,8 @@ class ShardedSentinelPool:
         fence open."""
         if not self._started or self._pid != os.getpid():
             self._ensure_started()
+            # The first call ends with the discovery's error, not one more round's after it.
+            self.safety.need_master(shard, ask=False)
         self.safety.need_master(shard)
         if write and shard.fenced:
             shard.wait_fence(self.config.failover_hold)

@@ -52,6 +52,8 @@ from sentinel_cache.core.admin.status.views import (
     SENTINELS_UNREACHABLE,
     MasterView,
     master_view,
+    unlisted_masters,
+    unlisted_warning,
 )
 from sentinel_cache.core.fanout import run_all
 
@@ -92,4 +94,6 @@ __all__ = [
     "render_json",
     "render_text",
     "run_all",
+    "unlisted_masters",
+    "unlisted_warning",
 ]

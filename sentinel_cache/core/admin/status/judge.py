@@ -39,6 +39,8 @@ from sentinel_cache.core.admin.status.views import (
     SENTINELS_DISAGREE,
     MasterView,
     master_view,
+    unlisted_masters,
+    unlisted_warning,
 )
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.fanout import run_all
@@ -153,6 +155,7 @@ def collect(
         core.sentinels.addresses, core.sentinels.kwargs, timeout=timeout, masters=names
     )
     views = {name: master_view(name, probes) for name in names}
+    unlisted = unlisted_masters(probes, [*names, *core.config.previous_masters])
     targets = _choose_masters(core, views)
     nodes = _probe_masters(targets, core.config.connection_options(), timeout)
     problems = _Problems()
@@ -173,6 +176,10 @@ def collect(
         "problems": problems.messages,
         "issues": problems.issues,
         "notes": notes,
+        # Monitored by the sentinels, not in MASTERS: a shard left out, or another
+        # application's masters on shared sentinels. A warning: it changes no state.
+        "unlisted_masters": unlisted,
+        "warnings": [unlisted_warning(unlisted)] if unlisted else [],
         "checked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "elapsed_ms": milliseconds(time.monotonic() - began),
         "timeout": timeout,

@@ -121,13 +121,17 @@ def _listener_cell(value: bool | None) -> str:
     return "connected" if value else "DISCONNECTED"
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def render_text(report: Mapping[str, Any], *, title: str | None = None) -> str:
     """A terminal table: a summary line, one row per shard and per sentinel, then problems."""
     shards, sentinels = report["shards"], report["sentinels"]
     head = f"{title}: " if title else ""
     lines = [
-        f"{head}{_summary(report)}: {len(shards)} shards, "
-        f"{len(sentinels)} sentinels, checked {report['checked_at']} in "
+        f"{head}{_summary(report)}: {_count(len(shards), 'shard')}, "
+        f"{_count(len(sentinels), 'sentinel')}, checked {report['checked_at']} in "
         f"{report['elapsed_ms']:.0f} ms",
         "",
     ]
@@ -228,6 +232,8 @@ def render_text(report: Mapping[str, Any], *, title: str | None = None) -> str:
         warnings = report["exit_code"] == EXIT_CODES[HEALTHY]
         heading = "warnings (redundancy reduced):" if warnings else "problems:"
         lines += ["", heading] + [f"  - {p}" for p in report["problems"]]
+    if report.get("warnings"):
+        lines += ["", "warnings:"] + [f"  - {w}" for w in report["warnings"]]
     if report["notes"]:
         lines += ["", "notes:"] + [f"  - {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"

@@ -3,14 +3,13 @@ shard problem."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sentinel_cache.core.admin.states import describe
 from sentinel_cache.core.admin.status.probes import SENTINEL_AUTH_REFUSED, SentinelProbe
 from sentinel_cache.core.config import Address
-from sentinel_cache.core.topology.discovery import config_epoch, refusal
+from sentinel_cache.core.topology.discovery import config_epoch, monitored_hint, refusal
 
 # A shard's problems (the report's ``problem``/``problem_codes``; :data:`PROBLEMS` has the words).
 NOT_MONITORED = "not_monitored"
@@ -111,13 +110,8 @@ class MasterView:
 
     def suggestion(self) -> str:
         """ "; the sentinels monitor: ..." (with the likeliest intended name) for a name none of
-        them monitors, so a typo in MASTERS explains itself."""
-        if not self.monitored:
-            return ""
-        known = sorted(self.monitored)
-        close = difflib.get_close_matches(self.name, known, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        return f"; they monitor: {', '.join(map(repr, known))}{hint}"
+        them monitors, so a typo in MASTERS explains itself (the run-time error says the same)."""
+        return monitored_hint(self.name, self.monitored)
 
     def _silent(self, *, refused: bool = True, failed: bool = True) -> str:
         parts = [f"; no answer from {_pairs(self.unreachable)}"] if self.unreachable else []
@@ -195,3 +189,24 @@ def _read_epochs(view: MasterView, probes: Sequence[SentinelProbe]) -> None:
             state = detail.get("failover-state") or "started"
             view.failover = f"{state} on sentinel {probe.address}"
     view.epoch = max(epochs) if epochs else None
+
+
+def unlisted_masters(probes: Sequence[SentinelProbe], listed: Sequence[str]) -> list[str]:
+    """Masters the answering sentinels monitor that ``listed`` (MASTERS, PREVIOUS_MASTERS) does
+    not name: a shard left out of MASTERS (or another application's masters, on shared
+    sentinels). Keys never go to them, so a list one short places every key elsewhere."""
+    monitored: set[str] = set()
+    for probe in probes:
+        if probe.reachable:
+            monitored.update(probe.monitored or ())
+    return sorted(monitored - set(listed))
+
+
+def unlisted_warning(unlisted: Sequence[str]) -> str:
+    """The words for :func:`unlisted_masters` (``sentinel_status`` and ``check --deploy``)."""
+    one = len(unlisted) == 1
+    return (
+        f"the sentinels also monitor {', '.join(map(repr, unlisted))}, which MASTERS does not "
+        f"list: if {'it is a shard' if one else 'they are shards'} of this cache, add "
+        f"{'it' if one else 'them'} to MASTERS in ring order (keys go to the listed masters only)"
+    )
