@@ -20,6 +20,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check sentinel_cache
 	$(PY) scripts/unasync.py --check
 	$(PY) scripts/matrix.py --check-tox
+	$(PY) scripts/draw.py --check
 
 typecheck: venv
 	$(VENV)/bin/mypy
