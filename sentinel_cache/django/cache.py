@@ -71,6 +71,13 @@ from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, share
 from sentinel_cache.django.compat import translate_options
 from sentinel_cache.django.hashes import HashMethods, no_client
 from sentinel_cache.django.operations import NOT_DONE, Call, operation
+from sentinel_cache.django.previous import OPTION as PREVIOUS_CACHE
+from sentinel_cache.django.previous import (
+    AdoptingCache,
+    adopting,
+    check_alias,
+    previous_option,
+)
 from sentinel_cache.django.sets import SetMethods
 from sentinel_cache.django.sorted_sets import SortedSetMethods
 from sentinel_cache.exceptions import (
@@ -132,12 +139,21 @@ class InvalidKeyError(InvalidCacheKey, ArgumentValueError):
 class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
     """Django ``BaseCache`` over :class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool`."""
 
+    def __new__(cls, server: Any, params: dict[str, Any]) -> ShardedSentinelCache:
+        """With ``OPTIONS["PREVIOUS_CACHE"]`` the backend adopts the old cache's keys
+        (:mod:`sentinel_cache.django.previous`); without it, this very class, untouched."""
+        adopts = previous_option(params.get("OPTIONS") or {}) is not None
+        if adopts and not issubclass(cls, AdoptingCache):
+            cls = adopting(cls)
+        return super().__new__(cls)
+
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         super().__init__(params)
+        given = params.get("OPTIONS") or {}
         options = {
             name: value
-            for name, value in (params.get("OPTIONS") or {}).items()
-            if str(name).upper() not in _DJANGO_OPTIONS
+            for name, value in given.items()
+            if str(name).upper() not in _DJANGO_OPTIONS and str(name).upper() != PREVIOUS_CACHE
         }
         self._config_error: str | None = None
         self._config: PoolConfig | None = None
@@ -146,6 +162,8 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
         self._fail_open_logger = logger
         self._scan_itersize = SCAN_COUNT
         try:
+            if previous_option(given) is not None:
+                self.previous_alias = check_alias(previous_option(given))
             # django-redis's settings in this library's terms (see compat), then the core's.
             translated = translate_options(options, settings if settings.configured else None)
             self._fail_open_logger = translated.logger or logger

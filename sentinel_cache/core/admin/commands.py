@@ -153,7 +153,8 @@ STATUS = Command(
 RESHARD = Command(
     django_name="sentinel_reshard",
     flask_name="sentinel-reshard",
-    help="Move the keys whose owner changed (MASTERS with PREVIOUS_MASTERS) to their new owner. "
+    help="Move the keys whose owner changed (MASTERS with PREVIOUS_MASTERS) to their new owner, "
+    "or with --from-previous-cache the keys of the cache being replaced (PREVIOUS_CACHE). "
     "Exit code: 0 done, 1 finished with errors (run it again), 3 configuration error.",
     options=(
         Option("--cache", "cache", CACHE_HELP, metavar="CACHE"),
@@ -181,6 +182,14 @@ RESHARD = Command(
             metavar="PATTERN",
         ),
         Option("--json", "json", "Print the report as JSON.", type=bool, default=False),
+        Option(
+            "--from-previous-cache",
+            "from_previous",
+            "Instead: move every key of the cache being replaced (PREVIOUS_CACHE) into this "
+            "one, never over a key this one has; --match is not used (its own key pattern is).",
+            type=bool,
+            default=False,
+        ),
         Option(
             "--sample",
             "sample",

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.cache import caches
+
 from sentinel_cache.core.admin import commands, reshard
+from sentinel_cache.core.admin.reshard import previous
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django.checks import BACKEND
 from sentinel_cache.django.commands import SentinelCacheCommand, config_error
+from sentinel_cache.django.previous import AdoptingCache
+from sentinel_cache.exceptions import ConfigurationError
 
 EXIT_ERRORS = 1
 
@@ -29,6 +34,11 @@ class Command(SentinelCacheCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.refuse_bad_values(options)
+        if options["from_previous"]:
+            code = self._from_previous(options)
+            if code:
+                raise SystemExit(code)
+            return
         cores = self._cores(options["cache"])
         run = self._plan if options["dry_run"] else self._migrate
         code = run(cores, options)
@@ -123,3 +133,62 @@ class Command(SentinelCacheCommand):
                 ending="",
             )
         return 0 if all(r.complete for r in reports.values()) else EXIT_ERRORS
+
+    # -- --from-previous-cache ------------------------------------------------------------
+    def _from_previous(self, options: dict[str, Any]) -> int:
+        """Every key of each PREVIOUS_CACHE adopted (or, with --dry-run, counted)."""
+        adopting = {}
+        for alias in self.aliases(options["cache"]):
+            self.core(alias)  # a config error naming the alias if it does not parse
+            cache = caches[alias]
+            if isinstance(cache, AdoptingCache):
+                adopting[alias] = cache
+        if not adopting:
+            raise config_error(
+                "no cache using "
+                f"{BACKEND} has PREVIOUS_CACHE set: set OPTIONS['PREVIOUS_CACHE'] to the alias "
+                "of the cache being replaced, deploy, then run this"
+            )
+        documents: dict[str, Any] = {}
+        texts = []
+        complete = True
+        for alias, cache in adopting.items():
+            try:
+                adopter, old = cache.adoption()
+                title = f"cache {alias!r} from {old.label}"
+                if options["dry_run"]:
+                    found = previous.plan_previous(
+                        adopter, old, batch=options["batch"], sample=options["sample"]
+                    )
+                    documents[alias] = found.to_dict()
+                    texts.append(previous.render_previous_plan(found, title=title))
+                    continue
+                printer = None
+                if not options["json"]:
+                    printer = reshard.ProgressPrinter(
+                        lambda text: self.stderr.write(text, ending=""), tty=self.stderr.isatty()
+                    )
+                    self.stderr.write(f"{title}: migrating")
+                try:
+                    report = previous.migrate_previous(
+                        adopter, old, rate=options["rate"], batch=options["batch"], progress=printer
+                    )
+                finally:
+                    if printer is not None:
+                        printer.close()
+            except ConfigurationError as exc:
+                raise config_error(f"cache {alias!r}: {exc}") from exc
+            except KeyboardInterrupt:
+                self.stderr.write(
+                    "interrupted: the keys moved so far stay moved; run the command again to "
+                    "continue (what is left stays readable through PREVIOUS_CACHE)"
+                )
+                raise SystemExit(130) from None
+            complete = complete and report.complete
+            documents[alias] = report.to_dict()
+            texts.append(reshard.render_report(report, title=title))
+        if options["json"]:
+            self.stdout.write(reshard.render_json(documents), ending="")
+        else:
+            self.stdout.write("\n".join(texts), ending="")
+        return 0 if complete else EXIT_ERRORS

@@ -1,0 +1,237 @@
+"""Warm adoption from Django's own ``RedisCache`` (issue 25): ``OPTIONS["PREVIOUS_CACHE"]``.
+
+The old cache is a plain redis server (the master of a one-node topology the harness starts),
+written through ``django.core.cache.backends.redis.RedisCache`` as a site would; ours is the
+shared two-shard topology. The scenario (tests/adoption_support.py) is the issue's target; the
+other tests check each rule: reads served and copied with their TTL, writes and deletes
+removing the old copy, a delete racing a read-through never undone, the system check."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from adoption_support import old_keys, old_url, ours, run_scenario, site
+from django.core.cache import caches
+from django.test import override_settings
+
+from sentinel_cache.django.checks import check_previous_cache
+from sentinel_cache.testing import LocalSentinelCluster
+
+REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
+
+
+@pytest.fixture(scope="module")
+def old(server_kind: str) -> Iterator[LocalSentinelCluster]:
+    """The server the site ran on before: one plain redis node (its sentinel is not used)."""
+    with LocalSentinelCluster(shards=1, replicas=0, sentinels=1) as topology:
+        yield topology
+
+
+@pytest.fixture
+def old_server(old: LocalSentinelCluster) -> Iterator[redis.Redis]:
+    client = old.node_client(old.master_address(old.master_names[0]), db=0)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def adopting(
+    cluster: LocalSentinelCluster, old: LocalSentinelCluster, old_server: Any
+) -> Iterator[Any]:
+    """A site whose "default" (ours, a fresh prefix) adopts "old" (RedisCache, same prefix)."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    old_entry = {"BACKEND": REDIS_CACHE, "LOCATION": old_url(old), "KEY_PREFIX": prefix}
+    with site(ours(cluster, KEY_PREFIX=prefix), old_entry):
+        yield caches["default"], caches["old"]
+
+
+def test_switching_from_redis_cache_loses_no_key_and_no_user(
+    cluster: LocalSentinelCluster, old: LocalSentinelCluster, old_server: redis.Redis
+) -> None:
+    figures = run_scenario(cluster, old_server, {"BACKEND": REDIS_CACHE, "LOCATION": old_url(old)})
+    print({k: v for k, v in figures.items() if k not in ("report", "second_run")})
+    assert figures["old_keys_before"] == 800  # 600 keys and 200 sessions
+    assert figures["misses"] == 0
+    assert figures["ttl_kept"] == 150 and figures["persistent"] == 150
+    assert figures["logged_in"] == figures["users"] == 200
+    (report,) = figures["report"].values()
+    assert report["complete"] and report["moved"] == 300 and report["already_present"] == 0
+    (again,) = figures["second_run"].values()
+    assert again["complete"] and again["scanned"] == 0
+    assert figures["wrong_after"] == 0
+    assert figures["on_their_shard"] == figures["keys"] == 800
+    assert figures["left_on_old"] == 0
+
+
+def test_a_miss_is_copied_with_its_ttl_and_leaves_the_old_server(
+    adopting: Any, old_server: redis.Redis
+) -> None:
+    cache, previous = adopting
+    previous.set("session", {"user": 7}, timeout=500)
+    previous.set("forever", "kept", timeout=None)
+    stored = previous.make_key("session")
+    assert old_server.exists(stored)
+    assert cache.get("session") == {"user": 7}
+    assert not old_server.exists(stored)  # moved, not copied
+    assert 490 <= cache.ttl("session") <= 500
+    assert cache.get_many(["forever", "none"]) == {"forever": "kept"}
+    assert cache.ttl("forever") is None
+    assert cache.get("none", "default") == "default"
+    previous.set("present", 1)
+    assert cache.has_key("present") and not old_server.exists(previous.make_key("present"))
+
+
+def test_operations_on_an_old_value_see_it(adopting: Any) -> None:
+    cache, previous = adopting
+    previous.set_many({"hits": 41, "name": "x", "slot": "taken", "ttl": 1})
+    assert cache.incr("hits") == 42  # counted from the old value, atomically on ours
+    assert cache.add("slot", "mine") is False and cache.get("slot") == "taken"
+    assert cache.get_or_set("name", "computed") == "x"
+    assert cache.touch("ttl", 100) is True and 90 <= cache.ttl("ttl") <= 100
+
+
+def test_writes_and_deletes_remove_the_old_copy(adopting: Any, old_server: redis.Redis) -> None:
+    cache, previous = adopting
+    previous.set_many({f"k{i}": f"old{i}" for i in range(6)}, timeout=None)
+    cache.set("k0", "new")
+    cache.set_many({"k1": "new1"})
+    assert cache.delete("k2") is False  # ours had no copy; the old one is gone too
+    cache.delete_many(["k3", "k4"])
+    assert cache.get_many([f"k{i}" for i in range(6)]) == {"k0": "new", "k1": "new1", "k5": "old5"}
+    assert old_keys(old_server, "") == []  # k5 moved by the read; the others deleted
+
+
+def test_clear_empties_the_old_cache_too(
+    cluster: LocalSentinelCluster, old: LocalSentinelCluster, old_server: redis.Redis
+) -> None:
+    """In a database of its own: the clear's mark stops every copy there for 10 s."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    old_entry = {"BACKEND": REDIS_CACHE, "LOCATION": old_url(old), "KEY_PREFIX": prefix}
+    with site(ours(cluster, KEY_PREFIX=prefix, OPTIONS={"DB": 9}), old_entry):
+        cache, previous = caches["default"], caches["old"]
+        previous.set_many({"gone": "old", "also": "old"})
+        assert cache.get("also") == "old"
+        cache.clear()
+        assert old_keys(old_server, "") == []
+        assert cache.get("gone") is None and cache.get("also") is None
+        previous.set("later", "old")  # within the mark: served, not copied, kept on the old
+        assert cache.get("later") == "old" and old_keys(old_server, "") != []
+
+
+def test_async_twins_follow_the_same_rules(adopting: Any) -> None:
+    cache, previous = adopting
+    previous.set_many({"a": 1, "b": "two", "c": 3})
+
+    async def main() -> list[Any]:
+        return [
+            await cache.aget("a"),
+            await cache.aget_many(["b", "missing"]),
+            await cache.aincr("c", 10),
+            await cache.adelete("b"),
+            await cache.aget("b"),
+            await cache.ahas_key("a"),
+        ]
+
+    assert asyncio.run(main()) == [1, {"b": "two"}, 13, True, None, True]
+    assert previous.get_many(["a", "b", "c"]) == {}
+
+
+class Paused:
+    """A value whose pickling (our copy encodes it, after the old cache was read and its TTL
+    too) stops until the test lets it go, once: a delete is run exactly in that gap."""
+
+    gate: dict[str, threading.Event] = {}
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.gate:
+            reached, go = self.gate.pop("reached"), self.gate.pop("go")
+            reached.set()
+            assert go.wait(30)
+        return self.__dict__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Paused) and other.text == self.text
+
+
+@pytest.mark.parametrize("write", ["delete", "set"])
+def test_a_write_between_a_read_through_and_its_copy_wins(
+    adopting: Any, old_server: redis.Redis, write: str
+) -> None:
+    """The adversary's interleaving, forced: the read-through has read the old value (and its
+    TTL), then the key is deleted (or set) on ours, then the copy is sent. The delete's
+    tombstone refuses it (the set's value is there): the old value never comes back."""
+    cache, previous = adopting
+    previous.set("k", Paused("old"), timeout=None)
+    reached, go = threading.Event(), threading.Event()
+    Paused.gate.update(reached=reached, go=go)
+    outcome: list[Any] = []
+
+    def reader() -> None:
+        try:
+            outcome.append(cache.get("k"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        assert reached.wait(30)
+        if write == "delete":
+            cache.delete("k")
+        else:
+            cache.set("k", "new")
+    finally:
+        go.set()
+        thread.join(30)
+        Paused.gate.clear()
+    assert not thread.is_alive()
+    assert outcome == [Paused("old")]  # read before the write: served as it was
+    assert cache.get("k") == (None if write == "delete" else "new")
+    assert not old_server.exists(previous.make_key("k"))
+    made = cache.make_key("k")
+    held = [shard.name for shard in cache.core.shards if shard.client.exists(made)]
+    assert held == ([] if write == "delete" else [cache.core.shard_for(made).name])
+
+
+def test_the_check_names_a_bad_previous_cache(cluster: LocalSentinelCluster) -> None:
+    entry = ours(cluster)
+
+    def errors(value: Any, **others: Any) -> list[str]:
+        adopting = {**entry, "OPTIONS": {**entry["OPTIONS"], "PREVIOUS_CACHE": value}}
+        with override_settings(CACHES={"default": adopting, **others}):
+            return [f"{e.id} {e.msg}" for e in check_previous_cache()]
+
+    locmem = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    assert errors("old", old=locmem) == []
+    (missing,) = errors("olde", old=locmem)
+    assert "sentinel_cache.E004" in missing and "'olde'" in missing and "PREVIOUS_CACHE" in missing
+    (itself,) = errors("default")
+    assert "names this cache itself" in itself
+    back = {**entry, "OPTIONS": {**entry["OPTIONS"], "PREVIOUS_CACHE": "default"}}
+    loop = errors("other", other=back)  # each names the other: both reported
+    assert len(loop) == 2 and "adopts from 'default' itself" in loop[0], loop
+    assert "adopts from 'other' itself" in loop[1]
+
+
+def test_a_bad_value_is_refused_on_first_use(cluster: LocalSentinelCluster) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+    from django_support import build_cache
+
+    cache = build_cache(ours(cluster, OPTIONS={"PREVIOUS_CACHE": 5}))
+    with pytest.raises(ImproperlyConfigured, match=r"PREVIOUS_CACHE.*5"):
+        cache.get("k")
+    entry = ours(cluster, OPTIONS={"PREVIOUS_CACHE": "nowhere"})
+    with override_settings(CACHES={"default": entry}):
+        with pytest.raises(ImproperlyConfigured, match=r"PREVIOUS_CACHE'\] = 'nowhere'"):
+            caches["default"].get("k")
