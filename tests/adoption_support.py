@@ -47,8 +47,8 @@ def ours(cluster: LocalSentinelCluster, **params: Any) -> dict[str, Any]:
     }
 
 
-def old_url(old: LocalSentinelCluster, db: int = 0) -> str:
-    host, port = old.master_address(old.master_names[0])
+def old_url(old: LocalSentinelCluster, db: int = 0, name: str | None = None) -> str:
+    host, port = old.master_address(name or old.master_names[0])
     return f"redis://{host}:{port}/{db}"
 
 
@@ -135,7 +135,7 @@ def migrate(*args: str) -> dict[str, Any]:
 
 
 def run_scenario(
-    cluster: LocalSentinelCluster, old_server: redis.Redis, old_entry: dict[str, Any]
+    cluster: LocalSentinelCluster, old_servers: list[redis.Redis], old_entry: dict[str, Any]
 ) -> dict[str, Any]:
     """The issue's target; returns the figures (the caller asserts on them)."""
     prefix = f"site{uuid.uuid4().hex[:8]}"
@@ -147,7 +147,7 @@ def run_scenario(
         old.set_many(dict(list(read.items())[150:]), timeout=None)
         old.set_many(left, timeout=600)
         users = log_in(200)
-        before = len(old_keys(old_server, prefix))
+        per_server = [len(old_keys(server, prefix)) for server in old_servers]
 
         cache = caches["default"]  # the switch: the site now reads and writes ours
         misses = [key for key, value in read.items() if cache.get(key) != value]
@@ -159,7 +159,8 @@ def run_scenario(
         after = [key for key, value in every.items() if cache.get(key) != value]
         sessions = [SESSION_PREFIX + key for key in users]
         return {
-            "old_keys_before": before,
+            "old_keys_before": sum(per_server),
+            "old_keys_per_server": per_server,
             "misses": len(misses),
             "ttl_kept": sum(1 for t in ttls[:150] if t is not None and 0 < t <= 600),
             "persistent": sum(1 for t in ttls[150:] if t is None),
@@ -170,5 +171,5 @@ def run_scenario(
             "wrong_after": len(after),
             "on_their_shard": on_their_shard(cache, [*every, *sessions]),
             "keys": len(every) + len(sessions),
-            "left_on_old": len(old_keys(old_server, prefix)),
+            "left_on_old": sum(len(old_keys(server, prefix)) for server in old_servers),
         }

@@ -56,7 +56,9 @@ def adopting(
 def test_switching_from_redis_cache_loses_no_key_and_no_user(
     cluster: LocalSentinelCluster, old: LocalSentinelCluster, old_server: redis.Redis
 ) -> None:
-    figures = run_scenario(cluster, old_server, {"BACKEND": REDIS_CACHE, "LOCATION": old_url(old)})
+    figures = run_scenario(
+        cluster, [old_server], {"BACKEND": REDIS_CACHE, "LOCATION": old_url(old)}
+    )
     print({k: v for k, v in figures.items() if k not in ("report", "second_run")})
     assert figures["old_keys_before"] == 800  # 600 keys and 200 sessions
     assert figures["misses"] == 0
