@@ -169,8 +169,9 @@ class DjangoPrevious:
 
     def key_of(self, stored: bytes) -> Any:
         text = stored.decode() if isinstance(stored, bytes) else str(stored)
-        if _is_django_redis(self.cache):
-            return self.cache.client.reverse_key(text)
+        cache: Any = self.cache
+        if _is_django_redis(cache):
+            return cache.client.reverse_key(text)
         return text.split(":", 2)[2]
 
 
@@ -337,7 +338,9 @@ def _ruled(
     return ruled, aruled
 
 
-@functools.cache
+_ADOPTING: dict[type, type] = {}
+
+
 def adopting(plain: type) -> type:
     """``plain`` (the backend's class) with the two rules: what the backend becomes while
     ``PREVIOUS_CACHE`` is set."""
@@ -348,4 +351,9 @@ def adopting(plain: type) -> type:
     ):
         for name in names:
             namespace[name], namespace[f"a{name}"] = _ruled(plain, name, rule)
-    return type(f"Adopting{plain.__name__}", (AdoptingCache, plain), namespace)
+    made = _ADOPTING.get(plain)
+    if made is None:
+        made = _ADOPTING[plain] = type(
+            f"Adopting{plain.__name__}", (AdoptingCache, plain), namespace
+        )
+    return made

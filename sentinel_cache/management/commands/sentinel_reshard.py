@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.cache import caches
+from django.core.exceptions import ImproperlyConfigured
 
 from sentinel_cache.core.admin import commands, reshard
 from sentinel_cache.core.admin.reshard import previous
@@ -137,56 +138,55 @@ class Command(SentinelCacheCommand):
     # -- --from-previous-cache ------------------------------------------------------------
     def _from_previous(self, options: dict[str, Any]) -> int:
         """Every key of each PREVIOUS_CACHE adopted (or, with --dry-run, counted)."""
-        adopting = {}
+        adopting = []
         for alias in self.aliases(options["cache"]):
             self.core(alias)  # a config error naming the alias if it does not parse
             cache = caches[alias]
             if isinstance(cache, AdoptingCache):
-                adopting[alias] = cache
+                try:
+                    adopting.append((alias, *cache.adoption()))
+                except ImproperlyConfigured as exc:
+                    raise config_error(f"cache {alias!r}: {exc}") from exc
         if not adopting:
             raise config_error(
-                "no cache using "
-                f"{BACKEND} has PREVIOUS_CACHE set: set OPTIONS['PREVIOUS_CACHE'] to the alias "
-                "of the cache being replaced, deploy, then run this"
+                f"no cache using {BACKEND} has PREVIOUS_CACHE set: set OPTIONS['PREVIOUS_CACHE'] "
+                "to the alias of the cache being replaced, deploy, then run this"
             )
-        documents: dict[str, Any] = {}
-        texts = []
-        complete = True
-        for alias, cache in adopting.items():
-            try:
-                adopter, old = cache.adoption()
-                title = f"cache {alias!r} from {old.label}"
-                if options["dry_run"]:
-                    found = previous.plan_previous(
-                        adopter, old, batch=options["batch"], sample=options["sample"]
-                    )
-                    documents[alias] = found.to_dict()
-                    texts.append(previous.render_previous_plan(found, title=title))
-                    continue
-                printer = None
-                if not options["json"]:
-                    printer = reshard.ProgressPrinter(
-                        lambda text: self.stderr.write(text, ending=""), tty=self.stderr.isatty()
-                    )
-                    self.stderr.write(f"{title}: migrating")
-                try:
-                    report = previous.migrate_previous(
-                        adopter, old, rate=options["rate"], batch=options["batch"], progress=printer
-                    )
-                finally:
-                    if printer is not None:
-                        printer.close()
-            except ConfigurationError as exc:
-                raise config_error(f"cache {alias!r}: {exc}") from exc
-            except KeyboardInterrupt:
-                self.stderr.write(
-                    "interrupted: the keys moved so far stay moved; run the command again to "
-                    "continue (what is left stays readable through PREVIOUS_CACHE)"
+        printers: list[reshard.ProgressPrinter] = []
+
+        def progress(title: str) -> reshard.ProgressPrinter | None:
+            if options["json"]:
+                return None
+            for printer in printers:
+                printer.close()
+            self.stderr.write(f"{title}: migrating")
+            printers.append(
+                reshard.ProgressPrinter(
+                    lambda text: self.stderr.write(text, ending=""), tty=self.stderr.isatty()
                 )
-                raise SystemExit(130) from None
-            complete = complete and report.complete
-            documents[alias] = report.to_dict()
-            texts.append(reshard.render_report(report, title=title))
+            )
+            return printers[-1]
+
+        try:
+            documents, texts, complete = previous.run_previous(
+                adopting,
+                dry_run=options["dry_run"],
+                rate=options["rate"],
+                batch=options["batch"],
+                sample=options["sample"],
+                progress=progress,
+            )
+        except ConfigurationError as exc:
+            raise config_error(str(exc)) from exc
+        except KeyboardInterrupt:
+            self.stderr.write(
+                "interrupted: the keys moved so far stay moved; run the command again to "
+                "continue (what is left stays readable through PREVIOUS_CACHE)"
+            )
+            raise SystemExit(130) from None
+        finally:
+            for printer in printers:
+                printer.close()
         if options["json"]:
             self.stdout.write(reshard.render_json(documents), ending="")
         else:

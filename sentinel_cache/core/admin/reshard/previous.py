@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sentinel_cache.core.admin.reshard.calls import TokenBucket
+from sentinel_cache.core.admin.reshard.rendering import render_report
 from sentinel_cache.core.admin.reshard.reports import PairReport, Progress, Report, ShardReport
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.ops.scripts import (
@@ -53,6 +54,7 @@ __all__ = [
     "migrate_previous",
     "plan_previous",
     "render_previous_plan",
+    "run_previous",
 ]
 
 logger = logging.getLogger("sentinel_cache")
@@ -201,9 +203,12 @@ class Adopter:
         """How many of ``keys`` ours has (a dry run's "already present")."""
         count = 0
         for shard, made in self._by_shard(keys).items():
-            finals = list(made)
-            count += int(self.client.run(shard, lambda r, k=finals: r.exists(*k), write=False))
+            count += int(self.client.run(shard, _exists(list(made)), write=False))
         return count
+
+
+def _exists(keys: Sequence[str]) -> Callable[[Any], Any]:
+    return lambda redis_client: redis_client.exists(*keys)
 
 
 def _marker(marks: Sequence[tuple[str, int]]) -> Callable[[Any], Any]:
@@ -451,3 +456,34 @@ def render_previous_plan(plan: PreviousPlan, *, title: str | None = None) -> str
     for name, scanned, present in plan.servers:
         lines.append(f"  {name}: {scanned:,} keys, {present:,} on ours already")
     return "\n".join(lines) + "\n"
+
+
+def run_previous(
+    caches: Sequence[tuple[str, Adopter, PreviousCache]],
+    *,
+    dry_run: bool,
+    rate: float | None,
+    batch: int,
+    sample: int | None,
+    progress: Callable[[str], Callable[[Progress], None] | None],
+) -> tuple[dict[str, dict[str, Any]], list[str], bool]:
+    """What both ``--from-previous-cache`` commands do for their caches, given as (name,
+    adopter, previous): each dry-run or migrated (``progress(title)`` gives the callback, or
+    None); returns each one's JSON document by name, the texts and whether all completed."""
+    documents: dict[str, dict[str, Any]] = {}
+    texts: list[str] = []
+    complete = True
+    for name, adopter, previous in caches:
+        title = f"cache {name!r} from {previous.label}"
+        if dry_run:
+            found = plan_previous(adopter, previous, batch=batch, sample=sample)
+            documents[name] = found.to_dict()
+            texts.append(render_previous_plan(found, title=title))
+            continue
+        report = migrate_previous(
+            adopter, previous, rate=rate, batch=batch, progress=progress(title)
+        )
+        complete = complete and report.complete
+        documents[name] = report.to_dict()
+        texts.append(render_report(report, title=title))
+    return documents, texts, complete
