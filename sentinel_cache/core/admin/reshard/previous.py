@@ -183,8 +183,8 @@ class Adopter:
             return
         previous.remove(keys)
         for shard, made in self._by_shard(keys).items():
-            commands = [(f"{TOMBSTONE_PREFIX}{final}", TOMBSTONE_MS) for final in made]
-            self.client.run(shard, _marker(commands), write=True)
+            marks = [(f"{TOMBSTONE_PREFIX}{final}", TOMBSTONE_MS) for final in made]
+            self._mark(shard, marks, "tombstones of a write")
 
     def cleared(self, previous: PreviousCache, pattern: str | None) -> None:
         """Before a ``clear`` (``pattern`` None) or a pattern delete on ours: the previous
@@ -197,7 +197,16 @@ class Adopter:
 
     def mark_cleared(self) -> None:
         for shard in self.client.core.shards:
-            self.client.run(shard, _marker([(CLEARED, TOMBSTONE_MS)]), write=True)
+            self._mark(shard, [(CLEARED, TOMBSTONE_MS)], "clear mark")
+
+    def _mark(self, shard: Shard, marks: Sequence[tuple[str, int]], what: str) -> None:
+        """The marks written on the shard; with IGNORE_EXCEPTIONS an unavailable shard is
+        skipped (logged) like the operation that follows, which skips it too."""
+        try:
+            self.client.run(shard, _marker(marks), write=True)
+        except MASTER_ERRORS as exc:
+            if not self.client.fail_open.skip(shard, exc, what):
+                raise
 
     def present(self, keys: Sequence[Any]) -> int:
         """How many of ``keys`` ours has (a dry run's "already present")."""
@@ -329,6 +338,9 @@ def migrate_previous(
                 f"{counts[LATE]} keys not copied (deleted or cleared on this cache in the last "
                 f"{TOMBSTONE_MS // 1000} s, or their copy came after its deadline): run again"
             )
+        if progress is not None:
+            last = _progress(label, position, len(servers), counts, sizes, totals, started)
+            progress(dataclasses.replace(last, done=True, error=error))
         totals[0] += counts["scanned"]
         totals[1] += counts[COPIED] + counts[PRESENT] + counts["gone"]
         shards.append(
@@ -347,9 +359,6 @@ def migrate_previous(
                 error=error,
             )
         )
-        if progress is not None:
-            last = _progress(label, position, len(servers), counts, sizes, totals, started)
-            progress(dataclasses.replace(last, done=True, error=error))
     return Report(
         match=pattern,
         rate_limit=rate,
