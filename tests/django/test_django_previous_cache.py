@@ -239,3 +239,105 @@ def test_a_bad_value_is_refused_on_first_use(cluster: LocalSentinelCluster) -> N
         pytest.raises(ImproperlyConfigured, match=r"PREVIOUS_CACHE'\] = 'nowhere'"),
     ):
         caches["default"].get("k")
+
+
+def test_logouts_racing_read_throughs_are_not_undone(
+    adopting: Any, old_server: redis.Redis
+) -> None:
+    """200 users logged in on the old cache; two readers load their sessions through ours
+    (each load a read-through while the session is still on the old server) while each is
+    flushed (a logout): afterwards no flushed session loads, here or on the old server."""
+    from django.contrib.sessions.backends.cache import SessionStore
+
+    cache, previous = adopting
+
+    def store(backend: Any, session_key: str | None = None) -> SessionStore:
+        session = SessionStore(session_key)
+        session._cache = backend
+        return session
+
+    sessions = []
+    for i in range(200):
+        session = store(previous)
+        session["_auth_user_id"] = str(i)
+        session.save()
+        sessions.append(session.session_key)
+    at = [0]
+    done = threading.Event()
+    outcomes: dict[str, Any] = {}
+
+    def read(name: str) -> None:
+        loads = 0
+        try:
+            while not done.is_set():
+                store(cache, sessions[at[0]]).load()
+                loads += 1
+            outcomes[name] = loads
+        except BaseException as exc:
+            outcomes[name] = exc
+
+    readers = [threading.Thread(target=read, args=(f"reader{n}",)) for n in range(2)]
+    try:
+        for reader in readers:
+            reader.start()
+        for i, session_key in enumerate(sessions):
+            at[0] = i
+            store(cache, session_key).flush()  # the logout
+    finally:
+        done.set()
+        for reader in readers:
+            reader.join(60)
+    assert not any(reader.is_alive() for reader in readers)
+    assert all(isinstance(n, int) and n > 0 for n in outcomes.values()), outcomes
+    undone = [key for key in sessions if store(cache, key).get("_auth_user_id") is not None]
+    print(f"{len(undone)} of {len(sessions)} logouts undone; {outcomes}")
+    assert undone == [] and old_keys(old_server, "") == []
+
+
+def test_any_backend_is_read_through_with_the_default_timeout(
+    cluster: LocalSentinelCluster,
+) -> None:
+    """A LocMemCache cannot tell its TTLs: the copy gets our TIMEOUT. It cannot list its keys:
+    the migration refuses it, naming the option, before anything is moved (exit 3)."""
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    from sentinel_cache.management.commands.sentinel_reshard import Command
+
+    old_entry = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "old"}
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    with site(ours(cluster, KEY_PREFIX=prefix, TIMEOUT=120), old_entry):
+        cache, previous = caches["default"], caches["old"]
+        previous.set("k", "v", timeout=None)
+        assert cache.get("k") == "v" and previous.get("k") is None
+        assert 110 <= cache.ttl("k") <= 120
+        previous.set("left", "v")
+        for dry_run in ([], ["--dry-run"]):
+            with pytest.raises(CommandError, match=r"PREVIOUS_CACHE.*cannot list its keys") as e:
+                call_command(Command(), "--from-previous-cache", *dry_run, stdout=io.StringIO())
+            assert e.value.returncode == 3
+        assert previous.get("left") == "v"
+
+
+def test_the_command_text_dry_run_and_refusals(adopting: Any, old_server: redis.Redis) -> None:
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    from sentinel_cache.management.commands.sentinel_reshard import Command
+
+    cache, previous = adopting
+    previous.set_many({f"k{i}": i for i in range(30)})
+    cache.set("k0", "ours")  # the old k0 is deleted by the write
+    out = io.StringIO()
+    call_command(Command(), "--from-previous-cache", "--dry-run", stdout=out)
+    assert "29 keys in CACHES['old']" in out.getvalue() and "29 would be copied" in out.getvalue()
+    assert len(old_keys(old_server, "")) == 29  # nothing written
+    out, err = io.StringIO(), io.StringIO()
+    call_command(Command(), "--from-previous-cache", "--rate", "1000", stdout=out, stderr=err)
+    assert "Migration done" in out.getvalue() and "29 keys moved" in out.getvalue()
+    assert "(done)" in err.getvalue()  # the progress, on stderr
+    assert old_keys(old_server, "") == [] and cache.get("k0") == "ours" and cache.get("k7") == 7
+    with pytest.raises(CommandError, match="--rate must be a positive number"):
+        call_command(Command(), "--from-previous-cache", "--rate", "0")
