@@ -144,6 +144,21 @@ def test_async_twins_follow_the_same_rules(adopting: Any) -> None:
 
     assert asyncio.run(main()) == [1, {"b": "two"}, 13, True, None, True]
     assert previous.get_many(["a", "b", "c"]) == {}
+    previous.set_many({"d": "old", "e": "old", "f": "old", "g": "old"})
+
+    async def more() -> list[Any]:
+        return [
+            await cache.aget_or_set("d", "computed"),
+            await cache.aadd("e", "mine"),
+            await cache.aset("f", "new"),
+            await cache.adelete_many(["g"]),
+            await cache.aget_many(["d", "e", "f", "g"]),
+        ]
+
+    found = {"d": "old", "e": "old", "f": "new"}
+    # g: no copy here (0 deleted), and the old one gone
+    assert asyncio.run(more()) == ["old", False, True, 0, found]
+    assert previous.get_many(["d", "e", "f", "g"]) == {}
 
 
 class Paused:
@@ -341,3 +356,31 @@ def test_the_command_text_dry_run_and_refusals(adopting: Any, old_server: redis.
     assert old_keys(old_server, "") == [] and cache.get("k0") == "ours" and cache.get("k7") == 7
     with pytest.raises(CommandError, match="--rate must be a positive number"):
         call_command(Command(), "--from-previous-cache", "--rate", "0")
+
+
+def test_a_shard_down_with_ignore_exceptions(
+    make_cluster: Any, old: LocalSentinelCluster, old_server: redis.Redis, caplog: Any
+) -> None:
+    """Our shard's master killed (no replica): with IGNORE_EXCEPTIONS a read of a key there is
+    still served from the old cache (the copy fails, logged; the old copy kept), a write skips
+    the shard's tombstones (logged) and fails open, having deleted the old copy."""
+    ours_topology = make_cluster(shards=2, replicas=0, sentinels=1)
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    old_entry = {"BACKEND": REDIS_CACHE, "LOCATION": old_url(old), "KEY_PREFIX": prefix}
+    entry = ours(ours_topology, KEY_PREFIX=prefix, OPTIONS={"IGNORE_EXCEPTIONS": True})
+    with site(entry, old_entry):
+        cache, previous = caches["default"], caches["old"]
+        down = ours_topology.master_names[1]
+        keys = [f"k{i}" for i in range(40)]
+        there = [k for k in keys if cache.core.shard_for(cache.make_key(k)).name == down]
+        alive = [k for k in keys if k not in there]
+        previous.set_many({k: f"old {k}" for k in keys}, timeout=None)
+        ours_topology.kill_master(down)
+        assert cache.get(there[0]) == f"old {there[0]}"  # served; not copied
+        assert old_server.exists(previous.make_key(there[0]))  # kept for a later read
+        assert "not copied to shard" in caplog.text
+        assert cache.get(alive[0]) == f"old {alive[0]}"  # the live shard adopts it
+        assert not old_server.exists(previous.make_key(alive[0]))
+        assert cache.set(there[1], "new") is False  # failed open
+        assert not old_server.exists(previous.make_key(there[1]))  # the old copy is gone
+        assert cache.get(there[1]) is None
