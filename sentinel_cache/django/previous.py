@@ -34,7 +34,7 @@ from django.core.cache.backends.base import BaseCache, default_key_func
 from django.core.cache.backends.redis import RedisCache
 from django.core.exceptions import ImproperlyConfigured
 
-from sentinel_cache.core.admin.reshard.previous import GONE, Adopter
+from sentinel_cache.core.admin.reshard.previous import Adopter, pttls_on
 from sentinel_cache.core.ops.client import escape_pattern
 from sentinel_cache.exceptions import ConfigurationError
 
@@ -105,16 +105,23 @@ class DjangoPrevious:
     def read(self, keys: Sequence[Any]) -> dict[Any, Any]:
         return dict(self.cache.get_many(keys, version=self.version))
 
-    def pttl(self, key: Any) -> int | None:
+    def pttls(self, keys: Sequence[Any]) -> dict[Any, int | None]:
+        """``PTTL`` on the old server holding each key (its own connections and key function);
+        any other backend cannot tell: this cache's default timeout."""
         cache: Any = self.cache
-        if _is_django_redis(cache):
-            left = cache.pttl(key, version=self.version)  # None: no expiry, 0: missing
-            return GONE if left == 0 else left
-        if isinstance(cache, RedisCache):
-            made = cache.make_key(key, version=self.version)
-            left = int(cache._cache.get_client(made, write=True).pttl(made))
-            return None if left == -1 else left
-        return self.default_ms  # the backend cannot tell: this cache's default timeout
+        if isinstance(cache, RedisCache):  # one server takes its writes (a new client per call)
+            made = [(key, cache.make_key(key, version=self.version)) for key in keys]
+            return pttls_on([(cache._cache.get_client(None, write=True), made)])
+        if not _is_django_redis(cache):
+            return dict.fromkeys(keys, self.default_ms)
+        client = cache.client
+        by_key = getattr(client, "get_server", None)  # ShardClient: the key's server
+        servers: dict[int, tuple[Any, list[tuple[Any, Any]]]] = {}
+        for key in keys:
+            made = client.make_key(key, version=self.version)
+            server = by_key(made) if by_key else client.get_client(write=True)
+            servers.setdefault(id(server), (server, []))[1].append((key, made))
+        return pttls_on(list(servers.values()))
 
     def remove(self, keys: Sequence[Any]) -> None:
         self.cache.delete_many(list(keys), version=self.version)

@@ -25,7 +25,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sentinel_cache.core.admin.reshard.previous import Adopter
+from sentinel_cache.core.admin.reshard.previous import Adopter, pttls_on
 from sentinel_cache.core.ops.client import escape_pattern
 from sentinel_cache.exceptions import ConfigurationError
 
@@ -87,11 +87,11 @@ class FlaskPrevious:
         values = self.cache.get_many(*keys)  # None: missing (cachelib's miss)
         return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
 
-    def pttl(self, key: Any) -> int | None:
+    def pttls(self, keys: Sequence[Any]) -> dict[Any, int | None]:
         if not _is_redis(self.cache):
-            return self.default_ms
-        left = int(self.cache._write_client.pttl(f"{self.cache._get_prefix()}{key}"))
-        return None if left == -1 else left
+            return dict.fromkeys(keys, self.default_ms)
+        prefix = self.cache._get_prefix()
+        return pttls_on([(self.cache._write_client, [(key, f"{prefix}{key}") for key in keys])])
 
     def remove(self, keys: Sequence[Any]) -> None:
         self.cache.delete_many(*keys)

@@ -53,6 +53,7 @@ __all__ = [
     "PreviousPlan",
     "migrate_previous",
     "plan_previous",
+    "pttls_on",
     "render_previous_plan",
     "run_previous",
 ]
@@ -62,7 +63,7 @@ logger = logging.getLogger("sentinel_cache")
 #: A copy's outcome: copied; refused, a value is on ours (it wins); refused, deleted or cleared
 #: on ours since; gone from the previous cache before its TTL was read; refused, too late.
 COPIED, PRESENT, DELETED, EXPIRED, LATE = "copied", "present", "deleted", "expired", "late"
-#: What :meth:`PreviousCache.pttl` says of a key that is not there (any more).
+#: What :meth:`PreviousCache.pttls` says of a key that is not there (any more).
 GONE = -2
 
 
@@ -74,9 +75,9 @@ class PreviousCache(Protocol):
     def read(self, keys: Sequence[Any]) -> dict[Any, Any]:
         """The values it holds of these keys (absent ones left out)."""
 
-    def pttl(self, key: Any) -> int | None:
-        """Milliseconds left, None for no expiry, :data:`GONE`; or its default when the backend
-        cannot tell (the adapter's rule)."""
+    def pttls(self, keys: Sequence[Any]) -> dict[Any, int | None]:
+        """Each key's milliseconds left, None for no expiry, :data:`GONE`; or its default when
+        the backend cannot tell (the adapter's rule). One round trip per server."""
 
     def remove(self, keys: Sequence[Any]) -> None:
         """Delete these keys from it."""
@@ -114,8 +115,7 @@ class Adopter:
         self, previous: PreviousCache, keys: Sequence[Any], *, strict: bool = True
     ) -> tuple[dict[Any, Any], dict[Any, tuple[str, str]]]:
         """Read ``keys`` from the previous cache and copy what it has to their shards with its
-        remaining TTL, then delete the previous copies that are on ours now (or were deleted on
-        ours since). Returns the values read (served whatever the copy's outcome) and each
+        remaining TTL, then delete the previous copies that are on ours now. Returns the values read (served whatever the copy's outcome) and each
         key's (shard name, outcome). A shard's error is raised, or with ``strict`` False (a
         reader: the value is served anyway) logged, that shard's keys left uncopied
         (:data:`LATE`) and their previous copies kept."""
@@ -134,12 +134,13 @@ class Adopter:
                 deadlines[shard] = None
         found = previous.read(list(keys))
         outcomes: dict[Any, tuple[str, str]] = {}
+        ttls = previous.pttls([key for key in keys if key in found]) if found else {}
         for shard, made in groups.items():
             items: list[tuple[str, Any, tuple[Any, int]]] = []
             for final, key in made.items():
                 if key not in found:
                     continue
-                ttl = previous.pttl(key)
+                ttl = ttls[key]
                 if ttl == GONE or ttl == 0:  # expired between its read and now
                     outcomes[key] = (shard.name, EXPIRED)
                 else:  # 0 is "no expiry" to the copy script
@@ -214,6 +215,19 @@ class Adopter:
         for shard, made in self._by_shard(keys).items():
             count += int(self.client.run(shard, _exists(list(made)), write=False))
         return count
+
+
+def pttls_on(servers: Sequence[tuple[Any, list[tuple[Any, Any]]]]) -> dict[Any, int | None]:
+    """``PTTL`` of stored keys, one pipeline per server: ``[(server, [(key, stored key)])]`` ->
+    each key's milliseconds left, None for no expiry, :data:`GONE` (the adapters' helper)."""
+    found: dict[Any, int | None] = {}
+    for server, pairs in servers:
+        pipe = server.pipeline(transaction=False)
+        for _, stored in pairs:
+            pipe.pttl(stored)
+        for (key, _), left in zip(pairs, pipe.execute(), strict=True):
+            found[key] = None if int(left) == -1 else int(left)
+    return found
 
 
 def _exists(keys: Sequence[str]) -> Callable[[Any], Any]:
