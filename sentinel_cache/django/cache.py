@@ -139,9 +139,11 @@ class InvalidKeyError(InvalidCacheKey, ArgumentValueError):
 class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
     """Django ``BaseCache`` over :class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool`."""
 
-    def __new__(cls, server: Any, params: dict[str, Any]) -> ShardedSentinelCache:
+    def __new__(cls, *args: Any, **kwargs: Any) -> ShardedSentinelCache:
         """With ``OPTIONS["PREVIOUS_CACHE"]`` the backend adopts the old cache's keys
-        (:mod:`sentinel_cache.django.previous`); without it, this very class, untouched."""
+        (:mod:`sentinel_cache.django.previous`); without it, this very class, untouched.
+        (``*args``: ``copy`` and ``pickle`` make instances without arguments.)"""
+        params = args[1] if len(args) > 1 else kwargs.get("params") or {}
         adopts = previous_option(params.get("OPTIONS") or {}) is not None
         if adopts and not issubclass(cls, AdoptingCache):
             cls = adopting(cls)

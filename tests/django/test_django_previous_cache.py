@@ -241,6 +241,17 @@ def test_the_check_names_a_bad_previous_cache(cluster: LocalSentinelCluster) -> 
     assert "adopts from 'other' itself" in loop[1]
 
 
+def test_without_the_option_the_backend_is_the_plain_class(cluster: LocalSentinelCluster) -> None:
+    from django_support import build_cache
+
+    from sentinel_cache.django import ShardedSentinelCache
+    from sentinel_cache.django.previous import AdoptingCache
+
+    assert type(build_cache(ours(cluster))) is ShardedSentinelCache
+    adopting = build_cache(ours(cluster, OPTIONS={"PREVIOUS_CACHE": "old"}))
+    assert isinstance(adopting, AdoptingCache) and isinstance(adopting, ShardedSentinelCache)
+
+
 def test_a_bad_value_is_refused_on_first_use(cluster: LocalSentinelCluster) -> None:
     from django.core.exceptions import ImproperlyConfigured
     from django_support import build_cache
