@@ -117,7 +117,7 @@ def test_clear_empties_the_old_cache_too(
     """In a database of its own: the clear's mark stops every copy there for 10 s."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
     old_entry = {"BACKEND": REDIS_CACHE, "LOCATION": old_url(old), "KEY_PREFIX": prefix}
-    with site(ours(cluster, KEY_PREFIX=prefix, OPTIONS={"DB": 14}), old_entry):
+    with site(ours(cluster, KEY_PREFIX=prefix, OPTIONS={"DB": 8}), old_entry):
         cache, previous = caches["default"], caches["old"]
         previous.set_many({"gone": "old", "also": "old"})
         assert cache.get("also") == "old"

@@ -3,7 +3,7 @@
 
 The old cache is a plain redis server (the master of a one-node topology the harness starts),
 written through Flask-Caching's ``RedisCache`` as the app did; ours is the shared topology, in
-a database of its own (DB 15: a ``clear`` marks the database for 10 s, and the other Flask
+a database of its own (DB 1: a ``clear`` marks the database for 10 s, and the other Flask
 tests flush theirs). After the switch every key is read without a miss, with its TTL; after
 ``flask sentinel-reshard --from-previous-cache`` every key is on its shard and none is left."""
 
@@ -24,7 +24,7 @@ from flask_support import build_app, settings_for
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.testing import LocalSentinelCluster
 
-DB = 15
+DB = 1  # no other test uses it
 
 
 @pytest.fixture(scope="module")
