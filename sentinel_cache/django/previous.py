@@ -15,7 +15,8 @@ The alias names the old backend's entry, left in ``CACHES`` as it was (django-re
   tombstones), ``clear`` and ``delete_pattern`` empty the old cache of those keys first, so no
   stale or deleted value comes back (:mod:`sentinel_cache.core.admin.reshard.previous`).
 
-Both rules are declared once, in :data:`ADOPT_FIRST` and :data:`FORGET_FIRST`, and wrap the
+The rules are declared once, in :data:`ADOPT_TO_READ`, :data:`ADOPT_FIRST` and
+:data:`FORGET_FIRST`, and wrap the
 methods (and their ``a`` twins, the rule run in a thread) of a subclass the backend becomes
 only when the option is set (:func:`adopting`): without it the backend's class is the plain one.
 ``sentinel_reshard --from-previous-cache`` empties the old cache (:func:`previous_source`).
@@ -34,12 +35,13 @@ from django.core.cache.backends.base import BaseCache, default_key_func
 from django.core.cache.backends.redis import RedisCache
 from django.core.exceptions import ImproperlyConfigured
 
-from sentinel_cache.core.admin.reshard.previous import Adopter, pttls_on
+from sentinel_cache.core.admin.reshard.previous import KEPT, LATE, Adopter, pttls_on
 from sentinel_cache.core.ops.client import escape_pattern
 from sentinel_cache.exceptions import ConfigurationError
 
 __all__ = [
     "ADOPT_FIRST",
+    "ADOPT_TO_READ",
     "FORGET_FIRST",
     "OPTION",
     "DjangoPrevious",
@@ -48,7 +50,10 @@ __all__ = [
 ]
 
 OPTION = "PREVIOUS_CACHE"
-#: The operations on an existing value: a key missing here is adopted first.
+#: The reads of an existing key's state: a key missing here is adopted first.
+ADOPT_TO_READ = ("ttl", "pttl")
+#: The writes on an existing value: a key missing here is adopted first, then an old copy that
+#: could not be moved (its copy refused or failed) is deleted: it never outlives the write.
 ADOPT_FIRST = (
     "add",
     "get_or_set",
@@ -56,8 +61,6 @@ ADOPT_FIRST = (
     "incr",
     "decr",
     "touch",
-    "ttl",
-    "pttl",
     "expire",
     "persist",
     "pexpire",
@@ -230,17 +233,26 @@ class AdoptingCache:
         found, _ = adopter.adopt(previous, keys, strict=False)
         return found
 
-    def _adopt_missing(self, keys: Sequence[Any], version: Any) -> None:
+    def _adopt_missing(self, keys: Sequence[Any], version: Any) -> list[Any]:
+        """The keys missing here adopted; returns those the old cache still holds (their copy
+        was refused or failed)."""
         cache: Any = self
         base = cache._plain
         if len(keys) == 1:
-            if not base.has_key(self, keys[0], version):
-                self.adopt(keys, version)
-            return
-        found = base.get_many(self, keys, version)
-        missing = [key for key in keys if key not in found]
-        if missing:
-            self.adopt(missing, version)
+            missing = [] if base.has_key(self, keys[0], version) else list(keys)
+        else:
+            found = base.get_many(self, keys, version)
+            missing = [key for key in keys if key not in found]
+        if not missing:
+            return []
+        adopter, previous = self.adoption(version)
+        values, outcomes = adopter.adopt(previous, missing, strict=False)
+        return [key for key in values if outcomes.get(key, ("", LATE))[1] in KEPT]
+
+    def _adopt_to_write(self, keys: Sequence[Any], version: Any) -> None:
+        left = self._adopt_missing(keys, version)
+        if left:
+            self._forget(left, version)
 
     def _forget(self, keys: Sequence[Any], version: Any) -> None:
         adopter, previous = self.adoption(version)
@@ -311,7 +323,7 @@ class AdoptingCache:
 
 
 def _ruled(
-    plain: type, name: str, rule: Callable[[Any, Sequence[Any], Any], None]
+    plain: type, name: str, rule: Callable[[Any, Sequence[Any], Any], object]
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``name`` and its ``a`` twin of ``plain``, with ``rule(self, keys, version)`` first (the
     twin runs the rule in a thread)."""
@@ -353,7 +365,8 @@ def adopting(plain: type) -> type:
     ``PREVIOUS_CACHE`` is set."""
     namespace: dict[str, Any] = {"_plain": plain, "__module__": __name__}
     for names, rule in (
-        (ADOPT_FIRST, AdoptingCache._adopt_missing),
+        (ADOPT_TO_READ, AdoptingCache._adopt_missing),
+        (ADOPT_FIRST, AdoptingCache._adopt_to_write),
         (FORGET_FIRST, AdoptingCache._forget),
     ):
         for name in names:

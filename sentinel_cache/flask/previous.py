@@ -25,13 +25,14 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sentinel_cache.core.admin.reshard.previous import Adopter, pttls_on
+from sentinel_cache.core.admin.reshard.previous import KEPT, LATE, Adopter, pttls_on
 from sentinel_cache.core.ops.client import escape_pattern
 from sentinel_cache.exceptions import ConfigurationError
 
 __all__ = ["ADOPT_FIRST", "FORGET_FIRST", "OPTION", "FlaskPrevious", "adopting", "build_previous"]
 
 OPTION = "PREVIOUS_CACHE"
+#: The writes on an existing value: adopted first (see :meth:`AdoptingCache._adopt_to_write`).
 ADOPT_FIRST = ("add", "inc", "dec", "get_or_set_many")
 FORGET_FIRST = ("set", "set_many", "delete", "delete_many", "unlink")
 _SETTING = f"CACHE_OPTIONS[{OPTION!r}]"
@@ -136,11 +137,18 @@ class AdoptingCache:
         adopter, previous = self.adoption()
         return adopter.adopt(previous, keys, strict=False)[0]
 
-    def _adopt_missing(self, keys: Sequence[Any]) -> None:
+    def _adopt_to_write(self, keys: Sequence[Any]) -> None:
+        """The keys missing here adopted, then the old copies that could not be moved (their
+        copy refused or failed) deleted: none outlives the write that follows."""
         found = self._plain.get_many(self, *keys)
         missing = [key for key, value in zip(keys, found, strict=True) if value is None]
-        if missing:
-            self.adopt(missing)
+        if not missing:
+            return
+        adopter, previous = self.adoption()
+        values, outcomes = adopter.adopt(previous, missing, strict=False)
+        left = [key for key in values if outcomes.get(key, ("", LATE))[1] in KEPT]
+        if left:
+            adopter.forget(previous, left)
 
     def _forget(self, keys: Sequence[Any]) -> None:
         adopter, previous = self.adoption()
@@ -204,7 +212,7 @@ def adopting(plain: type) -> type:
     """``plain`` (the Flask backend's class) with the two rules."""
     namespace: dict[str, Any] = {"_plain": plain, "__module__": __name__}
     for names, rule in (
-        (ADOPT_FIRST, AdoptingCache._adopt_missing),
+        (ADOPT_FIRST, AdoptingCache._adopt_to_write),
         (FORGET_FIRST, AdoptingCache._forget),
     ):
         for name in names:

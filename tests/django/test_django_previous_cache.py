@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -126,6 +127,17 @@ def test_clear_empties_the_old_cache_too(
         assert cache.get("gone") is None and cache.get("also") is None
         previous.set("later", "old")  # within the mark: served, not copied, kept on the old
         assert cache.get("later") == "old" and old_keys(old_server, "") != []
+        # A write on it (its copy refused again) deletes the old copy: once the written value
+        # expires, the old one does not come back.
+        assert cache.add("later", "mine", timeout=1) is True
+        assert old_keys(old_server, "") == []
+        made = cache.make_key("later")
+        shard = cache.core.shard_for(made)
+        deadline = time.monotonic() + 10
+        while shard.client.exists(made) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not shard.client.exists(made)
+        assert cache.get("later") is None
 
 
 def test_async_twins_follow_the_same_rules(adopting: Any) -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "DELETED",
     "EXPIRED",
     "GONE",
+    "KEPT",
     "LATE",
     "PRESENT",
     "Adopter",
@@ -63,6 +64,8 @@ logger = logging.getLogger("sentinel_cache")
 #: A copy's outcome: copied; refused, a value is on ours (it wins); refused, deleted or cleared
 #: on ours since; gone from the previous cache before its TTL was read; refused, too late.
 COPIED, PRESENT, DELETED, EXPIRED, LATE = "copied", "present", "deleted", "expired", "late"
+#: The outcomes that leave the previous copy where it is.
+KEPT = (DELETED, LATE)
 #: What :meth:`PreviousCache.pttls` says of a key that is not there (any more).
 GONE = -2
 
