@@ -5,21 +5,22 @@ The alias names the old backend's entry, left in ``CACHES`` as it was (django-re
 ``DefaultClient``, ``SentinelClient`` or ``ShardClient``, Django's ``RedisCache``, any
 ``BaseCache``). While it is set:
 
-* a miss (``get``, ``get_many``, ``has_key``; and first, for the operations that act on an
-  existing value: ``add``, ``get_or_set``, ``get_or_set_many``, ``incr``, ``decr``, ``touch``,
-  ``ttl``, ``pttl``, ``expire``, ``persist``, ``pexpire``, ``expire_at``, ``pexpire_at``) is
-  read from the old backend itself (its key function, serializer, compressor, sharding), copied
-  to the key's shard with its remaining TTL (django-redis's ``pttl``; ``RedisCache``: ``PTTL``
-  on its own connection; any other backend: this cache's default timeout), and deleted there;
-* ``set``, ``set_many``, ``delete`` and ``delete_many`` delete the old copies first (and leave
-  tombstones), ``clear`` and ``delete_pattern`` empty the old cache of those keys first, so no
-  stale or deleted value comes back (:mod:`sentinel_cache.core.admin.reshard.previous`).
+* a miss (``get``, ``get_many``, ``has_key``) is read from the old backend itself (its key
+  function, serializer, compressor, sharding), copied to the key's shard with its remaining
+  TTL (``PTTL`` on the old server; a backend that cannot tell: this cache's default timeout),
+  and deleted there;
+* the operations on an existing value adopt a missing key first: :data:`ADOPT_TO_READ`
+  (``ttl``, ``pttl``) and :data:`ADOPT_FIRST` (``add``, ``incr``, ``touch``, ... which then
+  also delete an old copy that could not be moved);
+* :data:`FORGET_FIRST` (``set``, ``set_many``, ``delete``, ``delete_many``) delete the old
+  copies first and leave tombstones; ``clear`` and ``delete_pattern`` empty the old cache of
+  those keys first; so no stale or deleted value comes back
+  (:mod:`sentinel_cache.core.admin.reshard.previous` holds the rules).
 
-The rules are declared once, in :data:`ADOPT_TO_READ`, :data:`ADOPT_FIRST` and
-:data:`FORGET_FIRST`, and wrap the
-methods (and their ``a`` twins, the rule run in a thread) of a subclass the backend becomes
-only when the option is set (:func:`adopting`): without it the backend's class is the plain one.
-``sentinel_reshard --from-previous-cache`` empties the old cache (:func:`previous_source`).
+Each rule is declared once, in those tables, and wraps the methods (and their ``a`` twins,
+the rule run in a thread) of a subclass the backend becomes only when the option is set
+(:func:`adopting`): without it the backend's class is the plain one.
+``sentinel_reshard --from-previous-cache`` empties the old cache (:meth:`AdoptingCache.adoption`).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ its own (nothing of the app's config leaks in), so its key prefix and serializer
 While it is set:
 
 * a miss (``get``, ``get_many``, ``has``; and first, for ``add``, ``inc``, ``dec`` and
-  ``get_or_set_many``) is read from the old backend, copied to the key's shard with its
-  remaining TTL (a Redis backend's ``PTTL``; any other: ``CACHE_DEFAULT_TIMEOUT``), and
-  deleted there;
+  ``get_or_set_many``, which then also delete an old copy that could not be moved) is read
+  from the old backend, copied to the key's shard with its remaining TTL (a Redis backend's
+  ``PTTL``; any other: ``CACHE_DEFAULT_TIMEOUT``), and deleted there;
 * ``set``, ``set_many``, ``delete``, ``delete_many`` and ``unlink`` delete the old copies first
   (and leave tombstones); ``clear`` empties the old cache first.
 
