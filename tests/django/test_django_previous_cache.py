@@ -407,3 +407,26 @@ def test_a_shard_down_with_ignore_exceptions(
         assert cache.set(there[1], "new") is False  # failed open
         assert not old_server.exists(previous.make_key(there[1]))  # the old copy is gone
         assert cache.get(there[1]) is None
+
+
+def test_a_stopped_migration_is_simply_run_again(adopting: Any, old_server: redis.Redis) -> None:
+    """Ctrl-C after the first batch (raised from the progress callback, as the command's
+    KeyboardInterrupt would come): the keys moved stay moved, the next run moves the rest."""
+    from sentinel_cache.core.admin.reshard.previous import migrate_previous
+
+    cache, previous = adopting
+    values = {f"k{i}": i for i in range(200)}
+    previous.set_many(values, timeout=None)
+    adopter, old = cache.adoption()
+
+    def stop(progress: Any) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        migrate_previous(adopter, old, batch=20, progress=stop)
+    left = len(old_keys(old_server, ""))
+    assert 0 < left < 200  # stopped part way
+    report = migrate_previous(adopter, old, batch=20)
+    assert report.complete and report.moved == left and report.scanned == left
+    assert old_keys(old_server, "") == []
+    assert cache.get_many(list(values)) == values
