@@ -379,6 +379,8 @@ def test_the_command_text_dry_run_and_refusals(adopting: Any, old_server: redis.
     assert old_keys(old_server, "") == [] and cache.get("k0") == "ours" and cache.get("k7") == 7
     with pytest.raises(CommandError, match="--rate must be a positive number"):
         call_command(Command(), "--from-previous-cache", "--rate", "0")
+    with pytest.raises(CommandError, match="--match cannot be used with --from-previous-cache"):
+        call_command(Command(), "--from-previous-cache", "--match", "k1*")
 
 
 def test_a_shard_down_with_ignore_exceptions(

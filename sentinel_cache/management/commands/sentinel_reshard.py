@@ -6,6 +6,9 @@ another shard now, with its remaining TTL, never over a newer value; a second ru
 and a run that was stopped is simply started again. ``--dry-run`` only counts what would move,
 and warns when the change moves far more keys than needed.
 
+``--from-previous-cache`` instead empties the cache being replaced (``PREVIOUS_CACHE``, see
+:mod:`sentinel_cache.django.previous`) into the sharded one, never over a key it has.
+
 Exit code 0 done, 1 finished with errors (a shard was given up: run it again), 3 a configuration
 or usage error (nothing was moved), as ``sentinel_status``. The options are declared in
 :data:`sentinel_cache.core.admin.commands.RESHARD`, shared with ``flask sentinel-reshard``.
