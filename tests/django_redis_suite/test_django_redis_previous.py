@@ -2,7 +2,8 @@
 through django-redis's ``DefaultClient`` (pickle, its own key function) switched to our cache
 with ``PREVIOUS_CACHE``: every key read without a miss, 200 of 200 logged-in users still logged
 in, and after ``sentinel_reshard --from-previous-cache`` every key on its shard and none left
-on the old server. Also from a ``ShardClient`` over two servers (every server is scanned)."""
+on the old server. Also from a ``ShardClient`` over two servers (every server is scanned) and
+from a ``SentinelClient`` (its master, found through its sentinel)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,21 @@ def test_switching_from_a_django_redis_shard_client(
     figures = run_scenario(cluster, servers, entry)
     assert all(n > 0 for n in figures["old_keys_per_server"]), figures["old_keys_per_server"]
     _check(figures)
+
+
+def test_switching_from_a_django_redis_sentinel_client(
+    cluster: LocalSentinelCluster, old: LocalSentinelCluster
+) -> None:
+    """The old cache found its master through Sentinel: its keys are scanned on that master."""
+    server, _ = _servers(old)
+    sentinels = [tuple(address) for address in old.sentinel_addresses]
+    entry = {
+        "BACKEND": DJANGO_REDIS,
+        "LOCATION": f"redis://{old.master_names[0]}/0",
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.SentinelClient",
+            "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+            "SENTINELS": sentinels,
+        },
+    }
+    _check(run_scenario(cluster, [server], entry))

@@ -130,6 +130,14 @@ def test_writes_deletes_and_counters(apps: Any, old_server: redis.Redis) -> None
     assert cache.get_many("x", "y", "z") == ["new", None, None]
     assert cache.has("n") and not cache.has("y")
     assert list(old_server.scan_iter()) == []
+    previous.set_many({"d": 10, "u": "old", "g": "old"})
+    assert backend.dec("d", 3) == 7
+    assert backend.get_or_set_many({"g": "computed", "h": "computed"}) == {
+        "g": "old",
+        "h": "computed",
+    }
+    assert cache.unlink("u") == ["u"] and cache.get("u") is None
+    assert list(old_server.scan_iter()) == []
     previous.set("gone", "old")
     assert cache.clear()
     assert cache.get("gone") is None and list(old_server.scan_iter()) == []
