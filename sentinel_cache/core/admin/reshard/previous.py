@@ -118,26 +118,31 @@ class Adopter:
         self, previous: PreviousCache, keys: Sequence[Any], *, strict: bool = True
     ) -> tuple[dict[Any, Any], dict[Any, tuple[str, str]]]:
         """Read ``keys`` from the previous cache and copy what it has to their shards with its
-        remaining TTL, then delete the previous copies that are on ours now. Returns the values read (served whatever the copy's outcome) and each
-        key's (shard name, outcome). A shard's error is raised, or with ``strict`` False (a
-        reader: the value is served anyway) logged, that shard's keys left uncopied
-        (:data:`LATE`) and their previous copies kept."""
-        groups = self._by_shard(keys)
+        remaining TTL, then delete the previous copies that are on ours now. Returns the values
+        read (served whatever the copy's outcome) and each key's (shard name, outcome). A
+        shard's error is raised, or with ``strict`` False (a reader: the value is served anyway)
+        logged, that shard's keys left uncopied (:data:`LATE`) and their previous copies kept.
+        A key the previous cache does not have costs its one read, nothing on ours."""
+        began = time.monotonic()
+        found = previous.read(list(keys))
+        if not found:
+            return found, {}
+        ttls = previous.pttls([key for key in keys if key in found])
+        groups = self._by_shard([key for key in keys if key in found])
         run = self.client.run
-        # Each owner's clock BEFORE the previous cache is read: every deadline is then no later
-        # than TOMBSTONE_MS after that read (copy_deadline with nothing elapsed).
+        # Each owner's clock, read after the previous cache: its TIME ran at most ``elapsed``
+        # after that read, so every deadline is no later than TOMBSTONE_MS after the read.
         deadlines: dict[Shard, int | None] = {}
         for shard in groups:
             try:
-                deadlines[shard] = copy_deadline(run(shard, lambda r: r.time(), write=True), 0.0)
+                clock = run(shard, lambda r: r.time(), write=True)
+                deadlines[shard] = copy_deadline(clock, time.monotonic() - began)
             except MASTER_ERRORS as exc:
                 if strict:
                     raise
                 self._not_copied(previous, shard, exc)
                 deadlines[shard] = None
-        found = previous.read(list(keys))
         outcomes: dict[Any, tuple[str, str]] = {}
-        ttls = previous.pttls([key for key in keys if key in found]) if found else {}
         for shard, made in groups.items():
             items: list[tuple[str, Any, tuple[Any, int]]] = []
             for final, key in made.items():
