@@ -55,6 +55,7 @@ from django.core.cache.backends.base import (
 )
 from django.core.exceptions import ImproperlyConfigured
 
+from sentinel_cache.core.admin.reshard.previous import refuse_with_resharding
 from sentinel_cache.core.arguments import (
     MAX_TIMEOUT,
     check_key,
@@ -72,6 +73,7 @@ from sentinel_cache.django.compat import translate_options
 from sentinel_cache.django.hashes import HashMethods, no_client
 from sentinel_cache.django.operations import NOT_DONE, Call, operation
 from sentinel_cache.django.previous import OPTION as PREVIOUS_CACHE
+from sentinel_cache.django.previous import SETTING as PREVIOUS_SETTING
 from sentinel_cache.django.previous import (
     AdoptingCache,
     adopting,
@@ -171,6 +173,10 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
             self._fail_open_logger = translated.logger or logger
             self._scan_itersize = translated.scan_itersize or SCAN_COUNT
             config, cache_options = parse_cache_config(server, translated.options)
+            if previous_option(given) is not None:
+                refuse_with_resharding(
+                    config.previous_masters, PREVIOUS_SETTING, self.previous_alias
+                )
             self._codec = build_codec(cache_options)
             self._config, self._options = config, cache_options
         except ConfigurationError as exc:

@@ -45,12 +45,14 @@ __all__ = [
     "ADOPT_TO_READ",
     "FORGET_FIRST",
     "OPTION",
+    "SETTING",
     "DjangoPrevious",
     "adopting",
     "previous_option",
 ]
 
 OPTION = "PREVIOUS_CACHE"
+SETTING = f"OPTIONS[{OPTION!r}]"
 #: The reads of an existing key's state: a key missing here is adopted first.
 ADOPT_TO_READ = ("ttl", "pttl")
 #: The writes on an existing value: a key missing here is adopted first, then an old copy that
@@ -85,7 +87,7 @@ def check_alias(value: Any) -> str:
     """The alias, or a ConfigurationError naming the option and the value."""
     if not isinstance(value, str) or not value:
         raise ConfigurationError(
-            option=f"OPTIONS[{OPTION!r}]",
+            option=SETTING,
             value=value,
             reason=f"must name another entry of settings.CACHES (got {value!r})",
         )
@@ -153,7 +155,7 @@ class DjangoPrevious:
         if isinstance(cache, RedisCache):
             return [(self.label, cache._cache.get_client(None, write=True))]
         raise ConfigurationError(
-            option=f"OPTIONS[{OPTION!r}]",
+            option=SETTING,
             value=self.label,
             reason=f"its backend {type(cache).__name__} cannot list its keys (only django-redis "
             "and django.core.cache.backends.redis.RedisCache can be migrated; any backend is "

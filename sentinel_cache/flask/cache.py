@@ -85,6 +85,7 @@ from cachelib import BaseCache as CachelibBaseCache
 from flask import Flask
 from flask_caching.backends.base import BaseCache
 
+from sentinel_cache.core.admin.reshard.previous import refuse_with_resharding
 from sentinel_cache.core.arguments import MAX_TIMEOUT, valid_delta, valid_timeout
 from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.core.ops.client import CacheClient, escape_pattern
@@ -94,6 +95,7 @@ from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, share
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.flask.commands import init_app
 from sentinel_cache.flask.previous import OPTION as PREVIOUS_CACHE
+from sentinel_cache.flask.previous import SETTING as PREVIOUS_SETTING
 from sentinel_cache.flask.previous import adopting, build_previous
 from sentinel_cache.flask.settings import in_flask_terms, translate_settings
 
@@ -225,6 +227,8 @@ class ShardedSentinelCache(BaseCache):
         except ConfigurationError as exc:
             raise in_flask_terms(exc, location_key, sources) from exc
         if previous:
+            kind = previous[0].get("CACHE_TYPE") if isinstance(previous[0], Mapping) else None
+            refuse_with_resharding(cache.pool_config.previous_masters, PREVIOUS_SETTING, kind)
             cache.previous_cache = build_previous(previous[0])
         if app is not None:
             init_app(app)

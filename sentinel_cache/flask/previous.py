@@ -29,24 +29,34 @@ from sentinel_cache.core.admin.reshard.previous import KEPT, LATE, Adopter, pttl
 from sentinel_cache.core.ops.client import escape_pattern
 from sentinel_cache.exceptions import ConfigurationError
 
-__all__ = ["ADOPT_FIRST", "FORGET_FIRST", "OPTION", "FlaskPrevious", "adopting", "build_previous"]
+__all__ = [
+    "ADOPT_FIRST",
+    "FORGET_FIRST",
+    "OPTION",
+    "SETTING",
+    "FlaskPrevious",
+    "adopting",
+    "build_previous",
+]
 
 OPTION = "PREVIOUS_CACHE"
 #: The writes on an existing value: adopted first (see :meth:`AdoptingCache._adopt_to_write`).
 ADOPT_FIRST = ("add", "inc", "dec", "get_or_set_many")
 FORGET_FIRST = ("set", "set_many", "delete", "delete_many", "unlink")
-_SETTING = f"CACHE_OPTIONS[{OPTION!r}]"
+SETTING = f"CACHE_OPTIONS[{OPTION!r}]"
 
 
 def build_previous(config: Any) -> Any:
     """The old Flask-Caching backend, built by Flask-Caching from its configuration on an app
     of its own; a ConfigurationError naming the setting if it cannot be."""
     if not isinstance(config, Mapping) or not config.get("CACHE_TYPE"):
+        # Only the keys are shown: the values may hold passwords.
+        shown = f"a dict of {sorted(map(str, config))}" if isinstance(config, Mapping) else config
         raise ConfigurationError(
-            option=_SETTING,
-            value=config,
+            option=SETTING,
+            value=shown,
             reason="must be the Flask-Caching configuration being replaced, a dict with its "
-            f"CACHE_TYPE (got {config!r})",
+            f"CACHE_TYPE (got {shown!r})",
         )
     from flask import Flask
     from flask_caching import Cache
@@ -57,12 +67,12 @@ def build_previous(config: Any) -> Any:
         cache = Cache(app)
     except Exception as exc:  # whatever the old backend raises about its own settings
         raise ConfigurationError(
-            option=_SETTING, value=config.get("CACHE_TYPE"), reason=f"{type(exc).__name__}: {exc}"
+            option=SETTING, value=config.get("CACHE_TYPE"), reason=f"{type(exc).__name__}: {exc}"
         ) from exc
     backend = app.extensions["cache"][cache]
     if hasattr(backend, "core"):
         raise ConfigurationError(
-            option=_SETTING,
+            option=SETTING,
             value=config.get("CACHE_TYPE"),
             reason="names a sentinel_cache backend: move between shard sets with "
             "PREVIOUS_MASTERS instead",
@@ -103,7 +113,7 @@ class FlaskPrevious:
     def servers(self) -> Sequence[tuple[str, Any]]:
         if not _is_redis(self.cache):
             raise ConfigurationError(
-                option=_SETTING,
+                option=SETTING,
                 value=type(self.cache).__name__,
                 reason="this backend cannot list its keys (only the Redis backends can be "
                 "migrated; any backend is read through)",

@@ -271,6 +271,12 @@ def test_a_bad_value_is_refused_on_first_use(cluster: LocalSentinelCluster) -> N
     cache = build_cache(ours(cluster, OPTIONS={"PREVIOUS_CACHE": 5}))
     with pytest.raises(ImproperlyConfigured, match=r"PREVIOUS_CACHE.*5"):
         cache.get("k")
+    masters = cluster.config()["masters"]
+    both = build_cache(
+        ours(cluster, OPTIONS={"PREVIOUS_CACHE": "old", "PREVIOUS_MASTERS": masters})
+    )
+    with pytest.raises(ImproperlyConfigured, match=r"PREVIOUS_CACHE.*cannot be combined with PREV"):
+        both.get("k")
     entry = ours(cluster, OPTIONS={"PREVIOUS_CACHE": "nowhere"})
     with (
         override_settings(CACHES={"default": entry}),

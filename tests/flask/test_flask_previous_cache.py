@@ -196,7 +196,15 @@ def test_a_delete_between_a_read_through_and_its_copy_wins(
 
 
 def test_a_bad_previous_cache_is_named(cluster: LocalSentinelCluster) -> None:
-    for bad in ("RedisCache", {"CACHE_KEY_PREFIX": "x"}):
+    for bad in ("RedisCache", {"CACHE_KEY_PREFIX": "x", "CACHE_REDIS_PASSWORD": "hunter2"}):
         settings = settings_for(cluster, CACHE_OPTIONS={"PREVIOUS_CACHE": bad})
-        with pytest.raises(ConfigurationError, match=r"CACHE_OPTIONS\['PREVIOUS_CACHE'\]"):
+        with pytest.raises(ConfigurationError, match=r"CACHE_OPTIONS\['PREVIOUS_CACHE'\]") as e:
             build_app(settings)
+        assert "hunter2" not in str(e.value)  # the keys are named, not the values
+    old = {"CACHE_TYPE": "SimpleCache"}
+    masters = cluster.config()["masters"]
+    settings = settings_for(
+        cluster, CACHE_OPTIONS={"PREVIOUS_CACHE": old, "PREVIOUS_MASTERS": masters}
+    )
+    with pytest.raises(ConfigurationError, match="cannot be combined with PREVIOUS_MASTERS"):
+        build_app(settings)

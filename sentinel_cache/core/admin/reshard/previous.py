@@ -40,6 +40,7 @@ from sentinel_cache.core.ops.scripts import (
     copy_deadline,
 )
 from sentinel_cache.core.topology.shard import MASTER_ERRORS, Shard
+from sentinel_cache.exceptions import ConfigurationError
 
 __all__ = [
     "COPIED",
@@ -55,6 +56,7 @@ __all__ = [
     "migrate_previous",
     "plan_previous",
     "pttls_on",
+    "refuse_with_resharding",
     "render_previous_plan",
     "run_previous",
 ]
@@ -68,6 +70,18 @@ COPIED, PRESENT, DELETED, EXPIRED, LATE = "copied", "present", "deleted", "expir
 KEPT = (DELETED, LATE)
 #: What :meth:`PreviousCache.pttls` says of a key that is not there (any more).
 GONE = -2
+
+
+def refuse_with_resharding(previous_masters: Sequence[str], setting: str, value: Any) -> None:
+    """A ConfigurationError naming ``setting`` when a resharding is under way too: a copy would
+    go to a key's new owner while a newer value may still be on its previous one."""
+    if previous_masters:
+        raise ConfigurationError(
+            option=setting,
+            value=value,
+            reason="cannot be combined with PREVIOUS_MASTERS: finish the resharding (or the "
+            "adoption) first, then start the other",
+        )
 
 
 class PreviousCache(Protocol):
