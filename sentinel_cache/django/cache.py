@@ -166,14 +166,13 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
         self._fail_open_logger = logger
         self._scan_itersize = SCAN_COUNT
         try:
-            if previous_option(given) is not None:
-                self.previous_alias = check_alias(previous_option(given))
             # django-redis's settings in this library's terms (see compat), then the core's.
             translated = translate_options(options, settings if settings.configured else None)
             self._fail_open_logger = translated.logger or logger
             self._scan_itersize = translated.scan_itersize or SCAN_COUNT
             config, cache_options = parse_cache_config(server, translated.options)
             if previous_option(given) is not None:
+                self.previous_alias = check_alias(previous_option(given))
                 refuse_with_resharding(
                     config.previous_masters, PREVIOUS_SETTING, self.previous_alias
                 )
