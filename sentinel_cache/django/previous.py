@@ -201,6 +201,8 @@ class AdoptingCache:
         """The old backend, ``caches[alias]``; ImproperlyConfigured naming the option if the
         alias is unknown or names a cache that adopts from another one itself."""
         if self._previous is None:
+            cache: Any = self
+            _ = cache.pool_config  # the settings' own error first (the alias is read after them)
             alias = self.previous_alias
             try:
                 cache = caches[alias]
