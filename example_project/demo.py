@@ -46,6 +46,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from example_project.demo_adoption import adoption
+
 SPREAD_KEYS = 4000
 USERNAME = "demo"
 PASSWORD = "sharded-sentinel-demo"  # a throwaway account on a throwaway sqlite database
@@ -249,6 +251,7 @@ class Demo:
         self.status_after_failover()
         self.near_cache()
         self.reshard()
+        adoption(self)
         self.flask()
 
     def stop(self) -> None:

@@ -189,13 +189,22 @@ def validate_config(code: str, label: str) -> list[str]:
     checked = []
     caches = namespace.get("CACHES")
     if caches is not None:
+        # The entries our caches adopt (PREVIOUS_CACHE) are the old ones, left as they were.
+        adopted = {
+            value
+            for entry in caches.values()
+            for name, value in (entry.get("OPTIONS") or {}).items()
+            if str(name).upper() == "PREVIOUS_CACHE"
+        }
         for alias, entry in caches.items():
             if entry.get("BACKEND") != BACKEND:
+                if alias in adopted:
+                    continue
                 raise DocsError(f"{label}: CACHES[{alias!r}] is not our backend; mark it skip")
             options = {
                 name: value
                 for name, value in (entry.get("OPTIONS") or {}).items()
-                if str(name).upper() not in ("MAX_ENTRIES", "CULL_FREQUENCY")
+                if str(name).upper() not in ("MAX_ENTRIES", "CULL_FREQUENCY", "PREVIOUS_CACHE")
             }
             _config, cache_options = parse_cache_config(entry.get("LOCATION"), options)
             build_codec(cache_options)

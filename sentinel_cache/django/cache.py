@@ -55,6 +55,7 @@ from django.core.cache.backends.base import (
 )
 from django.core.exceptions import ImproperlyConfigured
 
+from sentinel_cache.core.admin.reshard.previous import refuse_with_resharding
 from sentinel_cache.core.arguments import (
     MAX_TIMEOUT,
     check_key,
@@ -72,6 +73,14 @@ from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, share
 from sentinel_cache.django.compat import translate_options
 from sentinel_cache.django.hashes import HashMethods, no_client
 from sentinel_cache.django.operations import NOT_DONE, Call, operation
+from sentinel_cache.django.previous import OPTION as PREVIOUS_CACHE
+from sentinel_cache.django.previous import SETTING as PREVIOUS_SETTING
+from sentinel_cache.django.previous import (
+    AdoptingCache,
+    adopting,
+    check_alias,
+    previous_option,
+)
 from sentinel_cache.django.sets import SetMethods
 from sentinel_cache.django.sorted_sets import SortedSetMethods
 from sentinel_cache.exceptions import (
@@ -152,12 +161,23 @@ class InvalidKeyError(InvalidCacheKey, ArgumentValueError):
 class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
     """Django ``BaseCache`` over :class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool`."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> ShardedSentinelCache:
+        """With ``OPTIONS["PREVIOUS_CACHE"]`` the backend adopts the old cache's keys
+        (:mod:`sentinel_cache.django.previous`); without it, this very class, untouched.
+        (``*args``: ``copy`` and ``pickle`` make instances without arguments.)"""
+        params = args[1] if len(args) > 1 else kwargs.get("params") or {}
+        adopts = previous_option(params.get("OPTIONS") or {}) is not None
+        if adopts and not issubclass(cls, AdoptingCache):
+            cls = adopting(cls)
+        return super().__new__(cls)
+
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         super().__init__(params)
+        given = params.get("OPTIONS") or {}
         options = {
             name: value
-            for name, value in (params.get("OPTIONS") or {}).items()
-            if str(name).upper() not in _DJANGO_OPTIONS
+            for name, value in given.items()
+            if str(name).upper() not in _DJANGO_OPTIONS and str(name).upper() != PREVIOUS_CACHE
         }
         self._config_error: str | None = None
         self._config: PoolConfig | None = None
@@ -172,6 +192,11 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
             self._fail_open_logger = translated.logger or logger
             self._scan_itersize = translated.scan_itersize or SCAN_COUNT
             config, cache_options = parse_cache_config(server, translated.options)
+            if previous_option(given) is not None:
+                self.previous_alias = check_alias(previous_option(given))
+                refuse_with_resharding(
+                    config.previous_masters, PREVIOUS_SETTING, self.previous_alias
+                )
             self._codec = build_codec(cache_options)
             self._config, self._options = config, cache_options
         except ConfigurationError as exc:

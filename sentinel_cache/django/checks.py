@@ -32,6 +32,7 @@ from sentinel_cache.core.admin.status import (
 from sentinel_cache.core.config import PoolConfig
 from sentinel_cache.core.fanout import run_all
 from sentinel_cache.django.compat import HONOURED_GLOBALS, NO_EFFECT_GLOBALS, log_every_ignored
+from sentinel_cache.django.previous import previous_option
 from sentinel_cache.exceptions import ConfigurationError
 
 BACKEND = "sentinel_cache.django.ShardedSentinelCache"
@@ -86,6 +87,40 @@ def check_configuration(
                     hint=f"Fix LOCATION/OPTIONS of CACHES[{alias!r}].",
                     obj=alias,
                     id="sentinel_cache.E001",
+                )
+            )
+    return errors
+
+
+def check_previous_cache(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """E004 for a ``PREVIOUS_CACHE`` that names no other entry of ``CACHES``, this one, or a
+    sentinel cache adopting from another itself (a loop, or a chain to finish first)."""
+    configured: Mapping[str, Any] = getattr(settings, "CACHES", {}) or {}
+    errors: list[checks.CheckMessage] = []
+    for alias, entry in sentinel_aliases().items():
+        value = previous_option(entry.get("OPTIONS") or {})
+        if value is None:
+            continue
+        reason = None
+        if not isinstance(value, str) or value not in configured:
+            reason = f"names no entry of settings.CACHES (it has: {', '.join(sorted(configured))})"
+        elif value == alias:
+            reason = "names this cache itself"
+        elif previous_option((sentinel_aliases().get(value) or {}).get("OPTIONS") or {}):
+            reason = (
+                f"names a sentinel cache that adopts from "
+                f"{previous_option(configured[value]['OPTIONS'])!r} itself"
+            )
+        if reason is not None:
+            errors.append(
+                checks.Error(
+                    f"OPTIONS['PREVIOUS_CACHE'] = {value!r} {reason}.",
+                    hint="Name the CACHES entry of the cache being replaced, left as it was "
+                    "(docs/migration.md).",
+                    obj=alias,
+                    id="sentinel_cache.E004",
                 )
             )
     return errors
@@ -277,4 +312,5 @@ def register() -> None:
     """Called by the app config's ready(); registering twice is harmless (a set)."""
     checks.register(check_configuration, checks.Tags.caches, TAG)
     checks.register(check_django_redis_settings, checks.Tags.caches, TAG)
+    checks.register(check_previous_cache, checks.Tags.caches, TAG)
     checks.register(check_deployment, checks.Tags.caches, TAG, deploy=True)

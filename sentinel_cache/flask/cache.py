@@ -85,6 +85,7 @@ from cachelib import BaseCache as CachelibBaseCache
 from flask import Flask
 from flask_caching.backends.base import BaseCache
 
+from sentinel_cache.core.admin.reshard.previous import refuse_with_resharding
 from sentinel_cache.core.arguments import MAX_TIMEOUT, valid_delta, valid_timeout
 from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.core.ops.client import CacheClient, escape_pattern
@@ -93,6 +94,9 @@ from sentinel_cache.core.serializers import Codec, build_codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.flask.commands import init_app
+from sentinel_cache.flask.previous import OPTION as PREVIOUS_CACHE
+from sentinel_cache.flask.previous import SETTING as PREVIOUS_SETTING
+from sentinel_cache.flask.previous import adopting, build_previous
 from sentinel_cache.flask.settings import in_flask_terms, translate_settings
 
 logger = logging.getLogger("sentinel_cache.flask")
@@ -209,9 +213,11 @@ class ShardedSentinelCache(BaseCache):
         options = dict(kwargs)
         default_timeout = options.pop("default_timeout", 300)
         ignore_delete_many_errors = options.pop("ignore_delete_many_errors", False)
+        previous = [options.pop(n) for n in list(options) if str(n).upper() == PREVIOUS_CACHE]
         location, location_key, options, sources = translate_settings(config, options)
         try:
-            cache = cls(
+            # With PREVIOUS_CACHE: the class that adopts the old cache's keys (flask.previous).
+            cache = (adopting(cls) if previous else cls)(
                 location,
                 options,
                 key_prefix=config.get("CACHE_KEY_PREFIX"),
@@ -220,6 +226,10 @@ class ShardedSentinelCache(BaseCache):
             )
         except ConfigurationError as exc:
             raise in_flask_terms(exc, location_key, sources) from exc
+        if previous:
+            kind = previous[0].get("CACHE_TYPE") if isinstance(previous[0], Mapping) else None
+            refuse_with_resharding(cache.pool_config.previous_masters, PREVIOUS_SETTING, kind)
+            cache.previous_cache = build_previous(previous[0])
         if app is not None:
             init_app(app)
         return cache

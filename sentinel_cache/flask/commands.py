@@ -24,6 +24,7 @@ from flask import Flask, current_app
 from flask.cli import ScriptInfo
 
 from sentinel_cache.core.admin import commands, reshard, status
+from sentinel_cache.core.admin.reshard import previous
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConfigurationError
 
@@ -250,6 +251,9 @@ def _emit(documents: list[dict[str, Any]]) -> None:
 @click.pass_context
 def sentinel_reshard_command(ctx: click.Context, **values: Any) -> None:
     refuse_bad_values(commands.RESHARD, values)
+    if values["from_previous"]:
+        _from_previous(current_or_loaded_app(ctx), values)
+        return
     cores = _cores(current_or_loaded_app(ctx), values["cache"])
     match, retry_for = values["match"], values["retry_for"]
     if values["dry_run"]:
@@ -303,6 +307,53 @@ def sentinel_reshard_command(ctx: click.Context, **values: Any) -> None:
             text = reshard.render_report(r, title=title if len(reports) > 1 else None)
             click.echo(("\n" if n else "") + text, nl=False)
     if not all(r.complete for _, r in reports):
+        raise click.exceptions.Exit(EXIT_ERRORS)
+
+
+def _from_previous(app: Flask, values: Mapping[str, Any]) -> None:
+    """``--from-previous-cache``: every key of each cache's PREVIOUS_CACHE adopted (or counted)."""
+    adopting = [
+        (backend.resolved_prefix(), *backend.adoption())
+        for backend in select_backends(app, values["cache"])
+        if hasattr(backend, "adoption")
+    ]
+    if not adopting:
+        config_error(
+            "no cache has PREVIOUS_CACHE in CACHE_OPTIONS: set it to the Flask-Caching "
+            "configuration being replaced, deploy, then run this"
+        )
+
+    def progress(title: str) -> reshard.ProgressPrinter | None:
+        if values["json"]:
+            return None
+        click.echo(f"{title}: migrating", err=True)
+        return reshard.ProgressPrinter(
+            lambda text: click.echo(text, err=True, nl=False), tty=sys.stderr.isatty()
+        )
+
+    try:
+        documents, texts, complete = previous.run_previous(
+            adopting,
+            dry_run=values["dry_run"],
+            rate=values["rate"],
+            batch=values["batch"],
+            sample=values["sample"],
+            progress=progress,
+        )
+    except ConfigurationError as exc:
+        config_error(str(exc))
+    except KeyboardInterrupt:
+        click.echo(
+            "interrupted: the keys moved so far stay moved; run the command again to continue "
+            "(what is left stays readable through PREVIOUS_CACHE)",
+            err=True,
+        )
+        raise click.exceptions.Exit(130) from None
+    if values["json"]:
+        _emit(list(documents.values()))
+    else:
+        click.echo("\n".join(texts), nl=False)
+    if not complete:
         raise click.exceptions.Exit(EXIT_ERRORS)
 
 

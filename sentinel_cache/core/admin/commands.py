@@ -88,6 +88,7 @@ class Command:
     help: str
     options: tuple[Option, ...]
     needs: Mapping[str, str] | None = None  # dest -> the flag dest it needs
+    excludes: Mapping[str, str] | None = None  # dest -> the flag dest it cannot go with
 
     def option(self, dest: str) -> Option:
         for option in self.options:
@@ -101,6 +102,12 @@ class Command:
         for dest, needed in (self.needs or {}).items():
             if values.get(dest) is not None and not values.get(needed):
                 found.append(f"{self.option(dest).flag} needs {self.option(needed).flag}")
+        for dest, other in (self.excludes or {}).items():
+            given = values.get(dest) not in (None, self.option(dest).default)
+            if given and values.get(other):
+                found.append(
+                    f"{self.option(dest).flag} cannot be used with {self.option(other).flag}"
+                )
         return found
 
 
@@ -153,7 +160,8 @@ STATUS = Command(
 RESHARD = Command(
     django_name="sentinel_reshard",
     flask_name="sentinel-reshard",
-    help="Move the keys whose owner changed (MASTERS with PREVIOUS_MASTERS) to their new owner. "
+    help="Move the keys whose owner changed (MASTERS with PREVIOUS_MASTERS) to their new owner, "
+    "or with --from-previous-cache the keys of the cache being replaced (PREVIOUS_CACHE). "
     "Exit code: 0 done, 1 finished with errors (run it again), 3 configuration error.",
     options=(
         Option("--cache", "cache", CACHE_HELP, metavar="CACHE"),
@@ -182,6 +190,15 @@ RESHARD = Command(
         ),
         Option("--json", "json", "Print the report as JSON.", type=bool, default=False),
         Option(
+            "--from-previous-cache",
+            "from_previous",
+            "Instead: move every key of the cache being replaced (PREVIOUS_CACHE) into this "
+            "one, never over a key this one has (its own key pattern is scanned: no --match, "
+            "--retry-for).",
+            type=bool,
+            default=False,
+        ),
+        Option(
             "--sample",
             "sample",
             "With --dry-run: scan only this many keys per shard (default: every key).",
@@ -209,6 +226,7 @@ RESHARD = Command(
         ),
     ),
     needs={"sample": "dry_run"},
+    excludes={"match": "from_previous", "retry_for": "from_previous"},
 )
 
 

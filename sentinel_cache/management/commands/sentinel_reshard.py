@@ -6,6 +6,9 @@ another shard now, with its remaining TTL, never over a newer value; a second ru
 and a run that was stopped is simply started again. ``--dry-run`` only counts what would move,
 and warns when the change moves far more keys than needed.
 
+``--from-previous-cache`` instead empties the cache being replaced (``PREVIOUS_CACHE``, see
+:mod:`sentinel_cache.django.previous`) into the sharded one, never over a key it has.
+
 Exit code 0 done, 1 finished with errors (a shard was given up: run it again), 3 a configuration
 or usage error (nothing was moved), as ``sentinel_status``. The options are declared in
 :data:`sentinel_cache.core.admin.commands.RESHARD`, shared with ``flask sentinel-reshard``.
@@ -15,10 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.cache import caches
+from django.core.exceptions import ImproperlyConfigured
+
 from sentinel_cache.core.admin import commands, reshard
+from sentinel_cache.core.admin.reshard import previous
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django.checks import BACKEND
 from sentinel_cache.django.commands import SentinelCacheCommand, config_error
+from sentinel_cache.django.previous import AdoptingCache
+from sentinel_cache.exceptions import ConfigurationError
 
 EXIT_ERRORS = 1
 
@@ -29,6 +38,11 @@ class Command(SentinelCacheCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.refuse_bad_values(options)
+        if options["from_previous"]:
+            code = self._from_previous(options)
+            if code:
+                raise SystemExit(code)
+            return
         cores = self._cores(options["cache"])
         run = self._plan if options["dry_run"] else self._migrate
         code = run(cores, options)
@@ -123,3 +137,61 @@ class Command(SentinelCacheCommand):
                 ending="",
             )
         return 0 if all(r.complete for r in reports.values()) else EXIT_ERRORS
+
+    # -- --from-previous-cache ------------------------------------------------------------
+    def _from_previous(self, options: dict[str, Any]) -> int:
+        """Every key of each PREVIOUS_CACHE adopted (or, with --dry-run, counted)."""
+        adopting = []
+        for alias in self.aliases(options["cache"]):
+            self.core(alias)  # a config error naming the alias if it does not parse
+            cache = caches[alias]
+            if isinstance(cache, AdoptingCache):
+                try:
+                    adopting.append((alias, *cache.adoption()))
+                except ImproperlyConfigured as exc:
+                    raise config_error(f"cache {alias!r}: {exc}") from exc
+        if not adopting:
+            raise config_error(
+                f"no cache using {BACKEND} has PREVIOUS_CACHE set: set OPTIONS['PREVIOUS_CACHE'] "
+                "to the alias of the cache being replaced, deploy, then run this"
+            )
+        printers: list[reshard.ProgressPrinter] = []
+
+        def progress(title: str) -> reshard.ProgressPrinter | None:
+            if options["json"]:
+                return None
+            for printer in printers:
+                printer.close()
+            self.stderr.write(f"{title}: migrating")
+            printers.append(
+                reshard.ProgressPrinter(
+                    lambda text: self.stderr.write(text, ending=""), tty=self.stderr.isatty()
+                )
+            )
+            return printers[-1]
+
+        try:
+            documents, texts, complete = previous.run_previous(
+                adopting,
+                dry_run=options["dry_run"],
+                rate=options["rate"],
+                batch=options["batch"],
+                sample=options["sample"],
+                progress=progress,
+            )
+        except ConfigurationError as exc:
+            raise config_error(str(exc)) from exc
+        except KeyboardInterrupt:
+            self.stderr.write(
+                "interrupted: the keys moved so far stay moved; run the command again to "
+                "continue (what is left stays readable through PREVIOUS_CACHE)"
+            )
+            raise SystemExit(130) from None
+        finally:
+            for printer in printers:
+                printer.close()
+        if options["json"]:
+            self.stdout.write(reshard.render_json(documents), ending="")
+        else:
+            self.stdout.write("\n".join(texts), ending="")
+        return 0 if complete else EXIT_ERRORS

@@ -1,0 +1,534 @@
+"""Warm adoption (issue 25): the cache a team runs today (django-redis, Django's ``RedisCache``,
+Flask-Caching's Redis backend) read through and emptied into this one, framework-free.
+
+The adapters wrap the old backend in a :class:`PreviousCache` (its own key function, serializer,
+compressor and sharding read the values) and apply two rules, each declared once there:
+
+* a miss is served from the previous cache and copied (:meth:`Adopter.adopt`);
+* a write or delete removes the previous copy first (:meth:`Adopter.forget`), and a ``clear``
+  or pattern delete empties the previous cache first (:meth:`Adopter.cleared`).
+
+The copies pass the resharding's guard (:data:`~sentinel_cache.core.ops.scripts.COPY_MISSING`):
+never over a value there, never over a delete since (its tombstone), never after the copy's
+deadline. A delete removes the previous copy, then leaves a tombstone before it deletes ours,
+so a copy of a deleted value that read the previous cache before the delete either lands before
+the delete on ours (which removes it) or is refused (read the protocol in the scripts module).
+
+:func:`migrate_previous` empties the previous cache (``sentinel_reshard --from-previous-cache``,
+``flask sentinel-reshard --from-previous-cache``): its servers ``SCAN``ned for its keys, each
+batch adopted as a reader would, reported like a resharding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sentinel_cache.core.admin.reshard.calls import TokenBucket
+from sentinel_cache.core.admin.reshard.rendering import render_report
+from sentinel_cache.core.admin.reshard.reports import PairReport, Progress, Report, ShardReport
+from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.ops.scripts import (
+    CLEARED,
+    COPY_MISSING,
+    TOMBSTONE_MS,
+    TOMBSTONE_PREFIX,
+    copy_deadline,
+)
+from sentinel_cache.core.topology.shard import MASTER_ERRORS, Shard
+from sentinel_cache.exceptions import ConfigurationError
+
+__all__ = [
+    "COPIED",
+    "DELETED",
+    "EXPIRED",
+    "GONE",
+    "KEPT",
+    "LATE",
+    "PRESENT",
+    "Adopter",
+    "PreviousCache",
+    "PreviousPlan",
+    "migrate_previous",
+    "plan_previous",
+    "pttls_on",
+    "refuse_with_resharding",
+    "render_previous_plan",
+    "run_previous",
+]
+
+logger = logging.getLogger("sentinel_cache")
+
+#: A copy's outcome: copied; refused, a value is on ours (it wins); refused, deleted or cleared
+#: on ours since; gone from the previous cache before its TTL was read; refused, too late.
+COPIED, PRESENT, DELETED, EXPIRED, LATE = "copied", "present", "deleted", "expired", "late"
+#: The outcomes that leave the previous copy where it is.
+KEPT = (DELETED, LATE)
+#: What :meth:`PreviousCache.pttls` says of a key that is not there (any more).
+GONE = -2
+
+
+def refuse_with_resharding(previous_masters: Sequence[str], setting: str, value: Any) -> None:
+    """A ConfigurationError naming ``setting`` when a resharding is under way too: a copy would
+    go to a key's new owner while a newer value may still be on its previous one."""
+    if previous_masters:
+        raise ConfigurationError(
+            option=setting,
+            value=value,
+            reason="cannot be combined with PREVIOUS_MASTERS: finish the resharding (or the "
+            "adoption) first, then start the other",
+        )
+
+
+class PreviousCache(Protocol):
+    """The cache being replaced, through its own backend (keys are the caller's)."""
+
+    label: str  # for messages and reports, e.g. "CACHES['old']"
+
+    def read(self, keys: Sequence[Any]) -> dict[Any, Any]:
+        """The values it holds of these keys (absent ones left out)."""
+
+    def pttls(self, keys: Sequence[Any]) -> dict[Any, int | None]:
+        """Each key's milliseconds left, None for no expiry, :data:`GONE`; or its default when
+        the backend cannot tell (the adapter's rule). One round trip per server."""
+
+    def remove(self, keys: Sequence[Any]) -> None:
+        """Delete these keys from it."""
+
+    def clear(self, pattern: str | None) -> None:
+        """Empty it (``pattern``: only the keys of ours matching this glob)."""
+
+    def servers(self) -> Sequence[tuple[str, Any]]:
+        """(label, redis-py client) of every server holding its keys, for the migration's SCAN;
+        a ConfigurationError naming the option if the backend cannot list its keys."""
+
+    def pattern(self) -> str:
+        """The SCAN pattern of its keys (its prefix and version)."""
+
+    def key_of(self, stored: bytes) -> Any:
+        """The caller's key for a stored key the SCAN found."""
+
+
+class Adopter:
+    """The two rules over our sync client; ``make_key`` turns a caller's key into ours."""
+
+    def __init__(self, client: CacheClient, make_key: Callable[[Any], str]) -> None:
+        self.client = client
+        self.make_key = make_key
+
+    def _by_shard(self, keys: Sequence[Any]) -> dict[Shard, dict[str, Any]]:
+        shard_for = self.client.core.shard_for
+        groups: dict[Shard, dict[str, Any]] = {}
+        for key in keys:
+            made = self.make_key(key)
+            groups.setdefault(shard_for(made), {})[made] = key
+        return groups
+
+    def adopt(
+        self, previous: PreviousCache, keys: Sequence[Any], *, strict: bool = True
+    ) -> tuple[dict[Any, Any], dict[Any, tuple[str, str]]]:
+        """Read ``keys`` from the previous cache and copy what it has to their shards with its
+        remaining TTL, then delete the previous copies that are on ours now. Returns the values
+        read (served whatever the copy's outcome) and each key's (shard name, outcome). A
+        shard's error is raised, or with ``strict`` False (a reader: the value is served anyway)
+        logged, that shard's keys left uncopied (:data:`LATE`) and their previous copies kept.
+        A key the previous cache does not have costs its one read, nothing on ours."""
+        began = time.monotonic()
+        found = previous.read(list(keys))
+        if not found:
+            return found, {}
+        ttls = previous.pttls([key for key in keys if key in found])
+        groups = self._by_shard([key for key in keys if key in found])
+        run = self.client.run
+        # Each owner's clock, read after the previous cache: its TIME ran at most ``elapsed``
+        # after that read, so every deadline is no later than TOMBSTONE_MS after the read.
+        deadlines: dict[Shard, int | None] = {}
+        for shard in groups:
+            try:
+                clock = run(shard, lambda r: r.time(), write=True)
+                deadlines[shard] = copy_deadline(clock, time.monotonic() - began)
+            except MASTER_ERRORS as exc:
+                if strict:
+                    raise
+                self._not_copied(previous, shard, exc)
+                deadlines[shard] = None
+        outcomes: dict[Any, tuple[str, str]] = {}
+        for shard, made in groups.items():
+            items: list[tuple[str, Any, tuple[Any, int]]] = []
+            for final, key in made.items():
+                if key not in found:
+                    continue
+                ttl = ttls[key]
+                if ttl == GONE or ttl == 0:  # expired between its read and now
+                    outcomes[key] = (shard.name, EXPIRED)
+                else:  # 0 is "no expiry" to the copy script
+                    items.append((final, key, (self.client.encode(found[key]), ttl or 0)))
+            deadline = deadlines[shard]
+            if not items:
+                continue
+            try:
+                if deadline is None:
+                    replies = [LATE] * len(items)
+                else:
+                    replies = run(shard, _copier(items, deadline), write=True)
+            except MASTER_ERRORS as exc:
+                if strict:
+                    raise
+                self._not_copied(previous, shard, exc)
+                replies = [LATE] * len(items)
+            for (_, key, _), outcome in zip(items, replies, strict=True):
+                outcomes[key] = (shard.name, outcome)
+        # Deleted or cleared on ours: the delete removed the previous copy already, and a
+        # clear of other keys (the mark is per database) must not lose this one.
+        done = [key for key, (_, outcome) in outcomes.items() if outcome in (COPIED, PRESENT)]
+        if done:
+            previous.remove(done)
+        return found, outcomes
+
+    @staticmethod
+    def _not_copied(previous: PreviousCache, shard: Shard, exc: BaseException) -> None:
+        logger.warning(
+            "read through %s: not copied to shard %s (served, its old copy kept): %s: %s",
+            previous.label,
+            shard.name,
+            type(exc).__name__,
+            exc,
+        )
+
+    def forget(self, previous: PreviousCache, keys: Sequence[Any]) -> None:
+        """Before a write or delete of ``keys`` on ours: their previous copies deleted, then a
+        tombstone for each on its shard (no copy read before the delete lands after it)."""
+        if not keys:
+            return
+        previous.remove(keys)
+        for shard, made in self._by_shard(keys).items():
+            marks = [(f"{TOMBSTONE_PREFIX}{final}", TOMBSTONE_MS) for final in made]
+            self._mark(shard, marks, "tombstones of a write")
+
+    def cleared(self, previous: PreviousCache, pattern: str | None) -> None:
+        """Before a ``clear`` (``pattern`` None) or a pattern delete on ours: the previous
+        cache emptied of those keys, then every shard marked cleared for TOMBSTONE_MS: no
+        copy read before lands after (copies of any key are refused meanwhile; the values are
+        still served, their previous copies kept). A ``clear`` without a prefix flushes the
+        mark too: call :meth:`mark_cleared` again after it."""
+        previous.clear(pattern)
+        self.mark_cleared()
+
+    def mark_cleared(self) -> None:
+        for shard in self.client.core.shards:
+            self._mark(shard, [(CLEARED, TOMBSTONE_MS)], "clear mark")
+
+    def _mark(self, shard: Shard, marks: Sequence[tuple[str, int]], what: str) -> None:
+        """The marks written on the shard; with IGNORE_EXCEPTIONS an unavailable shard is
+        skipped (logged) like the operation that follows, which skips it too."""
+        try:
+            self.client.run(shard, _marker(marks), write=True)
+        except MASTER_ERRORS as exc:
+            if not self.client.fail_open.skip(shard, exc, what):
+                raise
+
+    def present(self, keys: Sequence[Any]) -> int:
+        """How many of ``keys`` ours has (a dry run's "already present")."""
+        count = 0
+        for shard, made in self._by_shard(keys).items():
+            count += int(self.client.run(shard, _exists(list(made)), write=False))
+        return count
+
+
+def pttls_on(servers: Sequence[tuple[Any, list[tuple[Any, Any]]]]) -> dict[Any, int | None]:
+    """``PTTL`` of stored keys, one pipeline per server: ``[(server, [(key, stored key)])]`` ->
+    each key's milliseconds left, None for no expiry, :data:`GONE` (the adapters' helper)."""
+    found: dict[Any, int | None] = {}
+    for server, pairs in servers:
+        pipe = server.pipeline(transaction=False)
+        for _, stored in pairs:
+            pipe.pttl(stored)
+        for (key, _), left in zip(pairs, pipe.execute(), strict=True):
+            found[key] = None if int(left) == -1 else int(left)
+    return found
+
+
+def _exists(keys: Sequence[str]) -> Callable[[Any], Any]:
+    return lambda redis_client: redis_client.exists(*keys)
+
+
+def _marker(marks: Sequence[tuple[str, int]]) -> Callable[[Any], Any]:
+    def send(redis_client: Any) -> Any:
+        pipe = redis_client.pipeline(transaction=False)
+        for name, ms in marks:
+            pipe.set(name, 1, px=ms)
+        return pipe.execute()
+
+    return send
+
+
+def _copier(
+    items: Sequence[tuple[str, Any, tuple[Any, int]]], deadline: int
+) -> Callable[[Any], list[str]]:
+    """The copies of one shard and, in the same transaction, why each refused one was refused."""
+    finals = [final for final, _, _ in items]
+    args = [x for _, _, (data, ttl) in items for x in (data, ttl)]
+
+    def send(redis_client: Any) -> list[str]:
+        pipe = redis_client.pipeline(transaction=True)
+        pipe.eval(COPY_MISSING, len(finals), *finals, deadline, *args)
+        for final in finals:
+            pipe.exists(final)
+            pipe.exists(f"{TOMBSTONE_PREFIX}{final}")
+        pipe.exists(CLEARED)
+        replies = pipe.execute()
+        copied, checks, cleared = replies[0], replies[1:-1], replies[-1]
+        outcomes = []
+        for i, done in enumerate(copied):
+            if done:
+                outcomes.append(COPIED)
+            elif checks[2 * i]:
+                outcomes.append(PRESENT)
+            elif checks[2 * i + 1] or cleared:
+                outcomes.append(DELETED)
+            else:
+                outcomes.append(LATE)
+        return outcomes
+
+    return send
+
+
+def _scan(server: Any, pattern: str, batch: int) -> Iterator[list[bytes]]:
+    """The server's keys matching ``pattern``, a SCAN batch at a time."""
+    cursor = 0
+    while True:
+        cursor, keys = server.scan(cursor, match=pattern, count=batch)
+        if keys:
+            yield list(keys)
+        if int(cursor) == 0:
+            return
+
+
+def migrate_previous(
+    adopter: Adopter,
+    previous: PreviousCache,
+    *,
+    rate: float | None = None,
+    batch: int = 500,
+    progress: Callable[[Progress], None] | None = None,
+) -> Report:
+    """Every key of the previous cache adopted, as a reader would (the same guard, the same
+    TTLs, never over a value ours has), then deleted from it. Resumable: what is adopted is
+    gone from the previous cache, so a second run (or a run after a killed one) handles only
+    what is left. A server or shard error gives that server up (the report says so; run again).
+    ``rate`` caps the keys adopted per second."""
+    if batch < 1:
+        raise ValueError(f"batch must be a positive number of keys, got {batch}")
+    if rate is not None and rate <= 0:
+        raise ValueError(f"rate must be a positive number of keys per second, got {rate}")
+    servers = previous.servers()  # a ConfigurationError before anything is read
+    pattern = previous.pattern()
+    chunk = batch if rate is None else max(1, min(batch, int(rate / 10)))
+    bucket = None if rate is None else TokenBucket(rate, chunk)
+    started = time.monotonic()
+    pairs: dict[tuple[str, str], list[int]] = {}
+    sizes: list[int | None] = []
+    for _, server in servers:
+        try:
+            sizes.append(int(server.dbsize()))
+        except MASTER_ERRORS:
+            sizes.append(None)
+    shards: list[ShardReport] = []
+    totals = [0, 0]  # scanned, handled
+    for position, (label, server) in enumerate(servers):
+        began = time.monotonic()
+        counts = {"scanned": 0, COPIED: 0, PRESENT: 0, "gone": 0, LATE: 0}
+        error: str | None = None
+        try:
+            for stored in _scan(server, pattern, batch):
+                counts["scanned"] += len(stored)
+                keys = [previous.key_of(k) for k in stored]
+                for i in range(0, len(keys), chunk):
+                    part = keys[i : i + chunk]
+                    if bucket is not None:
+                        bucket.take(len(part))
+                    _, outcomes = adopter.adopt(previous, part)
+                    for key in part:
+                        shard, outcome = outcomes.get(key, ("-", EXPIRED))
+                        # Refused as deleted: the old copy is kept (see adopt), so run again.
+                        kind = {COPIED: COPIED, PRESENT: PRESENT, EXPIRED: "gone"}.get(
+                            outcome, LATE
+                        )
+                        counts[kind] += 1
+                        index = {COPIED: 0, PRESENT: 1}.get(outcome, 2)
+                        if kind != LATE:
+                            pairs.setdefault((label, shard), [0, 0, 0])[index] += 1
+                if progress is not None:
+                    progress(
+                        _progress(label, position, len(servers), counts, sizes, totals, started)
+                    )
+        except Exception as exc:  # reported: this server is given up, the others still run
+            error = f"{type(exc).__name__}: {exc}"
+            logger.error("adoption from %s: server %s given up: %s", previous.label, label, error)
+        if counts[LATE] and error is None:
+            error = (
+                f"{counts[LATE]} keys not copied (deleted or cleared on this cache in the last "
+                f"{TOMBSTONE_MS // 1000} s, or their copy came after its deadline): run again"
+            )
+        if progress is not None:
+            last = _progress(label, position, len(servers), counts, sizes, totals, started)
+            progress(dataclasses.replace(last, done=True, error=error))
+        totals[0] += counts["scanned"]
+        totals[1] += counts[COPIED] + counts[PRESENT] + counts["gone"]
+        shards.append(
+            ShardReport(
+                name=label,
+                position=position,
+                leaving=False,
+                keys=sizes[position],
+                scanned=counts["scanned"],
+                moved=counts[COPIED],
+                already_present=counts[PRESENT],
+                expired=counts["gone"],
+                restarts=0,
+                seconds=time.monotonic() - began,
+                complete=error is None,
+                error=error,
+            )
+        )
+    return Report(
+        match=pattern,
+        rate_limit=rate,
+        seconds=time.monotonic() - started,
+        shards=tuple(shards),
+        pairs=tuple(PairReport(a, b, *c) for (a, b), c in sorted(pairs.items())),
+    )
+
+
+def _progress(
+    label: str,
+    position: int,
+    servers: int,
+    counts: dict[str, int],
+    sizes: Sequence[int | None],
+    totals: Sequence[int],
+    started: float,
+) -> Progress:
+    elapsed = max(time.monotonic() - started, 1e-9)
+    handled = counts[COPIED] + counts[PRESENT] + counts["gone"]
+    total_scanned = totals[0] + counts["scanned"]
+    total_keys = sum(size or 0 for size in sizes)
+    scan_rate = total_scanned / elapsed
+    left = max(total_keys - total_scanned, 0)
+    return Progress(
+        shard=label,
+        position=position,
+        shards=servers,
+        scanned=counts["scanned"],
+        moved=handled,
+        keys=sizes[position] or 0,
+        total_scanned=total_scanned,
+        total_moved=totals[1] + handled,
+        total_keys=total_keys,
+        elapsed=elapsed,
+        rate=(totals[1] + handled) / elapsed,
+        scan_rate=scan_rate,
+        eta=left / scan_rate if scan_rate > 0 else None,
+    )
+
+
+@dataclass(frozen=True)
+class PreviousPlan:
+    """A dry run: per server of the previous cache, the keys found and how many ours has
+    already (those stay ours; the others would be copied)."""
+
+    label: str
+    pattern: str
+    servers: tuple[tuple[str, int, int], ...]  # (server, keys scanned, already on ours)
+    complete: bool = True
+
+    @property
+    def scanned(self) -> int:
+        return sum(s[1] for s in self.servers)
+
+    @property
+    def present(self) -> int:
+        return sum(s[2] for s in self.servers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": True,
+            "previous_cache": self.label,
+            "match": self.pattern,
+            "scanned": self.scanned,
+            "would_copy": self.scanned - self.present,
+            "already_present": self.present,
+            "complete": self.complete,
+            "servers": [
+                {"server": name, "scanned": scanned, "already_present": present}
+                for name, scanned, present in self.servers
+            ],
+        }
+
+
+def plan_previous(
+    adopter: Adopter, previous: PreviousCache, *, batch: int = 500, sample: int | None = None
+) -> PreviousPlan:
+    """Count what :func:`migrate_previous` would copy; nothing is written (``sample``: at most
+    that many keys per server)."""
+    found = []
+    for label, server in previous.servers():
+        scanned = present = 0
+        for stored in _scan(server, previous.pattern(), batch):
+            if sample is not None:
+                stored = stored[: sample - scanned]
+            scanned += len(stored)
+            present += adopter.present([previous.key_of(k) for k in stored])
+            if sample is not None and scanned >= sample:
+                break
+        found.append((label, scanned, present))
+    return PreviousPlan(previous.label, previous.pattern(), tuple(found), sample is None)
+
+
+def render_previous_plan(plan: PreviousPlan, *, title: str | None = None) -> str:
+    """A dry run for a terminal."""
+    lines = [title] if title else []
+    sampled = "" if plan.complete else " (a sample)"
+    lines.append(
+        f"Dry run{sampled}: {plan.scanned:,} keys in {plan.label} matching {plan.pattern!r}; "
+        f"{plan.scanned - plan.present:,} would be copied, {plan.present:,} are on ours already "
+        "(ours win; their old copies would be deleted). Nothing was written."
+    )
+    for name, scanned, present in plan.servers:
+        lines.append(f"  {name}: {scanned:,} keys, {present:,} on ours already")
+    return "\n".join(lines) + "\n"
+
+
+def run_previous(
+    caches: Sequence[tuple[str, Adopter, PreviousCache]],
+    *,
+    dry_run: bool,
+    rate: float | None,
+    batch: int,
+    sample: int | None,
+    progress: Callable[[str], Callable[[Progress], None] | None],
+) -> tuple[dict[str, dict[str, Any]], list[str], bool]:
+    """What both ``--from-previous-cache`` commands do for their caches, given as (name,
+    adopter, previous): each dry-run or migrated (``progress(title)`` gives the callback, or
+    None); returns each one's JSON document by name, the texts and whether all completed."""
+    documents: dict[str, dict[str, Any]] = {}
+    texts: list[str] = []
+    complete = True
+    for name, adopter, previous in caches:
+        title = f"cache {name!r} from {previous.label}"
+        if dry_run:
+            found = plan_previous(adopter, previous, batch=batch, sample=sample)
+            documents[name] = found.to_dict()
+            texts.append(render_previous_plan(found, title=title))
+            continue
+        report = migrate_previous(
+            adopter, previous, rate=rate, batch=batch, progress=progress(title)
+        )
+        complete = complete and report.complete
+        documents[name] = report.to_dict()
+        texts.append(render_report(report, title=title))
+    return documents, texts, complete
