@@ -30,7 +30,8 @@ EVERY_OPTION = {
     "sentinel_status": ["--cache", "main", "--json", "--watch", "0.5", "--timeout", "0.25",
                         "--fail-on", "down", "--iterations", "3"],
     "sentinel_reshard": ["--cache", "main", "--dry-run", "--rate", "100", "--match", "user:*",
-                         "--json", "--sample", "50", "--batch", "20", "--retry-for", "2.5"],
+                         "--json", "--sample", "50", "--batch", "20", "--retry-for", "2.5",
+                         "--from-previous-cache"],
 }  # fmt: skip
 
 
