@@ -46,6 +46,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from example_project import demo_outage
+
 SPREAD_KEYS = 4000
 USERNAME = "demo"
 PASSWORD = "sharded-sentinel-demo"  # a throwaway account on a throwaway sqlite database
@@ -250,6 +252,9 @@ class Demo:
         self.near_cache()
         self.reshard()
         self.flask()
+        for step in demo_outage.STEPS:  # a cold page computed once; a crash, nobody logged out
+            if (problem := step(self)) is not None:
+                raise DemoFailure(problem)
 
     def stop(self) -> None:
         """Stop everything this demo started (safe after a partial start)."""
