@@ -14,7 +14,9 @@ The hook is the decorators' own calls: a decorated call marks itself (a context 
 ``get`` of the key takes the lock on a miss, its ``set`` of that key releases it, and the
 call's end releases it in any case. ``@memoize`` also keeps a version per function: a cold one
 is created by the first caller and adopted by the others (Flask-Caching would let each make its
-own, and compute under its own key).
+own, and compute under its own key). With ``STAMPEDE_EARLY_REFRESH``, a decorated call's read
+also gets the key's time left and its last computation's duration (one round trip), and may
+recompute it shortly before it expires, as ``get_or_set`` does.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 from flask_caching import Cache as FlaskCachingCache
 
+from sentinel_cache.core.ops.plans import MISS
 from sentinel_cache.flask.cache import ShardedSentinelCache
 from sentinel_cache.single_flight import SingleFlight, Ticket
 
@@ -89,22 +92,38 @@ class Cache(FlaskCachingCache):
 
     def get(self, *args: Any, **kwargs: Any) -> Any:
         """Flask-Caching's; in a decorated call, a miss of its key takes the key's lock, or
-        waits for the caller that holds it and looks again."""
-        value = super().get(*args, **kwargs)
+        waits for the caller that holds it and looks again; with early refresh, a hit about to
+        expire is a miss for one caller, who recomputes it (the others keep the value)."""
         state = _call.get()
-        if value is not None or state is None or state.looked:
-            return value
+        flight = None if state is None or state.looked else self._flight()
+        if state is None or flight is None:
+            return super().get(*args, **kwargs)
         state.looked = True
-        flight = self._flight()
-        if flight is None:
-            return value
         backend, single = flight
         key = args[0] if args else kwargs["key"]
-        ticket = single.begin(backend.resolved_prefix() + key)
+        final = backend.resolved_prefix() + key
+        early = backend.options.stampede_early_refresh
+        if early:
+            value, ticket = single.read(final, early)
+            value = None if value is MISS else value
+        else:
+            value, ticket = super().get(*args, **kwargs), None
+        if value is not None and ticket is None:
+            return value
+        ticket = ticket or single.begin(final)
         if ticket is None:  # another caller computed it: stored, unless it was not to be
             return super().get(*args, **kwargs)
         state.key, state.ticket = key, ticket
         return None
+
+    def has(self, *args: Any, **kwargs: Any) -> bool:
+        """Flask-Caching's; False for the key a decorated call is to recompute (with
+        ``cache_none`` its wrapper asks after a None)."""
+        state = _call.get()
+        key = args[0] if args else kwargs.get("key")
+        if state is not None and state.ticket is not None and key == state.key:
+            return False
+        return bool(super().has(*args, **kwargs))
 
     def set(self, *args: Any, **kwargs: Any) -> Any:
         """Flask-Caching's; the decorated call's store of its key releases the key's lock."""

@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template import engines
 from django.template.response import TemplateResponse
 from django.test import RequestFactory, override_settings
+from django.utils.cache import get_cache_key
 from django_support import cache_entry, configure_django, remember, unique_prefix
 from threads import Workers
 
@@ -240,3 +241,68 @@ def test_the_middleware_serves_a_cold_page_once(cluster: LocalSentinelCluster) -
         bodies = requests(middleware, f"/site/{uuid.uuid4().hex}/", 8, go)
         caches["on"].clear()
     assert ran == [1] and len(set(bodies)) == 1
+
+
+def steady_reads(cluster: LocalSentinelCluster, early: float) -> tuple[list[float], int]:
+    """3 threads request a page cached for 1 s, back to back for 3.5 s, while a prober's plain
+    GET of the page's key every 5 ms counts the times it was missing; returns when each
+    computation began, and that count."""
+    options = {"STAMPEDE_PROTECTION": True, "STAMPEDE_EARLY_REFRESH": early}
+    settings = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "steady": cache_entry(cluster, KEY_PREFIX=unique_prefix(), OPTIONS=options),
+    }
+    runs: list[float] = []
+    missing = 0
+    path = f"/steady/{uuid.uuid4().hex}/"
+
+    @cache_page(1, cache="steady")
+    def view(request: HttpRequest) -> HttpResponse:
+        runs.append(time.monotonic())
+        time.sleep(0.05)
+        return HttpResponse(f"steady {uuid.uuid4().hex}")
+
+    with override_settings(CACHES=settings):
+        cache = remember(caches["steady"])
+        view(RequestFactory().get(path))  # the first computation: stored, its duration too
+        key = get_cache_key(RequestFactory().get(path), None, "GET", cache=cache)
+        assert key is not None
+        stored = cache.make_key(key)
+        raw = cache.core.client_for(stored)
+
+        def reader() -> None:
+            while not workers.stop.is_set():
+                assert view(RequestFactory().get(path)).status_code == 200
+                time.sleep(0.002)
+
+        def prober() -> None:
+            nonlocal missing
+            while not workers.stop.is_set():
+                missing += raw.get(stored) is None
+                time.sleep(0.005)
+
+        with Workers(timeout=30) as workers:
+            for _ in range(3):
+                workers.spawn(reader)
+            workers.spawn(prober)
+            time.sleep(3.5)
+        cache.clear()
+    return runs, missing
+
+
+def test_early_refresh_keeps_a_steadily_read_page_from_expiring(
+    cluster: LocalSentinelCluster,
+) -> None:
+    """With STAMPEDE_EARLY_REFRESH the page is recomputed shortly before it expires, by one
+    request at a time: a prober never finds it missing. Without, beside it, it expires every
+    second until a request recomputes it."""
+    runs, missing = steady_reads(cluster, 2.0)  # refreshes earlier: a stalled machine too
+    plain_runs, plain_missing = steady_reads(cluster, 0.0)
+    print(
+        f"\npage read for 3.5 s, 1 s timeout: {len(runs)} computations and {missing} "
+        f"probes missing with early refresh, {len(plain_runs)} and {plain_missing} without"
+    )
+    assert missing == 0
+    assert 3 <= len(runs) <= 10  # refreshed before each expiry, never a burst
+    assert min(b - a for a, b in zip(runs, runs[1:], strict=False)) > 0.05  # never two at once
+    assert plain_missing > 0

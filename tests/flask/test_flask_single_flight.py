@@ -207,3 +207,69 @@ def test_the_decorated_function_keeps_flask_cachings_attributes(
         doubled(4)
         key = doubled.make_cache_key(doubled.uncached, 4)
         assert 0 < cache.cache.client.ttl(cache.cache.resolved_prefix() + key) <= 5
+
+
+def steady_reads(cluster: LocalSentinelCluster, early: float) -> tuple[list[float], int]:
+    """3 threads request a view cached for 1 s, back to back for 3.5 s, while a prober's plain
+    GET of its key every 5 ms counts the times it was missing; returns when each computation
+    began, and that count. (A ``@cached`` view: a memoized function's key changes when its
+    version key expires, which Flask-Caching gives the value's timeout.)"""
+    options = {"STAMPEDE_PROTECTION": True, "STAMPEDE_EARLY_REFRESH": early}
+    app = Flask("single_flight_steady")
+    prefix = unique_prefix()
+    app.config.update(settings_for(cluster, CACHE_KEY_PREFIX=prefix, CACHE_OPTIONS=options))
+    cache = Cache(app)
+    runs: list[float] = []
+    missing = 0
+
+    @app.route("/steady")
+    @cache.cached(timeout=1)
+    def steady() -> str:
+        runs.append(time.monotonic())
+        time.sleep(0.05)
+        return f"steady {uuid.uuid4().hex}"
+
+    assert app.test_client().get("/steady").status_code == 200  # stored, its duration too
+    with app.app_context():
+        backend = cache.cache
+        opened[id(backend.core)] = backend.core
+    stored = prefix + "view//steady"  # Flask-Caching's key_prefix "view/%s", the path
+    raw = backend.core.client_for(stored)
+    assert raw.get(stored) is not None
+
+    def reader() -> None:
+        client = app.test_client()
+        while not workers.stop.is_set():
+            assert client.get("/steady").status_code == 200
+            time.sleep(0.002)
+
+    def prober() -> None:
+        nonlocal missing
+        while not workers.stop.is_set():
+            missing += raw.get(stored) is None
+            time.sleep(0.005)
+
+    with Workers(timeout=30) as workers:
+        for _ in range(3):
+            workers.spawn(reader)
+        workers.spawn(prober)
+        time.sleep(3.5)
+    return runs, missing
+
+
+def test_early_refresh_keeps_a_steadily_read_value_from_expiring(
+    cluster: LocalSentinelCluster,
+) -> None:
+    """With STAMPEDE_EARLY_REFRESH the value is recomputed shortly before it expires, by one
+    caller at a time: a prober never finds it missing. Without, beside it, it expires every
+    second until a caller recomputes it."""
+    runs, missing = steady_reads(cluster, 2.0)  # refreshes earlier: a stalled machine too
+    plain_runs, plain_missing = steady_reads(cluster, 0.0)
+    print(
+        f"\ncached view read for 3.5 s, 1 s timeout: {len(runs)} computations and {missing} "
+        f"probes missing with early refresh, {len(plain_runs)} and {plain_missing} without"
+    )
+    assert missing == 0
+    assert 3 <= len(runs) <= 10  # refreshed before each expiry, never a burst
+    assert min(b - a for a, b in zip(runs, runs[1:], strict=False)) > 0.05  # never two at once
+    assert plain_missing > 0
