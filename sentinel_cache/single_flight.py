@@ -30,14 +30,19 @@ import threading
 import time
 from typing import Any
 
-from sentinel_cache.core.ops._async.stampede import delta_key, lock_key, refresh_now
+from sentinel_cache.core.ops._async.stampede import (
+    FIRST_WAIT,
+    LONGEST_WAIT,
+    delta_key,
+    lock_key,
+    refresh_now,
+)
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.ops.plans import MISS, READ, WRITE, Command, is_ok, short_key
 
 logger = logging.getLogger("sentinel_cache")
 
-FIRST_WAIT, LONGEST_WAIT = 0.005, 0.05
 _SKIPPED: Any = object()  # the reply of a shard IGNORE_EXCEPTIONS skipped
 
 # This process's threads computing a key, per core: (core, key) -> the event its waiters wait on.

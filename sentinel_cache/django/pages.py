@@ -107,7 +107,10 @@ class CacheMiddleware(DjangoCacheMiddleware):
         """The key the page was just stored under, for early refresh to record its duration."""
         if not cache.cache_options.stampede_early_refresh:
             return None
-        key = get_cache_key(request, self.key_prefix, "GET", cache=cache)
+        try:
+            key = get_cache_key(request, self.key_prefix, "GET", cache=cache)
+        except Exception:  # the shard fails: the ticket's end (next) reports it, and must run
+            return None
         return None if key is None else cache.make_and_validate_key(key)
 
     def _store(self, request: HttpRequest, response: Any) -> Any:
