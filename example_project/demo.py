@@ -22,6 +22,8 @@ project over real HTTP from a thread of this process with the first 2 masters as
    users keep requesting pages; deployed without ``PREVIOUS_MASTERS``, every key is on its ring
    owner, no request failed and nobody was logged out;
 9. exercises the Flask app (``@cache.cached``, ``@cache.memoize``, ``flask sentinel-status``);
+10. runs :mod:`example_project.demo_outage`'s steps: a cold expensive page computed once, and a
+    crash (SIGKILL) of the session's master under logged-in traffic, nobody logged out;
 
 then stops everything it started. Exit code 0 when every step passed, 1 otherwise.
 """
