@@ -22,6 +22,7 @@ from django.utils.cache import get_cache_key
 from django_support import cache_entry, configure_django, remember, unique_prefix
 from threads import Workers
 
+from sentinel_cache.core.ops._sync.stampede import lock_key
 from sentinel_cache.django.pages import CacheMiddleware, cache_page
 from sentinel_cache.testing import LocalSentinelCluster
 
@@ -306,3 +307,34 @@ def test_early_refresh_keeps_a_steadily_read_page_from_expiring(
     assert 3 <= len(runs) <= 10  # refreshed before each expiry, never a burst
     assert min(b - a for a, b in zip(runs, runs[1:], strict=False)) > 0.05  # never two at once
     assert plain_missing > 0
+
+
+def test_a_dead_holders_lock_delays_a_page_by_at_most_its_timeout(
+    cluster: LocalSentinelCluster,
+) -> None:
+    """A holder that died mid-computation (its lock left on the server, nobody to release it):
+    the next request waits for the lock to expire, then runs the view itself; it never hangs."""
+    settings = caches_for(cluster)
+    settings["on"]["OPTIONS"]["STAMPEDE_LOCK_TIMEOUT"] = 1
+    ran: list[int] = []
+
+    @cache_page(60, cache="on")
+    def view(request: HttpRequest) -> HttpResponse:
+        ran.append(1)
+        return HttpResponse("after the dead holder")
+
+    path = f"/dead/{uuid.uuid4().hex}/"
+    with override_settings(CACHES=settings):
+        cache = remember(caches["on"])
+        middleware = CacheMiddleware(view, page_timeout=60, cache_alias="on")
+        _, flight_of, _ = middleware._look(RequestFactory().get(path))
+        assert flight_of is not None
+        key = flight_of[1]
+        cache.core.client_for(key).set(lock_key(key), "a holder that died", px=1000)
+        started = time.monotonic()
+        response = view(RequestFactory().get(path))
+        waited = time.monotonic() - started
+        assert view(RequestFactory().get(path)).content == response.content  # stored
+        cache.clear()
+    assert response.content == b"after the dead holder" and ran == [1]
+    assert 0.9 < waited < 1 + 2  # waited for the lock (not ignored), not beyond its expiry
