@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 COLD_REQUESTS = 16  # requests sent at once on the cold page
-CRASH_TRAFFIC_THREADS = 3  # request loops of the logged-in user during the crash
+CRASH_TRAFFIC_THREADS = 6  # request loops of the logged-in user during the crash
 SETTLED = 1.0  # seconds of traffic kept on the new master after the switch
 
 
