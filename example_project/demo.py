@@ -21,7 +21,12 @@ project over real HTTP from a thread of this process with the first 2 masters as
    deployed), ``sentinel_reshard --dry-run``, then the migration with its progress while the
    users keep requesting pages; deployed without ``PREVIOUS_MASTERS``, every key is on its ring
    owner, no request failed and nobody was logged out;
-9. exercises the Flask app (``@cache.cached``, ``@cache.memoize``, ``flask sentinel-status``);
+9. warm adoption (:mod:`example_project.demo_adoption`): a site moved from a django-redis server
+   with users logged in (``PREVIOUS_CACHE``), none logged out, no miss, then
+   ``sentinel_reshard --from-previous-cache`` empties the old server;
+10. exercises the Flask app (``@cache.cached``, ``@cache.memoize``, ``flask sentinel-status``);
+11. runs :mod:`example_project.demo_outage`'s steps: a cold expensive page computed once, and a
+    crash (SIGKILL) of the session's master under logged-in traffic, nobody logged out;
 
 then stops everything it started. Exit code 0 when every step passed, 1 otherwise.
 """
@@ -46,6 +51,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from example_project import demo_outage
 from example_project.demo_adoption import adoption
 
 SPREAD_KEYS = 4000
@@ -253,6 +259,9 @@ class Demo:
         self.reshard()
         adoption(self)
         self.flask()
+        for step in demo_outage.STEPS:  # a cold page computed once; a crash, nobody logged out
+            if (problem := step(self)) is not None:
+                raise DemoFailure(problem)
 
     def stop(self) -> None:
         """Stop everything this demo started (safe after a partial start)."""

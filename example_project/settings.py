@@ -98,6 +98,14 @@ def cache_settings() -> dict[str, Any]:
                 **options,
                 # Prometheus metrics for every shard, served at /metrics (the [prometheus] extra).
                 "METRICS": True,
+                # A missing page of sentinel_cache.django.cache_page, or a get_or_set miss, is
+                # computed once across every process (docs/stampede.md).
+                "STAMPEDE_PROTECTION": True,
+                # A master that crashes: reads answered by its replica (OUTAGE_READS, on by
+                # default), writes (sessions too) held until the sentinels switch, for at most
+                # OUTAGE_HOLD seconds: their down-after (1 s in the demo) plus the failover's
+                # time (docs/failover.md). 0 fails them at once.
+                "OUTAGE_HOLD": float(os.environ.get("SENTINEL_CACHE_OUTAGE_HOLD", "5")),
             },
             "KEY_PREFIX": KEY_PREFIX,
             "TIMEOUT": 300,

@@ -12,6 +12,8 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("report/", views.report, name="report"),
     path("clock/", views.clock, name="clock"),
+    path("expensive/<slug:tag>/", views.expensive, name="expensive"),  # computed once
+    path("expensive-django/<slug:tag>/", views.expensive_django, name="expensive-django"),
     path("shards/", views.shards, name="shards"),
     path("account/", views.account, name="account"),
     path(

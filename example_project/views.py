@@ -15,6 +15,7 @@ from django.views.decorators.cache import cache_page
 
 from example_project.apps import SWITCHES, register_switch_callback
 from sentinel_cache import StaleReplyError
+from sentinel_cache.django import cache_page as single_flight_cache_page
 
 REPORT_KEY = "report:primes"
 REPORT_SECONDS = 30
@@ -80,6 +81,29 @@ def report(request: HttpRequest) -> HttpResponse:
 def clock(request: HttpRequest) -> HttpResponse:
     """A whole response cached by ``cache_page``: the time stays put for 15 seconds."""
     return render(request, "example_project/clock.html", {"generated_at": _now()})
+
+
+# How many times the expensive page was computed (counted on the servers: every process).
+EXPENSIVE_RUNS = "expensive:runs"
+
+
+def _expensive(kind: str, tag: str) -> HttpResponse:
+    runs = cache.incr(f"{EXPENSIVE_RUNS}:{kind}:{tag}", ignore_key_check=True)  # type: ignore[call-arg]
+    report = expensive_report()  # about 0.3 s
+    return JsonResponse({"report": report, "computation": runs, "cache_page": kind})
+
+
+@single_flight_cache_page(60)
+def expensive(request: HttpRequest, tag: str) -> HttpResponse:
+    """An expensive page cached by ``sentinel_cache.django.cache_page``: with
+    STAMPEDE_PROTECTION, requests that miss it together wait for one computation."""
+    return _expensive("sentinel_cache", tag)
+
+
+@cache_page(60)
+def expensive_django(request: HttpRequest, tag: str) -> HttpResponse:
+    """The same page under Django's own ``cache_page``: every request that misses computes."""
+    return _expensive("django", tag)
 
 
 @login_required

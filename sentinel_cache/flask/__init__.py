@@ -1,6 +1,7 @@
 """Flask-Caching adapter: ``CACHE_TYPE = "sentinel_cache.flask.ShardedSentinelCache"``.
 
-``cache`` holds the backend, ``settings`` translates Flask settings into the core's options and
+``cache`` holds the backend, ``caching`` the ``Cache`` whose ``@cached``/``@memoize`` compute a
+missing value once, ``settings`` translates Flask settings into the core's options and
 ``commands`` the ``flask sentinel-status`` and ``flask sentinel-reshard`` commands.
 """
 
@@ -17,6 +18,7 @@ except ImportError as exc:  # the optional dependency is missing: say which extr
     ) from exc
 
 from sentinel_cache.flask.cache import ShardedSentinelCache
+from sentinel_cache.flask.caching import Cache
 from sentinel_cache.flask.commands import (
     CACHE_TYPE,
     COMMAND_NAME,
@@ -27,6 +29,7 @@ from sentinel_cache.flask.commands import (
 
 __all__ = [
     "CACHE_TYPE",
+    "Cache",
     "COMMAND_NAME",
     "ShardedSentinelCache",
     "init_app",
