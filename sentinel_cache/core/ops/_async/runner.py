@@ -45,6 +45,10 @@ from sentinel_cache.exceptions import PoolExhaustedError, ShardUnavailableError
 
 T = TypeVar("T")
 
+#: An ``absent`` reply (see :meth:`AsyncRunner.keyed`) for operations where None means
+#: "absent" too: what a shard IGNORE_EXCEPTIONS skipped answers, told apart.
+SKIPPED: Any = object()
+
 
 class AsyncRunner(ClientBase):
     """The shards' side of every operation: the safety net, the batches, the rules."""
