@@ -227,7 +227,7 @@ class Process:
             stdout=subprocess.PIPE,
             stderr=errors.open("w"),
             text=True,
-            env={**os.environ, "PYTHONPATH": str(path)},
+            env={**os.environ, "PYTHONPATH": str(path), "PYTHONHASHSEED": str(spec["hashseed"])},
             cwd=str(path),
         )
         self.ask(spec)
@@ -382,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
         rng = random.Random(args.seed)
         for r in range(args.rounds):
+            hashseed = rng.randrange(2**32)
             specs = {
                 side: {
                     "sentinels": config["sentinels"],
@@ -391,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                     "keyspace": KEYSPACE,
                     "scale": args.scale,
                     "cpu": args.cpu if args.pin else None,
+                    "hashseed": hashseed,  # the same str hashes (dict layouts) on both sides
                 }
                 for side in paths
             }
