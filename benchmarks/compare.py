@@ -315,7 +315,7 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
             per_round = [
                 h / b for h, b in zip(row["head_round_us"], row["base_round_us"], strict=True)
             ]
-            row["round_ratios"] = [min(per_round), max(per_round)]
+            row["round_ratios"] = [min(per_round), statistics.median(per_round), max(per_round)]
             rows.append(row)
     return rows
 
@@ -323,16 +323,16 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
 def render(rows: list[dict[str, Any]], header: list[str]) -> str:
     lines = [*header, ""]
     lines.append(
-        "| contender | op | base µs | head µs | head/base | rounds' ratios "
+        "| contender | op | base µs | head µs | head/base | rounds' ratios: median (min-max) "
         "| base CPU µs | head CPU µs | CPU head/base |"
     )
     lines.append("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for r in rows:
-        low, high = r["round_ratios"]
+        low, middle, high = r["round_ratios"]
         lines.append(
             f"| {r['contender']} | {r['op']} | {r['base_us']:.1f} | {r['head_us']:.1f} "
-            f"| {r['ratio']:.3f}x | {low:.2f}-{high:.2f} | {r['base_cpu_us']:.1f} "
-            f"| {r['head_cpu_us']:.1f} | {r['cpu_ratio']:.3f}x |"
+            f"| {r['ratio']:.3f}x | {middle:.3f}x ({low:.2f}-{high:.2f}) "
+            f"| {r['base_cpu_us']:.1f} | {r['head_cpu_us']:.1f} | {r['cpu_ratio']:.3f}x |"
         )
     return "\n".join(lines)
 
