@@ -26,6 +26,28 @@ from sentinel_cache.exceptions import ArgumentTypeError, ArgumentValueError
 #: clock before the year 200,000.
 MAX_TIMEOUT = 9 * 10**15
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: A stampede lock's shortest timeout (``lock_timeout``, ``STAMPEDE_LOCK_TIMEOUT``): one ms.
+MIN_LOCK_TIMEOUT = 0.001
+
+
+def number_problem(
+    value: Any, *, minimum: float = 0.0, maximum: float | None = None, integer: bool = False
+) -> str | None:
+    """Why ``value`` is not a finite number (an int with ``integer``; never a bool) from
+    ``minimum`` to ``maximum``, or None: the one check of every numeric option and of
+    ``lock_timeout``. NaN passes every comparison, and an infinite wait overflows the thread
+    and socket APIs."""
+    kind = int if integer else (int, float)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kind)
+        or not math.isfinite(value)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        what = "an integer" if integer else "a finite number"
+        return f"must be {what} >= {minimum:g}" + (f" and <= {maximum:g}" if maximum else "")
+    return None
 
 
 def valid_timeout(timeout: Any) -> int | float | None:

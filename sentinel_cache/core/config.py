@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from sentinel_cache.core.addresses import MAX_WEIGHT as MAX_WEIGHT
 from sentinel_cache.core.addresses import Address as Address
 from sentinel_cache.core.addresses import bad_value, parse_masters, parse_sentinels, parse_weights
 from sentinel_cache.core.addresses import parse_address as parse_address
+from sentinel_cache.core.arguments import MAX_TIMEOUT, MIN_LOCK_TIMEOUT, number_problem
 from sentinel_cache.core.options import (
     CACHE,
     CONNECTION,
@@ -109,20 +109,19 @@ def _check_hashable(side: str, values: Mapping[str, Any]) -> None:
 
 
 def _check_number(
-    name: str, value: Any, *, minimum: float = 0.0, allow_none: bool = False, integer: bool = False
+    name: str,
+    value: Any,
+    *,
+    minimum: float = 0.0,
+    maximum: float | None = None,
+    allow_none: bool = False,
+    integer: bool = False,
 ) -> None:
     if value is None and allow_none:
         return
-    kind = int if integer else (int, float)
-    # NaN passes every comparison and an infinite wait overflows the thread and socket APIs.
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, kind)
-        or not math.isfinite(value)
-        or value < minimum
-    ):
-        what = "an integer" if integer else "a finite number"
-        raise bad_value(name, value, f"must be {what} >= {minimum:g}")
+    problem = number_problem(value, minimum=minimum, maximum=maximum, integer=integer)
+    if problem is not None:
+        raise bad_value(name, value, problem)
 
 
 def _prefixes(value: Any) -> Any:
@@ -469,7 +468,9 @@ def _cache_options(values: dict[str, Any]) -> CacheOptions:
     if not isinstance(stampede, bool):
         raise bad_value("STAMPEDE_PROTECTION", stampede, "must be True or False")
     lock_timeout = values.get("stampede_lock_timeout", 10.0)
-    _check_number("STAMPEDE_LOCK_TIMEOUT", lock_timeout, minimum=0.001)
+    _check_number(
+        "STAMPEDE_LOCK_TIMEOUT", lock_timeout, minimum=MIN_LOCK_TIMEOUT, maximum=MAX_TIMEOUT
+    )
     early = values.get("stampede_early_refresh", 0.0)
     _check_number("STAMPEDE_EARLY_REFRESH", early)
     compress_min_length = check_compress_min_length(values.get("compress_min_length", 1024))

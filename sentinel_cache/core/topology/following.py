@@ -4,10 +4,28 @@ are in ``_async/connection.py`` (and the sync ones generated from it)."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.exceptions import ShardUnavailableError, StaleReplyError
+
+
+class MasterState(NamedTuple):
+    """What every call and every reply reads of its shard, as one value: the shard replaces it
+    whole (under its lock) when a part changes, so a reader takes one look without the lock and
+    never sees half a change (a new address with the old generation). Defined here, below the
+    shard, because its connections read it."""
+
+    address: Address | None
+    #: Bumped by every switch: what a connection, a scan or a reply was made for.
+    generation: int
+    #: Replica promotions announced: a reply in flight across one is moot.
+    promotions: int
+    #: Writes held: a failover was announced and its end not heard yet.
+    fenced: bool
+
+
+UNRESOLVED = MasterState(None, 0, 0, False)
 
 
 class Followed(Protocol):
@@ -17,10 +35,7 @@ class Followed(Protocol):
     label: str
 
     @property
-    def generation(self) -> int: ...
-
-    @property
-    def promotions(self) -> int: ...
+    def state(self) -> MasterState: ...
 
     def current(self) -> tuple[Address | None, int]: ...
 
@@ -41,15 +56,15 @@ class ShardBound:
     def __init__(self, *, shard: Followed, **kwargs: Any) -> None:
         self._shard = shard
         address, self._generation = shard.current()
-        self._sent_promotions = shard.promotions
+        self._sent_promotions = shard.state.promotions
         host, port = address if address is not None else ("unresolved", 0)
         super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
 
     def _stale(self) -> bool:
-        return self._generation != self._shard.generation
+        return self._generation != self._shard.state.generation
 
     def _note_sent(self) -> None:
-        self._sent_promotions = self._shard.promotions
+        self._sent_promotions = self._shard.state.promotions
 
     def _untrusted_reply(self) -> StaleReplyError | None:
         """The error to raise instead of a reply that cannot be trusted, else None.
@@ -63,9 +78,10 @@ class ShardBound:
         comparisons per reply; the caller drops the socket (the rest of its replies are moot).
         """
         shard = self._shard
-        if self._generation == shard.generation and self._sent_promotions == shard.promotions:
+        state = shard.state
+        if self._generation == state.generation and self._sent_promotions == state.promotions:
             return None
-        moved = self._generation != shard.generation
+        moved = self._generation != state.generation
         return StaleReplyError(
             f"shard {shard.label}: the reply from {self.host}:{self.port} came "
             + (

@@ -27,6 +27,7 @@ from sentinel_cache.core.metrics import Metrics
 from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.core.topology._sync.connection import ShardConnection, ShardSSLConnection
 from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
+from sentinel_cache.core.topology.following import UNRESOLVED, MasterState
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
 )
@@ -133,8 +134,7 @@ class Shard:
         self.label = f"{index} ({name})"
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a switch, or an outage's end
-        self._address: Address | None = None
-        self._generation = 0
+        self._state = UNRESOLVED
         self._replicas: tuple[Address, ...] = ()
         self._agreeing = 0
         self._error: BaseException | None = None
@@ -150,7 +150,6 @@ class Shard:
         self._resolve_failures = Throttle(10.0)
         self._fence_open = threading.Event()
         self._fence_open.set()
-        self._promotions = 0  # replica promotions announced: a reply in flight across one is moot
         self._fence_reason: str | None = None
         self._fence_since: float | None = None
         self._metrics = metrics  # the core's, if METRICS is on
@@ -193,13 +192,19 @@ class Shard:
 
     # -- the state, read-only from outside ---------------------------------------------------
     @property
+    def state(self) -> MasterState:
+        """Master, generation, promotions and fence in one consistent look: what the hot path
+        reads (once per call, once per reply)."""
+        return self._state
+
+    @property
     def address(self) -> Address | None:
-        return self._address
+        return self._state.address
 
     @property
     def generation(self) -> int:
         """Bumped by every switch: what a connection, a scan or a reply was made for."""
-        return self._generation
+        return self._state.generation
 
     @property
     def error(self) -> BaseException | None:
@@ -226,7 +231,7 @@ class Shard:
 
     @property
     def promotions(self) -> int:
-        return self._promotions
+        return self._state.promotions
 
     @property
     def fence_reason(self) -> str | None:
@@ -261,9 +266,10 @@ class Shard:
         return self._resolve_failures
 
     def __repr__(self) -> str:
-        fence = f" fenced({self._fence_reason})" if not self._fence_open.is_set() else ""
+        state = self._state
+        fence = f" fenced({self._fence_reason})" if state.fenced else ""
         return (
-            f"<Shard {self.label} master={self._address} gen={self._generation} "
+            f"<Shard {self.label} master={state.address} gen={state.generation} "
             f"replicas={len(self._replicas)} switches={self._switch_count}{fence}>"
         )
 
@@ -273,9 +279,8 @@ class Shard:
         self._changed = threading.Condition(self._lock)
         self._resolving = threading.Lock()
         self._resolve_failures.reset_after_fork()
-        fenced = self.fenced
         self._fence_open = threading.Event()
-        if not fenced:
+        if not self._state.fenced:
             self._fence_open.set()
 
     def allows(self, feature: str) -> bool | None:
@@ -283,14 +288,14 @@ class Shard:
         it was asked (after a switch the new master is asked again: a rolling upgrade may mix
         versions, and ACLs are set per server)."""
         known = self._features.get(feature)
-        return known[1] if known is not None and known[0] == self._generation else None
+        return known[1] if known is not None and known[0] == self._state.generation else None
 
     def learned(self, feature: str, generation: int, allowed: bool) -> None:
         self._features[feature] = (generation, allowed)
 
     def current(self) -> tuple[Address | None, int]:
-        with self._lock:
-            return self._address, self._generation
+        state = self._state
+        return state.address, state.generation
 
     def switch(
         self, address: Address, *, source: str, evidence: Evidence | None = None
@@ -305,7 +310,8 @@ class Shard:
         if evidence is None:
             evidence = Evidence(0, time.monotonic())
         with self._lock:
-            old = self._address
+            state = self._state
+            old = state.address
             if old == address:  # a confirmation: keep the newer evidence
                 if evidence.newer_than(self._evidence):
                     self._evidence = evidence
@@ -315,8 +321,7 @@ class Shard:
                 return "stale", old
             self._evidence = evidence
             self._error = None
-            self._address = address
-            self._generation += 1
+            self._state = state._replace(address=address, generation=state.generation + 1)
             if old is not None:
                 self._former = (*self._former, old)[-FORMER_KEPT:]
                 self._switch_count += 1
@@ -368,7 +373,8 @@ class Shard:
         """
         with self._lock:
             seen_generation, seen_at = self._run_id_seen
-            if generation != self._generation or (
+            state = self._state
+            if generation != state.generation or (
                 generation == seen_generation and asked_at < seen_at
             ):
                 return False
@@ -382,7 +388,7 @@ class Shard:
             self._restarts += 1
             self._last_restart = {
                 "at": time.time(),
-                "address": None if self._address is None else str(self._address),
+                "address": None if state.address is None else str(state.address),
                 "previous_run_id": old,
                 "run_id": run_id,
                 "source": source,
@@ -394,7 +400,7 @@ class Shard:
     # -- write fence -------------------------------------------------------------------------
     @property
     def fenced(self) -> bool:
-        return not self._fence_open.is_set()
+        return self._state.fenced
 
     @property
     def fence_stale(self) -> bool:
@@ -405,8 +411,9 @@ class Shard:
 
     def raise_fence(self, reason: str) -> None:
         with self._lock:
-            if self._fence_open.is_set():
+            if not self._state.fenced:
                 self._fence_since = time.monotonic()
+                self._state = self._state._replace(fenced=True)
             self._fence_reason = reason
             self._fence_open.clear()
 
@@ -414,13 +421,14 @@ class Shard:
         """The sentinels sent ``SLAVEOF NO ONE`` to a replica of this shard: from now on the old
         master's acknowledgements of commands already in flight prove nothing."""
         with self._lock:
-            self._promotions += 1
+            self._state = self._state._replace(promotions=self._state.promotions + 1)
 
     def lower_fence(self) -> None:
         with self._lock:
             since = self._fence_since
             self._fence_reason = None
             self._fence_since = None
+            self._state = self._state._replace(fenced=False)
             self._fence_open.set()
         if since is not None and self._metrics is not None:
             self._metrics.fence(self.name, time.monotonic() - since)
@@ -439,13 +447,13 @@ class Shard:
         """Monotonic time the current master was first found unreachable, None if it was not
         (or it answered since, or the shard moved)."""
         outage = self._outage
-        return outage[1] if outage is not None and outage[0] == self._generation else None
+        return outage[1] if outage is not None and outage[0] == self.generation else None
 
     def note_unreachable(self, generation: int) -> None:
         """A call found the master of ``generation`` unreachable and the sentinels named no
         other: the outage begins (once; moot if the shard moved meanwhile)."""
         with self._lock:
-            if generation == self._generation and (
+            if generation == self._state.generation and (
                 self._outage is None or self._outage[0] != generation
             ):
                 self._outage = (generation, time.monotonic())
@@ -466,7 +474,9 @@ class Shard:
     def in_outage(self, generation: int) -> bool:
         """Still on the master of ``generation``, and that master found unreachable."""
         outage = self._outage
-        return generation == self._generation and outage is not None and outage[0] == generation
+        return (
+            generation == self._state.generation and outage is not None and outage[0] == generation
+        )
 
     def note_replica_link(self, address: Address, generation: int, link: Link) -> None:
         """What the housekeeper's ``ROLE`` check found of a replica of the master of
@@ -480,13 +490,13 @@ class Shard:
             in_step = self._in_step
             if link == "connected":
                 if (
-                    generation == self._generation
+                    generation == self._state.generation
                     and address in self._replica_clients
                     and in_step.get(address) != generation
                 ):
                     self._in_step = {**in_step, address: generation}
             elif address in in_step and (
-                link == "out" or (link == "promoted" and self._fence_open.is_set())
+                link == "out" or (link == "promoted" and not self._state.fenced)
             ):
                 self._in_step = {a: g for a, g in in_step.items() if a != address}
 
@@ -587,7 +597,7 @@ class Shard:
             "index": self.index,
             "name": self.name,
             "weight": self.weight,
-            "address": None if self._address is None else str(self._address),
+            "address": None if self.address is None else str(self.address),
             "replicas": [str(a) for a in self._replicas],
             "sentinels_agreeing": self._agreeing,
             "switch_count": self._switch_count,

@@ -45,6 +45,10 @@ from sentinel_cache.exceptions import PoolExhaustedError, ShardUnavailableError
 
 T = TypeVar("T")
 
+#: An ``absent`` reply (see :meth:`AsyncRunner.keyed`) for operations where None means
+#: "absent" too: what a shard IGNORE_EXCEPTIONS skipped answers, told apart.
+SKIPPED: Any = object()
+
 
 class AsyncRunner(ClientBase):
     """The shards' side of every operation: the safety net, the batches, the rules."""
@@ -53,6 +57,9 @@ class AsyncRunner(ClientBase):
         """``options``: see :class:`~sentinel_cache.core.ops.plans.ClientBase` (durability, fail-open)."""
         super().__init__(core, codec, **options)
         self.io = AsyncShardIO(core)
+        # Read once: the options that put work on the hot path, off (the common case) or on.
+        self.replica_reads = core.config.read_from_replicas
+        self.outage_hold = core.config.outage_hold
 
     async def aclose(self) -> None:
         """Release this flavour's connections (asyncio: the running loop's); the core stays."""
@@ -87,7 +94,7 @@ class AsyncRunner(ClientBase):
             if metrics is None:
                 return await self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    functools.partial(send, commands=commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -97,7 +104,7 @@ class AsyncRunner(ClientBase):
             try:
                 replies = await self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    functools.partial(send, commands=commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -116,7 +123,7 @@ class AsyncRunner(ClientBase):
         with observed(core, shard, commands) as call:
             call.replies = await self.run(
                 shard,
-                lambda client: send(client, commands),
+                functools.partial(send, commands=commands),
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
@@ -152,15 +159,20 @@ class AsyncRunner(ClientBase):
         *before* it is sent if the outage is already known.
         """
         core = self.core
-        await self.ready(shard, write)
-        if write and not idempotent and core.config.outage_hold:
-            outage = shard.generation
-            if shard.in_outage(outage):
-                await self.hold(shard, outage, None)
+        state = shard.state  # one look at the shard: the fast path reads nothing else of it
+        if not core.started or state.address is None or (write and state.fenced):
+            await self.ready(shard, write)
+            state = shard.state
+        if self.outage_hold and write and not idempotent and shard.in_outage(state.generation):
+            await self.hold(shard, state.generation, None)
+            state = shard.state
         reader = client is None and not write and replicas  # a replica in rotation may serve
-        replica, chosen = await self.io.reader(shard) if reader else (None, client)
+        if reader and self.replica_reads:
+            replica, chosen = await self.io.reader(shard)
+        else:
+            replica, chosen = None, client
         client = chosen if chosen is not None else await self.io.master(shard)
-        address, generation = shard.current()
+        address, generation = state.address, state.generation
         try:
             return await operation(client)
         except PoolExhaustedError:
@@ -295,7 +307,11 @@ class AsyncRunner(ClientBase):
             ((shard, commands),) = plan.items()
             return {shard: await self._shard_or_none(shard, commands, write, operation)}
         started = perf_counter()
+        running = core.started
         for shard in plan:
+            state = shard.state
+            if running and state.address is not None and not (write and state.fenced):
+                continue  # as in run: ready, nothing to wait for
             try:
                 await self.ready(shard, write)
             except MASTER_ERRORS as exc:

@@ -28,8 +28,14 @@ from collections.abc import Callable
 from time import monotonic
 from typing import Any
 
-from sentinel_cache.core.arguments import MAX_TIMEOUT, valid_timeout
+from sentinel_cache.core.arguments import (
+    MAX_TIMEOUT,
+    MIN_LOCK_TIMEOUT,
+    number_problem,
+    valid_timeout,
+)
 from sentinel_cache.core.ops._async.client import AsyncCacheOperations
+from sentinel_cache.core.ops._async.runner import SKIPPED
 from sentinel_cache.core.ops.async_io import pause
 from sentinel_cache.core.ops.plans import (
     MISS,
@@ -69,16 +75,14 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 FIRST_WAIT, LONGEST_WAIT = 0.005, 0.05
-_SKIPPED: Any = object()  # the reply of a shard IGNORE_EXCEPTIONS skipped
 
 
 def valid_lock_timeout(seconds: Any) -> float:
-    """``lock_timeout``: a finite number of seconds above 0 (how long a holder may compute)."""
-    if type(seconds) in (int, float) and 0 < seconds < MAX_TIMEOUT:
-        return float(seconds)
-    raise ArgumentValueError(
-        "lock_timeout", seconds, "must be a number of seconds above 0 (not NaN or infinite)"
-    )
+    """``lock_timeout``: how long a holder may compute, by ``STAMPEDE_LOCK_TIMEOUT``'s rule."""
+    problem = number_problem(seconds, minimum=MIN_LOCK_TIMEOUT, maximum=MAX_TIMEOUT)
+    if problem is not None:
+        raise ArgumentValueError("lock_timeout", seconds, problem)
+    return float(seconds)
 
 
 def lock_key(key: Any) -> Any:
@@ -167,8 +171,8 @@ class AsyncStampedeOperations(AsyncCacheOperations):
         ms = max(1, int(lock_timeout * 1000))
         while True:
             take: Command = ("SET", lock, token, "NX", "PX", ms)
-            (taken,), _ = await self.keyed(key, [take], [_SKIPPED], WRITE)
-            if taken is _SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no lock, no store
+            (taken,), _ = await self.keyed(key, [take], [SKIPPED], WRITE)
+            if taken is SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no lock, no store
                 return compute()
             if is_ok(taken):
                 return await self._compute_and_store(key, compute, timeout, lock, token)

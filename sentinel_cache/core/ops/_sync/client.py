@@ -34,7 +34,7 @@ from sentinel_cache.core.arguments import (
     valid_int,
     valid_timeout,
 )
-from sentinel_cache.core.ops._sync.runner import Runner
+from sentinel_cache.core.ops._sync.runner import SKIPPED, Runner
 from sentinel_cache.core.ops.plans import (
     CLEARED,
     DELETE,
@@ -68,8 +68,6 @@ from sentinel_cache.exceptions import (
 )
 
 SCAN_COUNT = 1000
-# The reply of a shard IGNORE_EXCEPTIONS skipped, where None means "absent".
-_SKIPPED: Any = object()
 # An incr past 64 bits writes only if the value is still what it read: tries before giving up.
 INCR_SWAP_TRIES = 10
 
@@ -135,7 +133,7 @@ class CacheOperations(Runner):
         replies, _ = self.keyed(
             key,
             self.durable([command]),
-            [_SKIPPED],
+            [SKIPPED],
             UPDATE if nx or xx else REPLACE,
             idempotent=not nx,
             keep=keep,
@@ -151,7 +149,7 @@ class CacheOperations(Runner):
         """An ``add`` that found the key taken: a value this cache cannot read counts as absent,
         as ``get`` and ``has_key`` say, so it is replaced, and only if it is still the same
         (:data:`~sentinel_cache.core.ops.plans.SWAP_IF_SAME`). False for a readable value."""
-        (found,), _ = self.keyed(key, [("GET", key)], [_SKIPPED], READ, replicas=False)
+        (found,), _ = self.keyed(key, [("GET", key)], [SKIPPED], READ, replicas=False)
         if type(found) is not bytes or self.decode(found, key) is not MISS:
             return False  # readable (the add lost fairly), skipped, or gone since
         ms = 0 if timeout is None else expiry_args(timeout)[1]
@@ -216,15 +214,15 @@ class CacheOperations(Runner):
                 return None if value is None else int(value)
             command: Command = ("EVALSHA", INCR_IF_EXISTS_SHA, 1, key, delta)
             try:
-                (value,), _ = self.keyed(key, [command], [_SKIPPED], UPDATE, idempotent=False)
+                (value,), _ = self.keyed(key, [command], [SKIPPED], UPDATE, idempotent=False)
             except NoScriptError:  # nothing ran: safe to send the body, which caches it
                 command = ("EVAL", INCR_IF_EXISTS, 1, key, delta)
-                (value,), _ = self.keyed(key, [command], [_SKIPPED], UPDATE, idempotent=False)
+                (value,), _ = self.keyed(key, [command], [SKIPPED], UPDATE, idempotent=False)
         except ResponseError as exc:
             if not past_64_bits(exc):
                 raise incr_refused(key, exc) from None
             value = self._incr_past_64_bits(key, delta, exc)
-        if value is _SKIPPED:
+        if value is SKIPPED:
             raise ValueError(f"Key {key!r} not found (its shard is unavailable)")
         if value is None:
             raise ValueError(f"Key {key!r} not found")
@@ -235,17 +233,17 @@ class CacheOperations(Runner):
         bits: the integer is read, added to in Python and written back (a big integer is stored
         encoded), keeping the TTL, atomically: the write lands only if the key still holds what
         was read (:data:`~sentinel_cache.core.ops.plans.SWAP_IF_SAME`), else it is read again.
-        The new value, None for a missing key, ``_SKIPPED`` for a skipped shard."""
+        The new value, None for a missing key, ``SKIPPED`` for a skipped shard."""
         for _ in range(INCR_SWAP_TRIES):
-            (data,), _ = self.keyed(key, [("GET", key)], [_SKIPPED], READ, replicas=False)
-            if data is None or data is _SKIPPED:
+            (data,), _ = self.keyed(key, [("GET", key)], [SKIPPED], READ, replicas=False)
+            if data is None or data is SKIPPED:
                 return data
             value = self.decode(data, key)
             if type(value) is not int:  # a str, a float, unreadable: what INCRBY refused
                 raise incr_refused(key, refusal) from None
             swap: Command = ("EVAL", SWAP_IF_SAME, 1, key, data, self.encode(value + delta))
-            (swapped,), _ = self.keyed(key, [swap], [_SKIPPED], UPDATE, idempotent=False)
-            if swapped is _SKIPPED:
+            (swapped,), _ = self.keyed(key, [swap], [SKIPPED], UPDATE, idempotent=False)
+            if swapped is SKIPPED:
                 return swapped
             if swapped == 1:
                 return value + delta

@@ -46,6 +46,10 @@ from sentinel_cache.exceptions import PoolExhaustedError, ShardUnavailableError
 
 T = TypeVar("T")
 
+#: An ``absent`` reply (see :meth:`Runner.keyed`) for operations where None means
+#: "absent" too: what a shard IGNORE_EXCEPTIONS skipped answers, told apart.
+SKIPPED: Any = object()
+
 
 class Runner(ClientBase):
     """The shards' side of every operation: the safety net, the batches, the rules."""
@@ -54,6 +58,9 @@ class Runner(ClientBase):
         """``options``: see :class:`~sentinel_cache.core.ops.plans.ClientBase` (durability, fail-open)."""
         super().__init__(core, codec, **options)
         self.io = ShardIO(core)
+        # Read once: the options that put work on the hot path, off (the common case) or on.
+        self.replica_reads = core.config.read_from_replicas
+        self.outage_hold = core.config.outage_hold
 
     def close(self) -> None:
         """Release this flavour's connections (asyncio: the running loop's); the core stays."""
@@ -88,7 +95,7 @@ class Runner(ClientBase):
             if metrics is None:
                 return self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    functools.partial(send, commands=commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -98,7 +105,7 @@ class Runner(ClientBase):
             try:
                 replies = self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    functools.partial(send, commands=commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -117,7 +124,7 @@ class Runner(ClientBase):
         with observed(core, shard, commands) as call:
             call.replies = self.run(
                 shard,
-                lambda client: send(client, commands),
+                functools.partial(send, commands=commands),
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
@@ -153,15 +160,20 @@ class Runner(ClientBase):
         *before* it is sent if the outage is already known.
         """
         core = self.core
-        self.ready(shard, write)
-        if write and not idempotent and core.config.outage_hold:
-            outage = shard.generation
-            if shard.in_outage(outage):
-                self.hold(shard, outage, None)
+        state = shard.state  # one look at the shard: the fast path reads nothing else of it
+        if not core.started or state.address is None or (write and state.fenced):
+            self.ready(shard, write)
+            state = shard.state
+        if self.outage_hold and write and not idempotent and shard.in_outage(state.generation):
+            self.hold(shard, state.generation, None)
+            state = shard.state
         reader = client is None and not write and replicas  # a replica in rotation may serve
-        replica, chosen = self.io.reader(shard) if reader else (None, client)
+        if reader and self.replica_reads:
+            replica, chosen = self.io.reader(shard)
+        else:
+            replica, chosen = None, client
         client = chosen if chosen is not None else self.io.master(shard)
-        address, generation = shard.current()
+        address, generation = state.address, state.generation
         try:
             return operation(client)
         except PoolExhaustedError:
@@ -296,7 +308,11 @@ class Runner(ClientBase):
             ((shard, commands),) = plan.items()
             return {shard: self._shard_or_none(shard, commands, write, operation)}
         started = perf_counter()
+        running = core.started
         for shard in plan:
+            state = shard.state
+            if running and state.address is not None and not (write and state.fenced):
+                continue  # as in run: ready, nothing to wait for
             try:
                 self.ready(shard, write)
             except MASTER_ERRORS as exc:

@@ -21,14 +21,15 @@ class AsyncShardConnectionMixin(ShardBound):
     """Drops a stale socket before connecting, so the next one goes to the current master."""
 
     async def _follow(self) -> None:
-        if self._stale():
-            await self.disconnect()  # type: ignore[attr-defined]
-            self._repoint()
+        """The shard switched: drop the socket and take its current master."""
+        await self.disconnect()  # type: ignore[attr-defined]
+        self._repoint()
 
     if hasattr(redis.asyncio.connection.AbstractConnection, "connect_check_health"):
         # redis-py >= 5.3: connect() and every reconnect go through here; follow once.
         async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
-            await self._follow()
+            if self._stale():
+                await self._follow()
             await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
 
         async def on_connect_check_health(self, check_health: bool = True) -> None:
@@ -38,7 +39,8 @@ class AsyncShardConnectionMixin(ShardBound):
     else:  # pragma: no cover - older redis-py
 
         async def connect(self) -> None:
-            await self._follow()
+            if self._stale():
+                await self._follow()
             await super().connect()  # type: ignore[misc]
 
         async def on_connect(self) -> None:

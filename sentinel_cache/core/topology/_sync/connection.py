@@ -22,14 +22,15 @@ class ShardConnectionMixin(ShardBound):
     """Drops a stale socket before connecting, so the next one goes to the current master."""
 
     def _follow(self) -> None:
-        if self._stale():
-            self.disconnect()  # type: ignore[attr-defined]
-            self._repoint()
+        """The shard switched: drop the socket and take its current master."""
+        self.disconnect()  # type: ignore[attr-defined]
+        self._repoint()
 
     if hasattr(redis.connection.AbstractConnection, "connect_check_health"):
         # redis-py >= 5.3: connect() and every reconnect go through here; follow once.
         def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
-            self._follow()
+            if self._stale():
+                self._follow()
             super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
 
         def on_connect_check_health(self, check_health: bool = True) -> None:
@@ -39,7 +40,8 @@ class ShardConnectionMixin(ShardBound):
     else:  # pragma: no cover - older redis-py
 
         def connect(self) -> None:
-            self._follow()
+            if self._stale():
+                self._follow()
             super().connect()  # type: ignore[misc]
 
         def on_connect(self) -> None:
