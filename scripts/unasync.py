@@ -31,6 +31,7 @@ NAMES = {
         "runner.py",
         "client.py",
         "stampede.py",
+        "single_flight.py",
         "hashes.py",
         "sets.py",
         "sorted_sets.py",

@@ -6,7 +6,7 @@ cached), sync and async views.
 Django's middleware gets the page, and on a miss runs the view and stores the response if it
 may (200, not private, ...), with no coordination: every request that misses a cold or expired
 page runs the view. Here, when the cache is ours with ``STAMPEDE_PROTECTION``, one request per
-page across every process runs the view (:mod:`sentinel_cache.single_flight`, under a lock on
+page across every process runs the view (:mod:`sentinel_cache.core.ops._async.single_flight`, under a lock on
 the page key's shard); the others wait until it has stored the page, then are served it. A
 response that is not stored (not cacheable, an error) lets each waiting request run the view
 itself (they wait once, never twice). With the option off, or another cache backend, it is
@@ -31,9 +31,10 @@ from django.utils.cache import get_cache_key, get_max_age
 from django.utils.encoding import iri_to_uri
 from django.utils.http import parse_http_date_safe
 
+from sentinel_cache.core.ops.aio import AsyncSingleFlight
+from sentinel_cache.core.ops.client import SingleFlight, Ticket
 from sentinel_cache.core.ops.plans import MISS
 from sentinel_cache.django.cache import ShardedSentinelCache
-from sentinel_cache.single_flight import AsyncSingleFlight, SingleFlight, Ticket
 
 __all__ = ["CacheMiddleware", "cache_page"]
 

@@ -5,7 +5,7 @@
 Flask-Caching's decorators get the key, and on a miss call the function and store its result
 if ``response_filter`` allows, with no coordination: every caller that misses a cold or
 expired key computes it. Here, when the backend is ours with ``STAMPEDE_PROTECTION``, the miss
-of a decorated call takes the key's lock (:mod:`sentinel_cache.single_flight`): one caller
+of a decorated call takes the key's lock (:mod:`sentinel_cache.core.ops._async.single_flight`): one caller
 across every process computes and stores, the others wait, then get the stored value. A result
 that is not stored (filtered out, an exception) lets each waiting caller compute it itself,
 once. With the option off, or another backend, it is Flask-Caching's behaviour exactly.
@@ -30,9 +30,9 @@ from typing import Any
 
 from flask_caching import Cache as FlaskCachingCache
 
+from sentinel_cache.core.ops.client import SingleFlight, Ticket
 from sentinel_cache.core.ops.plans import MISS
 from sentinel_cache.flask.cache import ShardedSentinelCache
-from sentinel_cache.single_flight import SingleFlight, Ticket
 
 __all__ = ["Cache"]
 

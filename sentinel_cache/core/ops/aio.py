@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sentinel_cache.core.ops._async.hashes import AsyncHashOperations
 from sentinel_cache.core.ops._async.sets import AsyncSetOperations
+from sentinel_cache.core.ops._async.single_flight import AsyncSingleFlight, AsyncTicket
 from sentinel_cache.core.ops._async.sorted_sets import AsyncSortedSetOperations
 from sentinel_cache.core.ops._async.stampede import AsyncStampedeOperations
 from sentinel_cache.core.ops.async_clients import AsyncShardClients, shared_async_clients
@@ -31,6 +32,8 @@ class AsyncCacheClient(
 
 __all__ = [
     "AsyncCacheClient",
+    "AsyncSingleFlight",
+    "AsyncTicket",
     "AsyncShardClients",
     "AsyncShardConnection",
     "AsyncShardSSLConnection",

@@ -9,6 +9,7 @@ polling, since the fence is a ``threading.Event`` set by a listener thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -31,6 +32,7 @@ class AsyncShardIO:
     def __init__(self, core: ShardedSentinelPool) -> None:
         self.clients = shared_async_clients(core)
         self.flights = AsyncFlights()
+        self.turns = AsyncTurns(core)
 
     def __repr__(self) -> str:
         return f"<AsyncShardIO {self.clients!r}>"
@@ -140,3 +142,41 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
     """Nobody may be waiting: mark the exception seen (no "never retrieved" warning)."""
     if not future.cancelled():
         future.exception()
+
+
+# Per event loop: the (core, key) pairs whose turn a task has, and the event its waiters await.
+_loop_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, asyncio.Event]]
+_loop_turns = weakref.WeakKeyDictionary()
+
+
+class AsyncTurns:
+    """The running loop's tasks taking turns on a key of one core: the first leads, the others
+    wait, bounded, for its turn to end (other loops and threads go to the server's lock)."""
+
+    def __init__(self, core: ShardedSentinelPool) -> None:
+        self.core = core
+
+    def __repr__(self) -> str:
+        return f"<AsyncTurns {self.core!r}>"
+
+    def _running(self) -> dict[Any, asyncio.Event]:
+        return _loop_turns.setdefault(asyncio.get_running_loop(), {})
+
+    def lead(self, key: Any) -> asyncio.Event | None:
+        running, local = self._running(), (self.core, key)
+        if local in running:
+            return None
+        turn = running[local] = asyncio.Event()
+        return turn
+
+    async def wait(self, key: Any, timeout: float) -> None:
+        turn = self._running().get((self.core, key))
+        if turn is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(turn.wait(), timeout)
+
+    def end(self, key: Any, turn: asyncio.Event) -> None:
+        running, local = self._running(), (self.core, key)
+        if running.get(local) is turn:
+            del running[local]
+        turn.set()

@@ -19,6 +19,7 @@ import redis.lock
 from sentinel_cache.core.ops._sync.client import SCAN_COUNT
 from sentinel_cache.core.ops._sync.hashes import HashOperations
 from sentinel_cache.core.ops._sync.sets import SetOperations
+from sentinel_cache.core.ops._sync.single_flight import SingleFlight, Ticket
 from sentinel_cache.core.ops._sync.sorted_sets import SortedSetOperations
 from sentinel_cache.core.ops._sync.stampede import StampedeOperations
 from sentinel_cache.core.ops.plans import (
@@ -105,6 +106,8 @@ __all__ = [
     "SCAN_COUNT",
     "CacheClient",
     "CacheLock",
+    "SingleFlight",
+    "Ticket",
     "ClientBase",
     "escape_pattern",
     "execute",

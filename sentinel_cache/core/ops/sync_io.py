@@ -25,6 +25,7 @@ class ShardIO:
     def __init__(self, core: ShardedSentinelPool) -> None:
         self.core = core
         self.flights = shared_flights(core)
+        self.turns = shared_turns(core)
 
     def __repr__(self) -> str:
         return f"<ShardIO {self.core!r}>"
@@ -121,3 +122,45 @@ def shared_flights(core: ShardedSentinelPool) -> Flights:
         if flights is None:
             flights = _flights[core] = Flights()
         return flights
+
+
+class Turns:
+    """This process's threads taking turns on a key (one core's): the first leads, the others
+    wait, bounded, for its turn to end (see :mod:`sentinel_cache.core.ops._sync.single_flight`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[Any, threading.Event] = {}
+
+    def __repr__(self) -> str:
+        return f"<Turns running={len(self._running)}>"
+
+    def lead(self, key: Any) -> threading.Event | None:
+        """This caller's turn (end it with :meth:`end`), or None if another caller has one."""
+        with self._lock:
+            if key in self._running:
+                return None
+            turn = self._running[key] = threading.Event()
+            return turn
+
+    def wait(self, key: Any, timeout: float) -> None:
+        turn = self._running.get(key)
+        if turn is not None:
+            turn.wait(timeout)
+
+    def end(self, key: Any, turn: threading.Event) -> None:
+        with self._lock:
+            if self._running.get(key) is turn:
+                del self._running[key]
+        turn.set()
+
+
+_turns: weakref.WeakKeyDictionary[ShardedSentinelPool, Turns] = weakref.WeakKeyDictionary()
+
+
+def shared_turns(core: ShardedSentinelPool) -> Turns:
+    with _flights_lock:
+        turns = _turns.get(core)
+        if turns is None:
+            turns = _turns[core] = Turns()
+        return turns
