@@ -250,7 +250,8 @@ def test_a_frozen_master_costs_an_async_get_many_one_socket_timeout(
 @pytest.mark.failover
 def test_a_read_cancelled_half_way_drops_its_socket(make_cluster: ClusterFactory) -> None:
     """A task cancelled while its reply is on the way must not leave that reply for the next
-    caller of the connection: it gets its own keys' values, never the cancelled call's."""
+    caller of the connection: it gets its own keys' values, never the cancelled call's. (The
+    runner drops a batch's unread sockets; a connection's own read drops it as well.)"""
     cluster = make_cluster(shards=1, replicas=0, sentinels=1, down_after_ms=5000)
     core = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
     client = AsyncCacheClient(core, Codec())
@@ -262,11 +263,19 @@ def test_a_read_cancelled_half_way_drops_its_socket(make_cluster: ClusterFactory
         address = core.shards[0].address
         assert address is not None
         cluster.freeze_node(address)
+        connections = (await client.io.master(core.shards[0])).connection_pool
+        connection = await connections.get_connection()
         try:
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(client.get_many(list(first)), 0.2)
+            await connection.send_command("GET", "cancel:a0")  # the connection's own rule too
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(connection.read_response(), 0.2)
+            dropped = not connection.is_connected
         finally:
             cluster.thaw_node(address)
+            await connections.release(connection)
+        assert dropped
         await asyncio.sleep(0.2)  # the frozen master's late reply reaches its socket, if open
         found = await client.get_many(list(second))
         await client.aclose()
