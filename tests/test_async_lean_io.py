@@ -105,6 +105,29 @@ def test_an_error_reply_is_raised_and_the_connection_kept(core: ShardedSentinelP
     assert after == idle  # and the next call used it
 
 
+def test_a_write_to_a_lost_connection_raises(core: ShardedSentinelPool) -> None:
+    """The transport drops a write to a connection it lost without a word: the send says so
+    (redis-py's ConnectionError), or a write nobody reads the reply of (``post``) would be lost
+    silently."""
+    client = AsyncCacheClient(core, Codec())
+    shard = core.shards[0]
+
+    async def main() -> None:
+        connections = (await client.io.master(shard)).connection_pool
+        connection = await connections.get_connection()
+        try:
+            connection._writer.transport.abort()  # as after a socket error
+            with pytest.raises(redis.ConnectionError):
+                await connection.send_command("PING")
+            assert not connection.is_connected
+        finally:
+            await connections.release(connection)
+        assert await client.execute(shard, [("PING",)], write=False) == [b"PONG"]
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_a_resp3_push_before_a_reply_goes_to_redis_py_and_the_reply_comes_back(
     cluster: LocalSentinelCluster,
 ) -> None:

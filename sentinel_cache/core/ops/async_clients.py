@@ -117,7 +117,10 @@ class AsyncLeanIO(redis.asyncio.connection.AbstractConnection):
             return
         try:
             writer.writelines(command)
-            if writer.transport.get_write_buffer_size():  # not all taken: wait as redis-py does
+            transport = writer.transport
+            # Not all taken, or the connection is going (a write to it is dropped silently):
+            # wait for the drain, which raises in that case, as redis-py always does.
+            if transport.get_write_buffer_size() or transport.is_closing():
                 await asyncio.wait_for(writer.drain(), self.socket_timeout)
         except asyncio.TimeoutError:
             await self.disconnect(nowait=True)
