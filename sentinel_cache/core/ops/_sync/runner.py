@@ -297,6 +297,8 @@ class Runner(ClientBase):
             return {shard: self._shard_or_none(shard, commands, write, operation)}
         started = perf_counter()
         for shard in plan:
+            if core.started and shard.address is not None and not (write and shard.fenced):
+                continue  # ready already: no call to make per shard
             try:
                 self.ready(shard, write)
             except MASTER_ERRORS as exc:
@@ -326,7 +328,10 @@ class Runner(ClientBase):
                 if shard in failed:
                     continue
                 try:
-                    replies[shard] = [connection.read_response() for _ in commands]
+                    if len(commands) == 1:  # the usual batch: one command per shard
+                        replies[shard] = [connection.read_response()]
+                    else:
+                        replies[shard] = [connection.read_response() for _ in commands]
                 except MASTER_ERRORS as exc:
                     failed[shard] = (exc, address, generation)
                 except ResponseError:
