@@ -8,8 +8,9 @@
 * ``redis.asyncio``: plain ``redis.asyncio`` on ONE master (``MGET``; a non-transactional
   pipeline of ``SET ... EX``; ``DEL``), a ``BlockingConnectionPool`` of 64;
 * ``floor``: asyncio streams on the same 4 shards and placement as ours, one connection per
-  task per shard, the same commands as ours pre-packed per batch, a ``hiredis.Reader`` per
-  connection, every shard's batch written before any reply is read; values unpickled on reads.
+  task per shard, the same commands as ours (pre-packed per batch of keys; a write's values
+  pickled and packed per call), a ``hiredis.Reader`` per connection, every shard's batch
+  written before any reply is read; values unpickled on reads.
 * ``ours@base`` (with ``--base REF``): ours from another commit (``git worktree add --detach``).
 
 Every contender runs in its own worker process (``process_time`` is its CPU alone, threads
@@ -138,8 +139,8 @@ class Floor:
         self.ring = HashRing([1] * len(self.addresses))
         self.script = SET_EACH
         self.free: list[list[Any]] = []  # per task: one (reader, writer, hiredis.Reader) per shard
-        self.packed: dict[tuple[str, int], list[tuple[int, bytes, int]]] = {}
-        self.groups: dict[int, dict[int, list[str]]] = {}
+        self.packed: dict[tuple[str, str], list[tuple[int, bytes, int]]] = {}
+        self.groups: dict[tuple[str, str, int], list[str]] = {}  # (op, 1st key, shard) -> keys
 
     def _plan(self, keys: list[str]) -> dict[int, list[str]]:
         groups: dict[int, list[str]] = {}
@@ -148,27 +149,38 @@ class Floor:
         return groups
 
     def pack(self, op: str, b: int, keys: list[str]) -> list[tuple[int, bytes, int]]:
-        found = self.packed.get((op, b))
+        """Each shard's batch: packed once per batch of keys for reads and deletes; for writes
+        the values are pickled and packed per call (the serializer's cost is everyone's)."""
+        batch = (op, keys[0])  # b numbers both the read and the written batches
+        found = self.packed.get(batch)
         if found is not None:
             return found
         pack = self.hiredis.pack_command
         out = []
-        value = pickle.dumps(VALUE)
         for shard, group in self._plan(keys).items():
+            self.groups[(op, keys[0], shard)] = group
             if op == "get":
-                commands: list[tuple[Any, ...]] = [("MGET", *group)]
+                out.append((shard, pack(("MGET", *group)), 1))
             elif op == "delete":
-                commands = [("DEL", *group)]
-            elif self.msetex:
-                pairs = [x for key in group for x in (key, value)]
-                commands = [("MSETEX", len(group), *pairs, "PX", TIMEOUT * 1000)]
+                out.append((shard, pack(("DEL", *group)), 1))
+            else:  # packed per call: pack_set
+                out.append((shard, b"", 1))
+        self.packed[batch] = out
+        return out
+
+    def pack_set(self, b: int, mapping: dict[str, Any]) -> list[tuple[int, bytes, int]]:
+        pack, ms = self.hiredis.pack_command, TIMEOUT * 1000
+        out = []
+        keys = list(mapping)
+        for shard, _, count in self.pack("set", b, keys):
+            group = self.groups[("set", keys[0], shard)]
+            values = [pickle.dumps(mapping[key]) for key in group]
+            if self.msetex:
+                pairs = [x for pair in zip(group, values, strict=True) for x in pair]
+                command: tuple[Any, ...] = ("MSETEX", len(group), *pairs, "PX", ms)
             else:
-                values = [value] * len(group)
-                commands = [("EVAL", self.script, len(group), *group, TIMEOUT * 1000, *values)]
-            out.append((shard, b"".join(pack(c) for c in commands), len(commands)))
-            if op == "get":
-                self.groups[b * len(self.addresses) + shard] = group
-        self.packed[(op, b)] = out
+                command = ("EVAL", self.script, len(group), *group, ms, *values)
+            out.append((shard, pack(command), count))
         return out
 
     async def setup(self, tasks: int) -> None:
@@ -179,10 +191,9 @@ class Floor:
                 conns.append((reader, writer, self.hiredis.Reader()))
             self.free.append(conns)
 
-    async def _run(self, op: str, b: int, keys: list[str]) -> list[Any]:
+    async def _run(self, batches: list[tuple[int, bytes, int]]) -> list[Any]:
         conns = self.free.pop()
         try:
-            batches = self.pack(op, b, keys)
             for shard, data, _ in batches:
                 conns[shard][1].write(data)
             replies = []
@@ -203,18 +214,17 @@ class Floor:
 
     async def get_many(self, b: int, keys: list[str]) -> Any:
         found = {}
-        width = len(self.addresses)
-        for shard, values in await self._run("get", b, keys):
-            for key, value in zip(self.groups[b * width + shard], values, strict=True):
+        for shard, values in await self._run(self.pack("get", b, keys)):
+            for key, value in zip(self.groups[("get", keys[0], shard)], values, strict=True):
                 if value is not None:
                     found[key] = pickle.loads(value)
         return found
 
     async def set_many(self, b: int, mapping: dict[str, Any]) -> Any:
-        return await self._run("set", b, list(mapping))
+        return await self._run(self.pack_set(b, mapping))
 
     async def delete_many(self, b: int, keys: list[str]) -> Any:
-        return sum(r for _, r in await self._run("delete", b, keys))
+        return sum(r for _, r in await self._run(self.pack("delete", b, keys)))
 
 
 KINDS = {"ours": Ours, "redis.asyncio": RedisAsyncio, "floor": Floor}
