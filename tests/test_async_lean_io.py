@@ -105,6 +105,32 @@ def test_an_error_reply_is_raised_and_the_connection_kept(core: ShardedSentinelP
     assert after == idle  # and the next call used it
 
 
+def test_a_connection_with_an_unread_reply_is_not_handed_out_as_it_is(
+    core: ShardedSentinelPool,
+) -> None:
+    """The checkout's stale-reply rule on the lean path: a connection given back with a reply
+    still unread (in the socket's buffer) is reconnected before anyone reads it as theirs."""
+    client = AsyncCacheClient(core, Codec())
+    shard = core.shards[0]
+    old, new = key_on(core, 0, "unread-old"), key_on(core, 0, "unread-new")
+
+    async def main() -> list[Any]:
+        await client.execute(shard, [("SET", old, "old"), ("SET", new, "new")], write=True)
+        connections = (await client.io.master(shard)).connection_pool
+        connection = await connections.get_connection()
+        await connection.send_command("GET", old)  # its reply is never read
+        deadline = time.monotonic() + 5
+        while not connection._reader._buffer and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        assert connection._reader._buffer  # the reply has arrived
+        await connections.release(connection)
+        replies = await client.execute(shard, [("GET", new)], write=False)
+        await client.aclose()
+        return replies
+
+    assert asyncio.run(main()) == [b"new"]
+
+
 def test_a_write_to_a_lost_connection_raises(core: ShardedSentinelPool) -> None:
     """The transport drops a write to a connection it lost without a word: the send says so
     (redis-py's ConnectionError), or a write nobody reads the reply of (``post``) would be lost

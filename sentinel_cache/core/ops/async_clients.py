@@ -190,6 +190,25 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
         if self._reader is None or self._writer is None or self._stale():
             await super().connect()
 
+    def ready_to_send(self) -> bool:
+        """Connected to the shard's current master with nothing unread: what the pool's check
+        at every checkout finds out (redis-py's ``ensure_connection``), in one call. False
+        means "ask redis-py's check", not "unusable"."""
+        lean = self._lean()
+        stream = self._reader
+        if lean is None or stream is None or not self._parser._connected or self._stale():  # type: ignore[attr-defined]
+            return False
+        return not (lean[0].has_data() or stream.at_eof() or stream._buffer)  # type: ignore[attr-defined]
+
+
+class AsyncShardPool(AsyncFairBlockingConnectionPool):
+    """The pool of a shard's master for one event loop: the fair pool, whose checkout skips
+    redis-py's connection check for a connection that is :meth:`~AsyncLeanShardIO.ready_to_send`."""
+
+    async def ensure_connection(self, connection: Any) -> None:
+        if not connection.ready_to_send():
+            await super().ensure_connection(connection)
+
 
 class AsyncLeanShardConnection(AsyncLeanShardIO, redis.asyncio.connection.Connection):
     """The asyncio core's connection to a shard's master."""
@@ -340,7 +359,7 @@ class AsyncShardClients:
     def master(self, state: _LoopState, shard: Shard) -> AsyncRedis:
         client = state.masters.get(shard.index)
         if client is None:
-            pool = AsyncFairBlockingConnectionPool(
+            pool = AsyncShardPool(
                 label=shard.label,
                 connection_class=(
                     AsyncLeanShardSSLConnection if self._ssl else AsyncLeanShardConnection
