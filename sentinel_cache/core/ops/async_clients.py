@@ -10,6 +10,12 @@ reconnect when the shard's generation moved, exactly like the sync ``ShardConnec
 switch seen by the sync side is followed here without any coordination and without a thread
 hop per call.
 
+A multi-key call checks out, writes to and reads from one connection per shard touched, so the
+per-call machinery of redis.asyncio's connections and pools is paid per shard: the masters'
+connections take a lean path for it (:class:`AsyncLeanIO`, :class:`AsyncShardPool`,
+:class:`QuietReleases`) with redis-py's failures and rules, and redis-py's own path for
+anything else (``python -m benchmarks.async_many`` measures the difference).
+
 Only rare, blocking work goes to a thread: the very first discovery of a core nobody has used
 yet, and the safety-net re-resolution after a connection error or a READONLY reply.
 
