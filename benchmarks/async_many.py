@@ -268,7 +268,7 @@ async def _worker(kind: str) -> None:
     for b, batch in enumerate(reads):  # fill the read keys through the contender itself
         await contender.set_many(b, dict.fromkeys(batch, VALUE))
     for op in OPERATIONS:  # warm: every task's connections opened
-        await _phase(contender, prefix, op, tasks, 0.2)
+        await _phase(contender, prefix, op, tasks, 0.5)
     print(json.dumps({"ready": kind}), flush=True)
     for line in sys.stdin:  # blocking between phases: nothing else runs meanwhile
         order = json.loads(line)
