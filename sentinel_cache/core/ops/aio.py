@@ -8,12 +8,7 @@ from sentinel_cache.core.ops._async.hashes import AsyncHashOperations
 from sentinel_cache.core.ops._async.sets import AsyncSetOperations
 from sentinel_cache.core.ops._async.sorted_sets import AsyncSortedSetOperations
 from sentinel_cache.core.ops._async.stampede import AsyncStampedeOperations
-from sentinel_cache.core.ops.async_clients import (
-    AsyncLeanShardConnection,
-    AsyncLeanShardSSLConnection,
-    AsyncShardClients,
-    shared_async_clients,
-)
+from sentinel_cache.core.ops.async_clients import AsyncShardClients, shared_async_clients
 from sentinel_cache.core.topology._async.connection import (
     AsyncShardConnection,
     AsyncShardSSLConnection,
@@ -36,8 +31,6 @@ class AsyncCacheClient(
 
 __all__ = [
     "AsyncCacheClient",
-    "AsyncLeanShardConnection",
-    "AsyncLeanShardSSLConnection",
     "AsyncShardClients",
     "AsyncShardConnection",
     "AsyncShardSSLConnection",

@@ -296,8 +296,6 @@ class AsyncRunner(ClientBase):
             return {shard: await self._shard_or_none(shard, commands, write, operation)}
         started = perf_counter()
         for shard in plan:
-            if core.started and shard.address is not None and not (write and shard.fenced):
-                continue  # ready already: no call to make per shard
             try:
                 await self.ready(shard, write)
             except MASTER_ERRORS as exc:

@@ -297,8 +297,6 @@ class Runner(ClientBase):
             return {shard: self._shard_or_none(shard, commands, write, operation)}
         started = perf_counter()
         for shard in plan:
-            if core.started and shard.address is not None and not (write and shard.fenced):
-                continue  # ready already: no call to make per shard
             try:
                 self.ready(shard, write)
             except MASTER_ERRORS as exc:
