@@ -10,6 +10,12 @@ reconnect when the shard's generation moved, exactly like the sync ``ShardConnec
 switch seen by the sync side is followed here without any coordination and without a thread
 hop per call.
 
+A multi-key call checks out, writes to and reads from one connection per shard touched, so the
+per-call machinery of redis.asyncio's connections and pools is paid per shard: the masters'
+connections take a lean path for it (:class:`AsyncLeanIO`, :class:`AsyncShardPool`,
+:class:`QuietReleases`) with redis-py's failures and rules, and redis-py's own path for
+anything else (``python -m benchmarks.async_many`` measures the difference).
+
 Only rare, blocking work goes to a thread: the very first discovery of a core nobody has used
 yet, and the safety-net re-resolution after a connection error or a READONLY reply.
 
@@ -31,6 +37,10 @@ from typing import Any
 import redis
 import redis.asyncio
 import redis.asyncio.connection
+from redis.asyncio.connection import async_timeout
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.config import (
     Address,
@@ -38,10 +48,7 @@ from sentinel_cache.core.config import (
     connection_class_and_kwargs,
     connection_parameters,
 )
-from sentinel_cache.core.topology._async.connection import (
-    AsyncShardConnection,
-    AsyncShardSSLConnection,
-)
+from sentinel_cache.core.topology._async.connection import AsyncShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import AsyncFairBlockingConnectionPool
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
@@ -55,6 +62,183 @@ AsyncRedis = redis.asyncio.Redis
 ASYNC_CONNECTION_PARAMETERS = connection_parameters(
     redis.asyncio.connection.Connection, redis.asyncio.connection.SSLConnection
 ) - {"host", "port"}
+
+
+try:
+    import hiredis
+
+    _HIREDIS_READER: Any = hiredis.Reader
+except ImportError:  # pragma: no cover - without hiredis every call takes redis-py's path
+    _HIREDIS_READER = None
+
+try:  # redis-py >= 5.1: a pool tells its dispatcher of every connection released
+    from redis.event import AsyncAfterConnectionReleasedEvent, EventDispatcher
+except ImportError:  # pragma: no cover - older redis-py
+    EventDispatcher = None  # type: ignore[assignment, misc]
+
+_READ_SIZE = 65536
+_CLOSED = "Connection closed by server."  # redis-py's words for it
+
+
+class AsyncLeanIO(redis.asyncio.connection.AbstractConnection):
+    """redis.asyncio's ``send_packed_command`` and ``read_response`` without their per-call
+    machinery, for a connection that parses with ``hiredis``.
+
+    Why: redis.asyncio wraps every write in ``asyncio.wait_for`` (a task per write before
+    Python 3.12) and every read in a timeout (a timer per read). A batch per shard pays both
+    per shard touched: most of an ``aget_many``'s CPU. Here a write the transport takes whole
+    waits for nothing, and a read arms the socket timeout only when the reply has not arrived
+    yet. Failures are redis-py's: the same exceptions, the socket dropped; a RESP3 push is
+    handed to redis-py's handler, as its parser does. Anything else (a health check interval,
+    a per-read timeout, raw replies, no hiredis) takes redis-py's own path.
+    """
+
+    # What _lean found for the parser's hiredis reader of the moment (a new one per connect).
+    _lean_state: tuple[Any, Any, Any] | None = None
+
+    def _lean(self) -> tuple[Any, Any, Any] | None:
+        """The connection's hiredis reader, its "no reply yet" value and the RESP3 push type
+        (None for RESP2) if the lean path applies, else None."""
+        reader: Any = getattr(self._parser, "_reader", None)
+        state = self._lean_state
+        if state is None or state[0] is not reader:  # connected again: a new reader
+            state = self._lean_state = self._lean_for(reader)
+        return None if state is None or self._writer is None else state
+
+    def _lean_for(self, reader: Any) -> tuple[Any, Any, Any] | None:
+        if type(reader) is not _HIREDIS_READER or reader.has_data() or self.health_check_interval:
+            return None
+        # Empty, the reader answers with its "not enough data" value (redis-py's own sentinel;
+        # False before 5.1): what the loop must wait on.
+        pending = reader.gets()
+        if self.protocol in (2, "2"):
+            return reader, pending, None
+        push = getattr(self._parser, "_hiredis_PushNotificationType", None)
+        return None if push is None else (reader, pending, push)
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        writer = self._writer
+        if type(command) is not list or writer is None or self._lean() is None:
+            await super().send_packed_command(command, check_health)
+            return
+        try:
+            writer.writelines(command)
+            transport = writer.transport
+            # Not all taken, or the connection is going (a write to it is dropped silently):
+            # wait for the drain, which raises in that case, as redis-py always does.
+            if transport.get_write_buffer_size() or transport.is_closing():
+                await asyncio.wait_for(writer.drain(), self.socket_timeout)
+        except asyncio.TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            await self.disconnect(nowait=True)
+            raise RedisConnectionError(f"Error while writing to socket. {exc}.") from exc
+        except BaseException:
+            await self.disconnect(nowait=True)
+            raise
+
+    async def read_response(
+        self, disable_decoding: bool = False, timeout: float | None = None, **kwargs: Any
+    ) -> Any:
+        lean = self._lean()
+        stream = self._reader
+        if lean is None or stream is None or disable_decoding or timeout is not None or kwargs:
+            return await super().read_response(disable_decoding, timeout, **kwargs)
+        parser, pending, push = lean
+        try:
+            response = parser.gets()
+            while True:
+                while response is pending:
+                    if stream._buffer:  # type: ignore[attr-defined]  # arrived: no timer
+                        data = await stream.read(_READ_SIZE)
+                    else:
+                        async with async_timeout(self.socket_timeout):
+                            data = await stream.read(_READ_SIZE)
+                    if not data:
+                        raise RedisConnectionError(_CLOSED)
+                    parser.feed(data)
+                    response = parser.gets()
+                if push is None or not isinstance(response, push):
+                    break
+                await self._parser.handle_push_response(response)  # type: ignore[attr-defined]
+                response = parser.gets()
+            # redis-py's parser raises an error reply that means the connection is unusable
+            kind = type(response)
+            if kind is list:
+                if response and isinstance(response[0], RedisConnectionError):
+                    raise response[0]
+            elif kind is not bytes and isinstance(response, RedisConnectionError):
+                raise response
+        except asyncio.TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError(f"Timeout reading from {self._host_error()}") from None
+        except OSError as exc:
+            await self.disconnect(nowait=True)
+            raise RedisConnectionError(
+                f"Error while reading from {self._host_error()} : {exc.args}"
+            ) from exc
+        except BaseException:
+            await self.disconnect(nowait=True)
+            raise
+        if kind is not bytes and kind is not list and isinstance(response, ResponseError):
+            raise response from None
+        return response
+
+
+class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
+    """A shard's connection (:mod:`~sentinel_cache.core.topology._async.connection`) on the
+    lean path."""
+
+    async def connect(self) -> None:
+        """Every checkout connects: nothing to do while connected to the shard's current
+        master, without redis-py's retry machinery around finding that out."""
+        if self._reader is None or self._writer is None or self._stale():
+            await super().connect()
+
+    def ready_to_send(self) -> bool:
+        """Connected to the shard's current master with nothing unread: what the pool's check
+        at every checkout finds out (redis-py's ``ensure_connection``), in one call. False
+        means "ask redis-py's check", not "unusable"."""
+        lean = self._lean()
+        stream = self._reader
+        if lean is None or stream is None or not self._parser._connected or self._stale():  # type: ignore[attr-defined]
+            return False
+        return not (lean[0].has_data() or stream.at_eof() or stream._buffer)  # type: ignore[attr-defined]
+
+
+class AsyncShardPool(AsyncFairBlockingConnectionPool):
+    """The pool of a shard's master for one event loop: the fair pool, whose checkout skips
+    redis-py's connection check for a connection that is :meth:`~AsyncLeanShardIO.ready_to_send`."""
+
+    async def ensure_connection(self, connection: Any) -> None:
+        if not connection.ready_to_send():
+            await super().ensure_connection(connection)
+
+
+class AsyncLeanShardConnection(AsyncLeanShardIO, redis.asyncio.connection.Connection):
+    """The asyncio core's connection to a shard's master."""
+
+
+class AsyncLeanShardSSLConnection(AsyncLeanShardIO, redis.asyncio.connection.SSLConnection):
+    """The TLS flavour of :class:`AsyncLeanShardConnection`."""
+
+
+_UNKNOWN: Any = object()
+
+if EventDispatcher is not None:
+
+    class QuietReleases(EventDispatcher):
+        """A pool's event dispatcher: redis-py's, except that a released connection with no new
+        token to re-authenticate with is not announced. The event's one listener would find
+        nothing to do, after taking an ``asyncio.Lock``: on every release of every shard."""
+
+        async def dispatch_async(self, event: object) -> None:
+            if type(event) is AsyncAfterConnectionReleasedEvent:
+                connection = event.connection
+                if getattr(connection, "_re_auth_token", _UNKNOWN) is None:
+                    return
+            await super().dispatch_async(event)
 
 
 class _LoopState:
@@ -100,6 +284,9 @@ class AsyncShardClients:
         if dropped:
             logger.warning("redis.asyncio does not support %s; the async API ignores them", dropped)
         self._kwargs = {k: v for k, v in kwargs.items() if k in ASYNC_CONNECTION_PARAMETERS}
+        self._quiet = EventDispatcher is not None and "event_dispatcher" in (
+            ASYNC_CONNECTION_PARAMETERS - set(self._kwargs)
+        )
         self._ssl = issubclass(sync_class, redis.connection.SSLConnection)
 
     def __repr__(self) -> str:
@@ -169,16 +356,24 @@ class AsyncShardClients:
             except RuntimeError:  # closed meanwhile: its sockets went with it
                 continue
 
+    def _pool_kwargs(self) -> dict[str, Any]:
+        """A new pool's connection options (with its own :class:`QuietReleases`)."""
+        if not self._quiet:
+            return self._kwargs
+        return {**self._kwargs, "event_dispatcher": QuietReleases()}
+
     def master(self, state: _LoopState, shard: Shard) -> AsyncRedis:
         client = state.masters.get(shard.index)
         if client is None:
-            pool = AsyncFairBlockingConnectionPool(
+            pool = AsyncShardPool(
                 label=shard.label,
-                connection_class=AsyncShardSSLConnection if self._ssl else AsyncShardConnection,
+                connection_class=(
+                    AsyncLeanShardSSLConnection if self._ssl else AsyncLeanShardConnection
+                ),
                 max_connections=self._max_connections,
                 timeout=self._pool_timeout,
                 shard=shard,
-                **self._kwargs,
+                **self._pool_kwargs(),
             )
             client = state.masters[shard.index] = AsyncRedis(connection_pool=pool)
         return client
@@ -206,7 +401,7 @@ class AsyncShardClients:
                 connection_class=connection_class,
                 max_connections=self._max_connections,
                 timeout=self._pool_timeout,
-                **self._kwargs,
+                **self._pool_kwargs(),
             )
             client = state.replicas[address] = AsyncRedis(connection_pool=pool)
         return client

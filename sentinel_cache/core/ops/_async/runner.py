@@ -341,7 +341,10 @@ class AsyncRunner(ClientBase):
                 if shard in failed:
                     continue
                 try:
-                    replies[shard] = [await connection.read_response() for _ in commands]
+                    if len(commands) == 1:  # the usual batch: one command per shard
+                        replies[shard] = [await connection.read_response()]
+                    else:
+                        replies[shard] = [await connection.read_response() for _ in commands]
                 except MASTER_ERRORS as exc:
                     failed[shard] = (exc, address, generation)
                 except ResponseError:

@@ -342,7 +342,10 @@ class Runner(ClientBase):
                 if shard in failed:
                     continue
                 try:
-                    replies[shard] = [connection.read_response() for _ in commands]
+                    if len(commands) == 1:  # the usual batch: one command per shard
+                        replies[shard] = [connection.read_response()]
+                    else:
+                        replies[shard] = [connection.read_response() for _ in commands]
                 except MASTER_ERRORS as exc:
                     failed[shard] = (exc, address, generation)
                 except ResponseError:
