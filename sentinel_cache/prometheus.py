@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -50,7 +50,7 @@ _LATENCY_BUCKETS = (
 _FENCE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: a key looked up on every call
 class Family:
     """One metric as scraped: name (a counter's without ``_total``), help, label names, and
     for a histogram its buckets (None: a counter). Declared once for both backends."""
@@ -130,11 +130,12 @@ class _Events(Metrics):
     def call(self, shard: str, command: str, outcome: str, seconds: float) -> None:
         self._observe(CALLS, (shard, command, outcome), seconds)
 
-    def lookups(self, shard: str, hits: int, misses: int) -> None:
-        if hits:
-            self._count(LOOKUPS, (shard, "hit"), hits)
-        if misses:
-            self._count(LOOKUPS, (shard, "miss"), misses)
+    def lookups(self, counts: Iterable[tuple[str, int, int]]) -> None:
+        for shard, hits, misses in counts:
+            if hits:
+                self._count(LOOKUPS, (shard, "hit"), hits)
+            if misses:
+                self._count(LOOKUPS, (shard, "miss"), misses)
 
     def switch(self, shard: str, source: str) -> None:
         self._count(SWITCHES, (shard, source))
@@ -158,53 +159,141 @@ class _Events(Metrics):
         self._count(RESTARTS, (shard,))
 
 
+Rows = dict[tuple[str, ...], list[Any]]  # label values -> a series' numbers
+Table = dict[Family, Rows]
+
+
 class PrometheusMetrics(_Events):
     """The core's events kept as plain numbers, turned into Prometheus samples only when
-    scraped (:class:`_Exporter`): recording a call is a bisect, a lock and two additions, where
-    prometheus_client's ``Histogram.observe`` walks its buckets and takes two locks.
+    scraped (:class:`_Exporter`): recording a call is a lookup, a bisect and two additions,
+    where prometheus_client's ``Histogram.observe`` walks its buckets and takes two locks.
 
     Per series: a counter is ``[value, created]``, a histogram ``[count per bucket ..., count
-    above the last, sum, created]``. One lock for all, so counts from many threads add up
-    exactly. A forked child starts from zero: it reports its own calls, never its parent's a
-    second time."""
+    above the last, sum, created]``. Each thread writes its own table, so no lock is taken and
+    counts from many threads add up exactly; a scrape adds the tables up (those of threads
+    that ended are folded into one). A forked child starts from zero: it reports its own calls,
+    never its parent's a second time."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self._lock = threading.Lock()
-        self._series: dict[Family, dict[tuple[str, ...], list[Any]]] = {f: {} for f in FAMILIES}
+        self.reset()
         registry.register(_Exporter(self))
         registry.register(_Gauges())
         on_fork_in_child(_reset_in_child(self))
 
     def __repr__(self) -> str:
-        return f"<PrometheusMetrics {sum(map(len, self._series.values()))} series in use>"
-
-    def _count(self, family: Family, labels: tuple[str, ...], amount: int = 1) -> None:
-        with self._lock:
-            row = self._series[family].get(labels)
-            if row is None:
-                row = self._series[family][labels] = [0, time.time()]
-            row[0] += amount
-
-    def _observe(self, family: Family, labels: tuple[str, ...], seconds: float) -> None:
-        buckets = family.buckets
-        assert buckets is not None
-        slot = bisect_left(buckets, seconds)  # the first bucket whose bound is >= seconds
-        with self._lock:
-            row = self._series[family].get(labels)
-            if row is None:
-                row = self._series[family][labels] = [0] * (len(buckets) + 2) + [time.time()]
-            row[slot] += 1
-            row[-2] += seconds
+        return f"<PrometheusMetrics {len(self._tables)} threads' tables>"
 
     def reset(self) -> None:
         """Forget every count (a new lock too: one held by a parent's thread stays held)."""
-        self._lock = threading.Lock()
-        self._series = {f: {} for f in FAMILIES}
+        self._local = threading.local()
+        self._lock = threading.Lock()  # for the list of tables, not for a count
+        self._tables: list[tuple[threading.Thread, Table]] = []
+        self._ended: Table = _table()
 
-    def snapshot(self) -> dict[Family, dict[tuple[str, ...], list[Any]]]:
-        """A copy of every series, taken under the lock (the scrape reads it)."""
+    def _mine(self) -> Table:
+        """This thread's table, made and listed on its first event."""
+        table = self._local.table = _table()
         with self._lock:
-            return {f: {k: list(row) for k, row in t.items()} for f, t in self._series.items()}
+            self._prune()
+            self._tables.append((threading.current_thread(), table))
+        return table
+
+    def _prune(self) -> None:
+        """Fold the tables of threads that ended into one (the lock held): threads that come
+        and go leave no table behind."""
+        live = []
+        for thread, table in self._tables:
+            if thread.is_alive():
+                live.append((thread, table))
+            else:
+                _fold(self._ended, table)
+        self._tables = live
+
+    # The two events of every call, each in one frame (no per-event helper: on the hot path a
+    # Python call costs as much as the rest); the other events go through _count/_observe.
+    def call(self, shard: str, command: str, outcome: str, seconds: float) -> None:
+        try:
+            rows = self._local.table[CALLS]
+        except AttributeError:
+            rows = self._mine()[CALLS]
+        labels = (shard, command, outcome)
+        row = rows.get(labels)
+        if row is None:
+            row = rows[labels] = _histogram_row(_LATENCY_BUCKETS)
+        row[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        row[-2] += seconds
+
+    def lookups(self, counts: Iterable[tuple[str, int, int]]) -> None:
+        try:
+            rows = self._local.table[LOOKUPS]
+        except AttributeError:
+            rows = self._mine()[LOOKUPS]
+        for shard, hits, misses in counts:
+            if hits:
+                (rows.get((shard, "hit")) or _counter_row(rows, (shard, "hit")))[0] += hits
+            if misses:
+                (rows.get((shard, "miss")) or _counter_row(rows, (shard, "miss")))[0] += misses
+
+    def _count(self, family: Family, labels: tuple[str, ...], amount: int = 1) -> None:
+        try:
+            rows = self._local.table[family]
+        except AttributeError:
+            rows = self._mine()[family]
+        (rows.get(labels) or _counter_row(rows, labels))[0] += amount
+
+    def _observe(self, family: Family, labels: tuple[str, ...], seconds: float) -> None:
+        try:
+            rows = self._local.table[family]
+        except AttributeError:
+            rows = self._mine()[family]
+        buckets = family.buckets or ()
+        row = rows.get(labels)
+        if row is None:
+            row = rows[labels] = _histogram_row(buckets)
+        row[bisect_left(buckets, seconds)] += 1
+        row[-2] += seconds
+
+    def snapshot(self) -> Table:
+        """Every thread's numbers added up (what a scrape reads). A live thread's rows are
+        copied by single C-level calls (``dict.copy``, ``list``), which no other thread can
+        interleave with; a series it is changing meanwhile may lag by that one event."""
+        with self._lock:
+            self._prune()
+            total = _table()
+            _fold(total, self._ended)
+            for _, table in self._tables:
+                _fold(total, {family: rows.copy() for family, rows in table.items()})
+        return total
+
+
+def _counter_row(rows: Rows, labels: tuple[str, ...]) -> list[Any]:
+    """A new counter series in ``rows``: its value and its creation time."""
+    row = rows[labels] = [0, time.time()]
+    return row
+
+
+def _histogram_row(buckets: tuple[float, ...]) -> list[Any]:
+    """A new histogram series: a count per bucket and one above the last, the sum, created."""
+    return [0] * (len(buckets) + 2) + [time.time()]
+
+
+def _table() -> Table:
+    return {family: {} for family in FAMILIES}
+
+
+def _fold(into: Table, table: Table) -> None:
+    """Add ``table``'s numbers to ``into``'s (the earliest creation time kept)."""
+    for family, rows in table.items():
+        target = into[family]
+        for labels, row in list(rows.items()):
+            row = list(row)
+            total = target.get(labels)
+            if total is None:
+                target[labels] = row
+                continue
+            for n in range(len(row) - 1):
+                total[n] += row[n]
+            total[-1] = min(total[-1], row[-1])
 
 
 def _reset_in_child(metrics: PrometheusMetrics) -> Any:
