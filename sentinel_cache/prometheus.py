@@ -1,32 +1,48 @@
 """Prometheus metrics for every core of the process: ``METRICS = True`` in the cache options.
 
 Needs ``prometheus_client`` (``pip install "sentinel-cache[prometheus]"``). The metrics are
-created once per process in ``prometheus_client.REGISTRY``, however many caches and cores there
-are; each series is labelled with the shard's master name (``shard``). Expose them as usual:
-``prometheus_client.start_http_server(port)``, django-prometheus's ``/metrics`` view, or
+registered once per process in ``prometheus_client.REGISTRY``, however many caches and cores
+there are; each series is labelled with the shard's master name (``shard``). Expose them as
+usual: ``prometheus_client.start_http_server(port)``, django-prometheus's ``/metrics`` view, or
 ``prometheus_client.make_wsgi_app()`` in Flask.
 
-Counters and histograms work with ``PROMETHEUS_MULTIPROC_DIR`` (gunicorn, uWSGI): set it before
-the workers start, as prometheus_client documents. The gauges (connections in use and idle,
-listener state) and the near cache's series are read from the live cores at scrape time, so in
-multiprocess mode they show only the process that serves the scrape: alert on the other
-counters there.
+A call records into plain numbers (:class:`PrometheusMetrics`), made into samples when scraped.
+With ``PROMETHEUS_MULTIPROC_DIR`` (gunicorn, uWSGI; set before the workers start, as
+prometheus_client documents) the counters and histograms are prometheus_client's own
+(:class:`MultiprocessMetrics`), which add up over the workers. The gauges (connections in use
+and idle, listener state) and the near cache's series are read from the live cores at scrape
+time, so in multiprocess mode they show only the process that serves the scrape: alert on the
+other counters there.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Iterator
+import time
+import weakref
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import REGISTRY, Counter, Histogram, values
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from sentinel_cache.core.metrics import Metrics
+from sentinel_cache.core.topology.registry import on_fork_in_child
 from sentinel_cache.core.topology.sharded_pool import live_cores
 
-__all__ = ["PrometheusMetrics", "shared_metrics"]
+__all__ = ["MultiprocessMetrics", "PrometheusMetrics", "shared_metrics"]
 
 _LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -34,120 +50,333 @@ _LATENCY_BUCKETS = (
 _FENCE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
-class PrometheusMetrics(Metrics):
-    """The core's events as Prometheus counters and histograms (children cached per label set,
-    so recording a call is a dictionary lookup, an increment and an observation)."""
+@dataclass(frozen=True, eq=False)  # hashed by identity: a key looked up on every call
+class Family:
+    """One metric as scraped: name (a counter's without ``_total``), help, label names, and
+    for a histogram its buckets (None: a counter). Declared once for both backends."""
 
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.latency = Histogram(
-            "sentinel_cache_command_duration_seconds",
-            "Command batches sent to a shard by first command and outcome (hit or miss for a "
-            "single-key get, else ok; error): time from sending to the last reply, safety net "
-            "included (its _count counts batches).",
-            ["shard", "command", "outcome"],
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
-        )
-        self.keys = Counter(
-            "sentinel_cache_multi_key_lookups",
-            "Keys read by multi-key reads (get_many), by result (hit, miss).",
-            ["shard", "result"],
-            registry=registry,
-        )
-        self.switches = Counter(
-            "sentinel_cache_master_switches",
-            "Master switches applied, by how they were learned (listener, safety_net, ...).",
-            ["shard", "source"],
-            registry=registry,
-        )
-        self.fences = Histogram(
-            "sentinel_cache_write_fence_hold_seconds",
-            "How long writes to a shard were held while a failover was announced.",
-            ["shard"],
-            buckets=_FENCE_BUCKETS,
-            registry=registry,
-        )
-        self.reresolves = Counter(
-            "sentinel_cache_reresolves",
-            "Times the safety net asked the sentinels again after a failed call.",
-            ["shard"],
-            registry=registry,
-        )
-        self.retries = Counter(
-            "sentinel_cache_retries",
-            "Batches sent again on a shard's new master by the safety net.",
-            ["shard"],
-            registry=registry,
-        )
-        self.outage_reads = Counter(
-            "sentinel_cache_outage_reads",
-            "Reads answered by a replica while the shard's master was unreachable and not "
-            "replaced yet (OUTAGE_READS): as fresh as that replica's replication lag.",
-            ["shard"],
-            registry=registry,
-        )
-        self.skips = Counter(
-            "sentinel_cache_skipped_shards",
-            "Times IGNORE_EXCEPTIONS skipped an unavailable shard, by operation (a command "
-            "name, get_many, iter_keys, delete_pattern, clear, ...).",
-            ["shard", "operation"],
-            registry=registry,
-        )
-        self.restarts = Counter(
-            "sentinel_cache_master_restarts",
-            "Masters found restarted without a switch (a new run_id on a new connection, or "
-            "the sentinels' +reboot): empty unless they persist their data, and so are their "
-            "replicas once resynced.",
-            ["shard"],
-            registry=registry,
-        )
-        registry.register(_Gauges())
-        self._children: dict[tuple[str, ...], Any] = {}
-        self._calls: dict[tuple[str, str, str], Any] = {}
+    name: str
+    doc: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] | None = None
 
-    def __repr__(self) -> str:
-        return f"<PrometheusMetrics {len(self._children)} series in use>"
 
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (str(id(metric)), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+CALLS = Family(
+    "sentinel_cache_command_duration_seconds",
+    "Command batches sent to a shard by first command and outcome (hit or miss for a "
+    "single-key get, else ok; error): time from sending to the last reply, safety net "
+    "included (its _count counts batches).",
+    ("shard", "command", "outcome"),
+    _LATENCY_BUCKETS,
+)
+LOOKUPS = Family(
+    "sentinel_cache_multi_key_lookups",
+    "Keys read by multi-key reads (get_many), by result (hit, miss).",
+    ("shard", "result"),
+)
+SWITCHES = Family(
+    "sentinel_cache_master_switches",
+    "Master switches applied, by how they were learned (listener, safety_net, ...).",
+    ("shard", "source"),
+)
+FENCES = Family(
+    "sentinel_cache_write_fence_hold_seconds",
+    "How long writes to a shard were held while a failover was announced.",
+    ("shard",),
+    _FENCE_BUCKETS,
+)
+RERESOLVES = Family(
+    "sentinel_cache_reresolves",
+    "Times the safety net asked the sentinels again after a failed call.",
+    ("shard",),
+)
+RETRIES = Family(
+    "sentinel_cache_retries",
+    "Batches sent again on a shard's new master by the safety net.",
+    ("shard",),
+)
+OUTAGE_READS = Family(
+    "sentinel_cache_outage_reads",
+    "Reads answered by a replica while the shard's master was unreachable and not "
+    "replaced yet (OUTAGE_READS): as fresh as that replica's replication lag.",
+    ("shard",),
+)
+SKIPS = Family(
+    "sentinel_cache_skipped_shards",
+    "Times IGNORE_EXCEPTIONS skipped an unavailable shard, by operation (a command "
+    "name, get_many, iter_keys, delete_pattern, clear, ...).",
+    ("shard", "operation"),
+)
+RESTARTS = Family(
+    "sentinel_cache_master_restarts",
+    "Masters found restarted without a switch (a new run_id on a new connection, or "
+    "the sentinels' +reboot): empty unless they persist their data, and so are their "
+    "replicas once resynced.",
+    ("shard",),
+)
+FAMILIES = (CALLS, LOOKUPS, SWITCHES, FENCES, RERESOLVES, RETRIES, OUTAGE_READS, SKIPS, RESTARTS)
+
+
+class _Events(Metrics):
+    """Which family and labels each event of the core moves; how a backend keeps a number is
+    its ``_count`` and ``_observe``."""
+
+    def _count(self, family: Family, labels: tuple[str, ...], amount: int = 1) -> None:
+        raise NotImplementedError
+
+    def _observe(self, family: Family, labels: tuple[str, ...], seconds: float) -> None:
+        raise NotImplementedError
 
     def call(self, shard: str, command: str, outcome: str, seconds: float) -> None:
-        key = (shard, command, outcome)
-        child = self._calls.get(key)
-        if child is None:  # the hot path: one dictionary lookup, then the observation
-            child = self._calls[key] = self.latency.labels(shard, command, outcome)
-        child.observe(seconds)
+        self._observe(CALLS, (shard, command, outcome), seconds)
 
-    def lookups(self, shard: str, hits: int, misses: int) -> None:
-        if hits:
-            self._child(self.keys, shard, "hit").inc(hits)
-        if misses:
-            self._child(self.keys, shard, "miss").inc(misses)
+    def lookups(self, counts: Iterable[tuple[str, int, int]]) -> None:
+        for shard, hits, misses in counts:
+            if hits:
+                self._count(LOOKUPS, (shard, "hit"), hits)
+            if misses:
+                self._count(LOOKUPS, (shard, "miss"), misses)
 
     def switch(self, shard: str, source: str) -> None:
-        self._child(self.switches, shard, source).inc()
+        self._count(SWITCHES, (shard, source))
 
     def fence(self, shard: str, seconds: float) -> None:
-        self._child(self.fences, shard).observe(seconds)
+        self._observe(FENCES, (shard,), seconds)
 
     def reresolve(self, shard: str) -> None:
-        self._child(self.reresolves, shard).inc()
+        self._count(RERESOLVES, (shard,))
 
     def retry(self, shard: str) -> None:
-        self._child(self.retries, shard).inc()
+        self._count(RETRIES, (shard,))
 
     def outage_read(self, shard: str) -> None:
-        self._child(self.outage_reads, shard).inc()
+        self._count(OUTAGE_READS, (shard,))
 
     def skipped(self, shard: str, operation: str) -> None:
-        self._child(self.skips, shard, operation).inc()
+        self._count(SKIPS, (shard, operation))
 
     def restart(self, shard: str) -> None:
-        self._child(self.restarts, shard).inc()
+        self._count(RESTARTS, (shard,))
+
+
+Rows = dict[tuple[str, ...], list[Any]]  # label values -> a series' numbers
+Table = dict[Family, Rows]
+
+
+class PrometheusMetrics(_Events):
+    """The core's events kept as plain numbers, turned into Prometheus samples only when
+    scraped (:class:`_Exporter`): recording a call is a lookup, a bisect and two additions,
+    where prometheus_client's ``Histogram.observe`` walks its buckets and takes two locks.
+
+    Per series: a counter is ``[value, created]``, a histogram ``[count per bucket ..., count
+    above the last, sum, created]``. Each thread writes its own table, so no lock is taken and
+    counts from many threads add up exactly; a scrape adds the tables up (those of threads
+    that ended are folded into one). A forked child starts from zero: it reports its own calls,
+    never its parent's a second time."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.reset()
+        registry.register(_Exporter(self))
+        registry.register(_Gauges())
+        on_fork_in_child(_reset_in_child(self))
+
+    def __repr__(self) -> str:
+        return f"<PrometheusMetrics {len(self._tables)} threads' tables>"
+
+    def reset(self) -> None:
+        """Forget every count (a new lock too: one held by a parent's thread stays held)."""
+        self._local = threading.local()
+        self._lock = threading.Lock()  # for the list of tables, not for a count
+        self._tables: list[tuple[threading.Thread, Table]] = []
+        self._ended: Table = _table()
+
+    def _mine(self) -> Table:
+        """This thread's table, made and listed on its first event."""
+        table = self._local.table = _table()
+        with self._lock:
+            self._prune()
+            self._tables.append((threading.current_thread(), table))
+        return table
+
+    def _prune(self) -> None:
+        """Fold the tables of threads that ended into one (the lock held): threads that come
+        and go leave no table behind."""
+        live = []
+        for thread, table in self._tables:
+            if thread.is_alive():
+                live.append((thread, table))
+            else:
+                _fold(self._ended, table)
+        self._tables = live
+
+    # The two events of every call, each in one frame (no per-event helper: on the hot path a
+    # Python call costs as much as the rest); the other events go through _count/_observe.
+    def call(self, shard: str, command: str, outcome: str, seconds: float) -> None:
+        try:
+            rows = self._local.table[CALLS]
+        except AttributeError:
+            rows = self._mine()[CALLS]
+        labels = (shard, command, outcome)
+        row = rows.get(labels)
+        if row is None:
+            row = rows[labels] = _histogram_row(_LATENCY_BUCKETS)
+        row[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        row[-2] += seconds
+
+    def lookups(self, counts: Iterable[tuple[str, int, int]]) -> None:
+        try:
+            rows = self._local.table[LOOKUPS]
+        except AttributeError:
+            rows = self._mine()[LOOKUPS]
+        for shard, hits, misses in counts:
+            if hits:
+                (rows.get((shard, "hit")) or _counter_row(rows, (shard, "hit")))[0] += hits
+            if misses:
+                (rows.get((shard, "miss")) or _counter_row(rows, (shard, "miss")))[0] += misses
+
+    def _count(self, family: Family, labels: tuple[str, ...], amount: int = 1) -> None:
+        try:
+            rows = self._local.table[family]
+        except AttributeError:
+            rows = self._mine()[family]
+        (rows.get(labels) or _counter_row(rows, labels))[0] += amount
+
+    def _observe(self, family: Family, labels: tuple[str, ...], seconds: float) -> None:
+        try:
+            rows = self._local.table[family]
+        except AttributeError:
+            rows = self._mine()[family]
+        buckets = family.buckets or ()
+        row = rows.get(labels)
+        if row is None:
+            row = rows[labels] = _histogram_row(buckets)
+        row[bisect_left(buckets, seconds)] += 1
+        row[-2] += seconds
+
+    def snapshot(self) -> Table:
+        """Every thread's numbers added up (what a scrape reads). A live thread's rows are
+        copied by single C-level calls (``dict.copy``, ``list``), which no other thread can
+        interleave with; a series it is changing meanwhile may lag by that one event."""
+        with self._lock:
+            self._prune()
+            total = _table()
+            _fold(total, self._ended)
+            for _, table in self._tables:
+                _fold(total, {family: rows.copy() for family, rows in table.items()})
+        return total
+
+
+def _counter_row(rows: Rows, labels: tuple[str, ...]) -> list[Any]:
+    """A new counter series in ``rows``: its value and its creation time."""
+    row = rows[labels] = [0, time.time()]
+    return row
+
+
+def _histogram_row(buckets: tuple[float, ...]) -> list[Any]:
+    """A new histogram series: a count per bucket and one above the last, the sum, created."""
+    return [0] * (len(buckets) + 2) + [time.time()]
+
+
+def _table() -> Table:
+    return {family: {} for family in FAMILIES}
+
+
+def _fold(into: Table, table: Table) -> None:
+    """Add ``table``'s numbers to ``into``'s (the earliest creation time kept)."""
+    for family, rows in table.items():
+        target = into[family]
+        for labels, row in list(rows.items()):
+            row = list(row)
+            total = target.get(labels)
+            if total is None:
+                target[labels] = row
+                continue
+            for n in range(len(row) - 1):
+                total[n] += row[n]
+            total[-1] = min(total[-1], row[-1])
+
+
+def _reset_in_child(metrics: PrometheusMetrics) -> Any:
+    ref = weakref.ref(metrics)
+
+    def reset() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.reset()
+
+    return reset
+
+
+_CREATED = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in (
+    "true",
+    "1",
+    "t",
+)  # as prometheus_client reads it
+
+
+class _Exporter(Collector):
+    """:class:`PrometheusMetrics`'s numbers as the samples prometheus_client's own counters and
+    histograms would give: the same names, labels, buckets and ``_created`` series."""
+
+    def __init__(self, metrics: PrometheusMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._metrics.snapshot()
+        for family in FAMILIES:
+            yield _family(family, snapshot[family])
+
+
+def _family(family: Family, rows: dict[tuple[str, ...], list[Any]]) -> Metric:
+    labels = list(family.labels)
+    if family.buckets is None:
+        counter = CounterMetricFamily(family.name, family.doc, labels=labels)
+        for values_, (value, created) in rows.items():
+            counter.add_metric(values_, value, created=created if _CREATED else None)
+        return counter
+    histogram = HistogramMetricFamily(family.name, family.doc, labels=labels)
+    bounds = [floatToGoString(b) for b in (*family.buckets, float("inf"))]
+    for values_, row in rows.items():
+        cumulative = list(accumulate(row[: len(bounds)]))
+        histogram.add_metric(values_, list(zip(bounds, cumulative, strict=True)), row[-2])
+        if _CREATED:
+            histogram.samples.append(
+                Sample(f"{family.name}_created", dict(zip(labels, values_, strict=True)), row[-1])
+            )
+    return histogram
+
+
+class MultiprocessMetrics(_Events):
+    """With ``PROMETHEUS_MULTIPROC_DIR`` set: prometheus_client's own counters and histograms,
+    whose values live in the files its ``MultiProcessCollector`` adds up over the workers
+    (numbers kept in one process's memory would reach no scrape there)."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self._metrics: dict[Family, Any] = {
+            f: (
+                Counter(f.name, f.doc, f.labels, registry=registry)
+                if f.buckets is None
+                else Histogram(f.name, f.doc, f.labels, buckets=f.buckets, registry=registry)
+            )
+            for f in FAMILIES
+        }
+        registry.register(_Gauges())
+        self._children: dict[tuple[Family, tuple[str, ...]], Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<MultiprocessMetrics {len(self._children)} series in use>"
+
+    def _child(self, family: Family, labels: tuple[str, ...]) -> Any:
+        child = self._children.get((family, labels))
+        if child is None:
+            child = self._children[family, labels] = self._metrics[family].labels(*labels)
+        return child
+
+    def _count(self, family: Family, labels: tuple[str, ...], amount: int = 1) -> None:
+        self._child(family, labels).inc(amount)
+
+    def _observe(self, family: Family, labels: tuple[str, ...], seconds: float) -> None:
+        self._child(family, labels).observe(seconds)
 
 
 class _Gauges(Collector):
@@ -244,14 +473,19 @@ def _near_cache_metrics() -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     yield from (tracked, entries, lookups, invalidations, flushes)
 
 
-_shared: PrometheusMetrics | None = None
+_shared: Metrics | None = None
 _lock = threading.Lock()
 
 
-def shared_metrics() -> PrometheusMetrics:
+def multiprocess() -> bool:
+    """Whether prometheus_client keeps its values in ``PROMETHEUS_MULTIPROC_DIR``'s files."""
+    return values.ValueClass is not values.MutexValue
+
+
+def shared_metrics() -> Metrics:
     """The process's metrics, registered in ``prometheus_client.REGISTRY`` on first use."""
     global _shared
     with _lock:
         if _shared is None:
-            _shared = PrometheusMetrics()
+            _shared = MultiprocessMetrics() if multiprocess() else PrometheusMetrics()
         return _shared

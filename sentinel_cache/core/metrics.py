@@ -16,6 +16,7 @@ Django loads a cache ``BACKEND``, and never imports it.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from typing import Any
 
 from sentinel_cache.exceptions import ConfigurationError
@@ -37,8 +38,9 @@ class Metrics:
         """One batch on one shard; ``command`` is its first command (``get``, ``mget``, ...),
         ``outcome`` ``hit`` or ``miss`` (a single-key ``get``), ``ok`` or ``error``."""
 
-    def lookups(self, shard: str, hits: int, misses: int) -> None:
-        """Keys read on one shard by a multi-key read: found, and not found."""
+    def lookups(self, counts: Iterable[tuple[str, int, int]]) -> None:
+        """Keys read by one multi-key read, recorded once for the call: per shard, its name and
+        how many keys were found and not found."""
 
     def switch(self, shard: str, source: str) -> None:
         """The shard's master moved; ``source`` is how it was learned (``listener``, ...)."""

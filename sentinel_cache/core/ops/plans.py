@@ -426,6 +426,7 @@ class ClientBase:
         """The values found (a shard skipped by IGNORE_EXCEPTIONS found nothing)."""
         found: dict[Any, Any] = {}
         metrics = self.core.metrics
+        counts: list[tuple[str, int, int]] = []  # recorded once for the call
         for shard, shard_replies in replies.items():
             if shard_replies is None:
                 continue
@@ -436,7 +437,9 @@ class ClientBase:
                     found[key] = value
             if metrics is not None:
                 hits = len(found) - before
-                metrics.lookups(shard.name, hits, len(groups[shard]) - hits)
+                counts.append((shard.name, hits, len(groups[shard]) - hits))
+        if metrics is not None:
+            metrics.lookups(counts)
         return found
 
     def set_plan(self, groups: Groups, mapping: Mapping[Any, Any], timeout: float | None) -> Plan:

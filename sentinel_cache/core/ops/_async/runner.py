@@ -94,7 +94,7 @@ class AsyncRunner(ClientBase):
             if metrics is None:
                 return await self.run(
                     shard,
-                    functools.partial(send, commands=commands),
+                    lambda client: send(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -104,7 +104,7 @@ class AsyncRunner(ClientBase):
             try:
                 replies = await self.run(
                     shard,
-                    functools.partial(send, commands=commands),
+                    lambda client: send(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -123,7 +123,7 @@ class AsyncRunner(ClientBase):
         with observed(core, shard, commands) as call:
             call.replies = await self.run(
                 shard,
-                functools.partial(send, commands=commands),
+                lambda client: send(client, commands),
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
@@ -474,7 +474,7 @@ class AsyncRunner(ClientBase):
                 writer.done()
             if kept:
                 near.own(shard, key, ticket, *keep)  # type: ignore[union-attr, misc]
-            elif write:
+            elif write and near is not None:
                 self.forget([key])
             if resharding and access.replace:
                 await self._drop_previous([key])

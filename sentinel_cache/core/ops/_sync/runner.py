@@ -95,7 +95,7 @@ class Runner(ClientBase):
             if metrics is None:
                 return self.run(
                     shard,
-                    functools.partial(send, commands=commands),
+                    lambda client: send(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -105,7 +105,7 @@ class Runner(ClientBase):
             try:
                 replies = self.run(
                     shard,
-                    functools.partial(send, commands=commands),
+                    lambda client: send(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -124,7 +124,7 @@ class Runner(ClientBase):
         with observed(core, shard, commands) as call:
             call.replies = self.run(
                 shard,
-                functools.partial(send, commands=commands),
+                lambda client: send(client, commands),
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
@@ -475,7 +475,7 @@ class Runner(ClientBase):
                 writer.done()
             if kept:
                 near.own(shard, key, ticket, *keep)  # type: ignore[union-attr, misc]
-            elif write:
+            elif write and near is not None:
                 self.forget([key])
             if resharding and access.replace:
                 self._drop_previous([key])
