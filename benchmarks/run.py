@@ -358,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     extras = [
         (args.skip_ratios, "ratios", ratios,
          "set_many vs MSET, get with and without metrics, fair pools, fault proxy", RATIOS,
-         "Targets: set_many at most 2x raw MSET; a get with METRICS on at most 1.10x off; one "
+         "Targets: set_many at most 2x raw MSET; with METRICS on, a get at most 1.03x off and a "
+         "get_many[10] at most 1.05x off; one "
          "thread's (task's) GETs through the fair pool at least 0.6x the rate of redis-py's "
          "BlockingConnectionPool; more than 1,000 round trips/s through the fault proxy to a "
          "node without faults while another is delayed 100 ms."),
