@@ -61,8 +61,13 @@ class CacheMiddleware(DjangoCacheMiddleware):
     """``django.middleware.cache.CacheMiddleware``, one view run per missing page (see the
     module)."""
 
+    def __init__(self, get_response: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(get_response, *args, **kwargs)
+        # Django 5.1's MiddlewareMixin sets ``async_mode``; 4.2's marks the instance instead.
+        self.asynchronous = iscoroutinefunction(get_response)
+
     def __call__(self, request: HttpRequest) -> Any:
-        if self.async_mode:
+        if self.asynchronous:
             return self.__acall__(request)
         return self.serve(request, self.get_response)
 
