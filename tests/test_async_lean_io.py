@@ -200,8 +200,10 @@ def test_a_resp3_push_before_a_reply_goes_to_redis_py_and_the_reply_comes_back(
 
     replies = asyncio.run(main())
     core.close()
-    assert replies[3:] == [b"PONG", b"2"]
-    assert len(pushes) == 1 and pushes[0][0] in (b"invalidate", "invalidate")
+    assert replies[3:] == [b"PONG", b"2"]  # the push never taken for a reply, on either path
+    if HIREDIS:  # the lean path hands it to redis-py's handler (without hiredis, redis-py's own
+        # path reads it, and redis-py 5.0's python parser does not call that handler)
+        assert len(pushes) == 1 and pushes[0][0] in (b"invalidate", "invalidate")
 
 
 def test_a_release_with_a_token_to_re_authenticate_with_is_still_announced(
