@@ -99,6 +99,26 @@ def refresh_now(seconds_left: float, delta: float, early: float) -> bool:
     return -delta * early * math.log(1.0 - random.random()) >= seconds_left
 
 
+def refresh_due(ms_left: Any, delta: Any, early: float) -> bool:
+    """XFetch's verdict on a hit read by :func:`timed_reads`: never without a recorded
+    duration or a time left."""
+    return (
+        delta is not None and ms_left > 0 and refresh_now(ms_left / 1000, int(delta) / 1000, early)
+    )
+
+
+def timed_reads(key: Any) -> list[Command]:
+    """A key's value, its time left and its last computation's duration, in one round trip."""
+    return [("GET", key), ("PTTL", key), ("GET", delta_key(key))]
+
+
+def take_lock(key: Any, lock_timeout: float) -> tuple[str, Command]:
+    """A new token and the command that takes ``key``'s computation lock with it (``SET NX
+    PX``) for ``lock_timeout`` seconds; released only by its holder."""
+    token = secrets.token_hex(16)
+    return token, ("SET", lock_key(key), token, "NX", "PX", max(1, int(lock_timeout * 1000)))
+
+
 class AsyncStampedeOperations(AsyncCacheOperations):
     """``get_or_set`` with one computation per miss across processes (``lock_timeout`` seconds:
     how long a holder may compute before another caller takes over)."""
@@ -148,29 +168,24 @@ class AsyncStampedeOperations(AsyncCacheOperations):
     ) -> Any:
         """A hit, recomputed first if XFetch says so and nobody else is at it (the others keep
         the current value); MISS on a miss."""
-        reads: list[Command] = [("GET", key), ("PTTL", key), ("GET", delta_key(key))]
         (data, ms_left, delta), _ = await self.keyed(
-            key, reads, [None, -2, None], READ, replicas=False
+            key, timed_reads(key), [None, -2, None], READ, replicas=False
         )
         value = MISS if data is None else self.decode(data, key)
-        if value is MISS or delta is None or ms_left <= 0:
+        if value is MISS or not refresh_due(ms_left, delta, early):
             return value
-        if not refresh_now(ms_left / 1000, int(delta) / 1000, early):
-            return value
-        lock, token = lock_key(key), secrets.token_hex(16)
-        take: Command = ("SET", lock, token, "NX", "PX", max(1, int(lock_timeout * 1000)))
+        token, take = take_lock(key, lock_timeout)
         (taken,), _ = await self.keyed(key, [take], [None], WRITE)
         if not is_ok(taken):
             return value  # someone else refreshes it: the current value is still good
-        return await self._compute_and_store(key, compute, timeout, lock, token)
+        return await self._compute_and_store(key, compute, timeout, lock_key(key), token)
 
     async def _computed_once(
         self, key: Any, compute: Callable[[], Any], timeout: float | None, lock_timeout: float
     ) -> Any:
-        lock, token = lock_key(key), secrets.token_hex(16)
-        ms = max(1, int(lock_timeout * 1000))
+        lock = lock_key(key)
+        token, take = take_lock(key, lock_timeout)
         while True:
-            take: Command = ("SET", lock, token, "NX", "PX", ms)
             (taken,), _ = await self.keyed(key, [take], [SKIPPED], WRITE)
             if taken is SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no lock, no store
                 return compute()

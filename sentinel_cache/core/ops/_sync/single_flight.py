@@ -24,7 +24,6 @@ holds the lock (the other callers keep getting the current value).
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +33,9 @@ from sentinel_cache.core.ops._sync.stampede import (
     LONGEST_WAIT,
     delta_key,
     lock_key,
-    refresh_now,
+    refresh_due,
+    take_lock,
+    timed_reads,
 )
 from sentinel_cache.core.ops.sync_io import pause
 from sentinel_cache.core.ops.plans import MISS, READ, WRITE, Command, is_ok, short_key
@@ -59,22 +60,10 @@ return 0
 """
 
 
-def take_command(key: Any, lock_timeout: float) -> tuple[str, Command]:
-    token = secrets.token_hex(16)
-    return token, ("SET", lock_key(key), token, "NX", "PX", max(1, int(lock_timeout * 1000)))
-
-
 def end_command(key: Any, stored: Any, token: str, began: float) -> Command:
     """END_COMPUTATION for ``key``'s lock and ``stored``'s duration, both on one shard."""
     took = max(1, int((time.monotonic() - began) * 1000))
     return ("EVAL", END_COMPUTATION, 3, lock_key(key), stored, delta_key(stored), token, took)
-
-
-def due(ms_left: Any, delta: Any, early: float) -> bool:
-    """XFetch's verdict on a hit (``refresh_now``); never without a recorded duration."""
-    return (
-        delta is not None and ms_left > 0 and refresh_now(ms_left / 1000, int(delta) / 1000, early)
-    )
 
 
 class Ticket:
@@ -116,7 +105,7 @@ class SingleFlight:
             turns.wait(key, self.lock_timeout)
             return None
         try:
-            token, take = take_command(key, self.lock_timeout)
+            token, take = take_lock(key, self.lock_timeout)
             (taken,), _ = self.client.keyed(key, [take], [SKIPPED], WRITE)
             if taken is SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no coordination
                 return Ticket(self, key, None, turn)
@@ -133,14 +122,13 @@ class SingleFlight:
         """The key's value (``MISS`` if absent) in one round trip with its time left and its
         last computation's duration; with a ticket to recompute it now when it is a hit that
         XFetch says to refresh (``early`` scales it) and the lock was free."""
-        reads: list[Command] = [("GET", key), ("PTTL", key), ("GET", delta_key(key))]
         (data, ms_left, delta), _ = self.client.keyed(
-            key, reads, [None, -2, None], READ, replicas=False
+            key, timed_reads(key), [None, -2, None], READ, replicas=False
         )
         value = MISS if data is None else self.client.decode(data, key)
-        if value is MISS or not due(ms_left, delta, early):
+        if value is MISS or not refresh_due(ms_left, delta, early):
             return value, None
-        token, take = take_command(key, self.lock_timeout)
+        token, take = take_lock(key, self.lock_timeout)
         (taken,), _ = self.client.keyed(key, [take], [None], WRITE)
         return value, Ticket(self, key, token) if is_ok(taken) else None
 
