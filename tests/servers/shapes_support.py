@@ -345,9 +345,13 @@ def listener_owners(
     A socket the ``parent`` holds is the parent's (its workers only inherited it); otherwise
     the one process holding it owns it.
     """
+    # The sentinels' client lists first, then the sockets: a connection a sentinel lists was
+    # open before /proc is read (read the other way round, a listener that reconnected in
+    # between has a socket /proc never showed, and no owner).
+    clients = pubsub_clients(cluster)
     holders = socket_holders(pids)
     counted: dict[str, dict[int | None, int]] = {}
-    for sentinel, entries in pubsub_clients(cluster).items():
+    for sentinel, entries in clients.items():
         per_pid: dict[int | None, int] = {}
         for entry in entries:
             held = holders.get(int(str(entry["addr"]).rpartition(":")[2]), set())
