@@ -171,48 +171,31 @@ class Runner(Moves):
             replica, chosen = None, client
         client = chosen if chosen is not None else self.io.master(shard)
         address, generation = state.address, state.generation
-        try:
-            return operation(client)
-        except PoolExhaustedError:
-            raise
-        except MASTER_ERRORS as exc:
-            if replica is not None:  # a replica failed: the master still serves reads
-                shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
-                return operation(self.io.master(shard))
-            served, reply = self._recover(
-                shard,
-                exc,
-                address,
-                generation,
-                operation if reader else None,
-                idempotent=idempotent,
-            )
-            if served:
-                return reply
-        note(core, shard, retried=True)
-        if write and shard.fenced:
-            began = perf_counter()
-            wait_fence(shard, core.config.failover_hold)
-            note(core, shard, fence_wait=perf_counter() - began)
-        address, generation = shard.current()
-        try:
-            return operation(self.io.master(shard))
-        except PoolExhaustedError:
-            raise
-        except MASTER_ERRORS as exc:
-            # The one retry failed too (the shard moved to a node that is down as well, or the
-            # move was a re-resolve naming the same dead master): its rules once more, so an
-            # outage holds it, then the shard's error, never the connection's bare one.
-            served, reply = self._recover(
-                shard,
-                exc,
-                address,
-                generation,
-                operation if reader else None,
-                idempotent=idempotent,
-            )
-            if served:
-                return reply
+        read = operation if reader else None  # what a replica in step may answer in an outage
+        for retry in (False, True):
+            try:
+                return operation(self.io.master(shard) if retry else client)
+            except PoolExhaustedError:
+                raise
+            except MASTER_ERRORS as exc:
+                if replica is not None:  # a replica failed: the master still serves reads
+                    shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
+                    return operation(self.io.master(shard))
+                # The same rules when the one retry failed too (the shard moved to a node that
+                # is down as well, or the move was a re-resolve naming the same dead master), so
+                # an outage holds it, then the shard's error, never the connection's bare one.
+                served, reply = self._recover(
+                    shard, exc, address, generation, read, idempotent=idempotent
+                )
+                if served:
+                    return reply
+            if not retry:
+                note(core, shard, retried=True)
+                if write and shard.fenced:
+                    began = perf_counter()
+                    wait_fence(shard, core.config.failover_hold)
+                    note(core, shard, fence_wait=perf_counter() - began)
+                address, generation = shard.current()
         try:  # the last try, after a hold that saw the switch
             return operation(self.io.master(shard))
         except MASTER_ERRORS as exc:
