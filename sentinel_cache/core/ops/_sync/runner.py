@@ -6,9 +6,10 @@
 ``keyed`` (one key) and ``planned`` (several keys, one batch per shard, all shards at once),
 which apply the rules each operation's :class:`~sentinel_cache.core.ops.plans.Access` calls for
 (near-cache eviction, moving a key from its previous owner, the previous owner's cleanup: the
-moves themselves are in ``moves.py``, which this class builds on), and through ``run``, the safety net: re-resolve without waiting on the node that failed, one retry of
-idempotent commands when the shard moved, no acknowledgement from a replaced master, the write
-fence. What differs between the flavours is only how a shard's connections are reached and how
+moves themselves are in ``moves.py``, which this class builds on), and through ``run``, the
+safety net: re-resolve without waiting on the node that failed, one retry of idempotent
+commands when the shard moved, no acknowledgement from a replaced master, the write fence.
+What differs between the flavours is only how a shard's connections are reached and how
 to wait: each flavour's ``*_io.py`` module beside this package.
 """
 
