@@ -28,6 +28,7 @@ NAMES = {
     "topology": ("__init__.py", "connection.py"),
     "ops": (
         "__init__.py",
+        "moves.py",
         "runner.py",
         "client.py",
         "stampede.py",

@@ -1,7 +1,8 @@
 """A shard's state (address, generation, evidence, fence, error, resolution) changes only through
-``Shard``'s own methods: the failover state machine has one home, ``core/topology/shard.py``.
+``Shard``'s own methods: the failover state machine has one home, ``core/topology/shard.py``
+(its replicas' part in ``replicas.py``, a base class of ``Shard``).
 
-Two checks: the code outside ``shard.py`` never assigns a shard's attribute (read from the
+Two checks: the code outside those two modules never assigns a shard's attribute (read from the
 source, so a write on a path no test runs is caught too), and a real ``Shard`` refuses the
 assignment of every state name it shows (so a test or an adapter cannot poke it either).
 """
@@ -18,12 +19,18 @@ from sentinel_cache.core.config import PoolConfig
 from sentinel_cache.core.topology.shard import Shard
 
 PACKAGE = Path(__file__).resolve().parent.parent / "sentinel_cache"
-SHARD_MODULE = PACKAGE / "core" / "topology" / "shard.py"
+TOPOLOGY = PACKAGE / "core" / "topology"
+# Each module of the shard's state, and its class there.
+SHARD_CLASSES = {TOPOLOGY / "shard.py": "Shard", TOPOLOGY / "replicas.py": "ShardReplicas"}
 
 
-def shard_class() -> ast.ClassDef:
-    tree = ast.parse(SHARD_MODULE.read_text(), str(SHARD_MODULE))
-    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Shard")
+def shard_classes() -> list[ast.ClassDef]:
+    found = []
+    for path, name in SHARD_CLASSES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        found += [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
+    assert len(found) == len(SHARD_CLASSES)
+    return found
 
 
 def assigned_targets(node: ast.AST) -> list[ast.expr]:
@@ -44,7 +51,7 @@ def state_names() -> set[str]:
     """Every attribute ``Shard`` keeps on itself, and every property it shows (both spellings:
     ``_address`` and ``address``)."""
     names: set[str] = set()
-    for node in ast.walk(shard_class()):
+    for node in (node for cls in shard_classes() for node in ast.walk(cls)):
         if isinstance(node, ast.FunctionDef) and any(
             isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list
         ):
@@ -86,12 +93,12 @@ def is_shard(expression: ast.expr, names: set[str]) -> bool:
 
 
 def outside_writes(root: Path) -> list[str]:
-    """``path:line: text`` of every write to a shard's state outside ``shard.py``: an assignment
+    """``path:line: text`` of every write to a shard's state outside its modules: an assignment
     (of any kind, or a ``del``) to ``<a shard>.<state name>``, or ``setattr(<a shard>, ...)``."""
     state = state_names()
     found: list[str] = []
     for path in sorted(root.rglob("*.py")):
-        if path == SHARD_MODULE:
+        if path in SHARD_CLASSES:
             continue
         tree = ast.parse(path.read_text(), str(path))
         functions = [
@@ -125,6 +132,7 @@ def test_the_state_names_are_read() -> None:
     assert {"address", "generation", "evidence", "error", "agreeing", "fence_since"} <= (
         state_names()
     )
+    assert {"replicas", "serving_replicas", "in_step", "down"} <= state_names()  # replicas.py
 
 
 def test_the_scan_finds_a_write(tmp_path: Path) -> None:
@@ -154,7 +162,7 @@ def test_the_scan_finds_a_write(tmp_path: Path) -> None:
     ]
 
 
-def test_no_code_outside_shard_py_assigns_a_shard_state_field() -> None:
+def test_no_code_outside_the_shard_modules_assigns_a_shard_state_field() -> None:
     assert outside_writes(PACKAGE) == []
 
 

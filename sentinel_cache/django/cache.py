@@ -50,28 +50,26 @@ from django.conf import settings
 from django.core.cache.backends.base import (
     DEFAULT_TIMEOUT,
     BaseCache,
-    InvalidCacheKey,
-    default_key_func,
 )
 from django.core.exceptions import ImproperlyConfigured
 
 from sentinel_cache.core.admin.reshard.previous import refuse_with_resharding
 from sentinel_cache.core.arguments import (
     MAX_TIMEOUT,
-    check_key,
-    epoch_ms,
     valid_delta,
     valid_timeout,
 )
 from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
 from sentinel_cache.core.ops.aio import AsyncCacheClient
-from sentinel_cache.core.ops.client import SCAN_COUNT, CacheClient, escape_pattern
+from sentinel_cache.core.ops.client import SCAN_COUNT, CacheClient
 from sentinel_cache.core.ops.plans import FailOpen
 from sentinel_cache.core.options import did_you_mean
 from sentinel_cache.core.serializers import Codec, build_codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
 from sentinel_cache.django.compat import translate_options
+from sentinel_cache.django.expiry import ExpiryMethods
 from sentinel_cache.django.hashes import HashMethods, no_client
+from sentinel_cache.django.keys import InvalidKeyError, KeyMethods
 from sentinel_cache.django.operations import NOT_DONE, Call, operation
 from sentinel_cache.django.previous import OPTION as PREVIOUS_CACHE
 from sentinel_cache.django.previous import SETTING as PREVIOUS_SETTING
@@ -85,7 +83,6 @@ from sentinel_cache.django.sets import SetMethods
 from sentinel_cache.django.sorted_sets import SortedSetMethods
 from sentinel_cache.exceptions import (
     ArgumentTypeError,
-    ArgumentValueError,
     ConfigurationError,
     PicklingError,
 )
@@ -117,14 +114,6 @@ def _check_entry(params: Mapping[str, Any]) -> None:
             )
 
 
-def _quiet(key: str) -> bool:
-    """A key Django's ``validate_key`` would not warn about: at most 250 characters
-    (MEMCACHE_MAX_KEY_LENGTH), none of them a control character, space or DEL. Three C calls
-    instead of Django's generator (~2 us per key); ``isprintable`` also refuses a few characters
-    Django accepts, which then take Django's own check."""
-    return len(key) <= 250 and key.isprintable() and " " not in key
-
-
 class DjangoCacheClient(CacheClient):
     """The sync client, with a clear error for ``django_redis.get_redis_connection(alias)``,
     which calls ``cache.client.get_client(write)``: a bool where the key goes."""
@@ -144,21 +133,10 @@ class DjangoCacheClient(CacheClient):
 ClientT = TypeVar("ClientT", DjangoCacheClient, AsyncCacheClient)
 
 
-def _whole_seconds(seconds: float | None) -> int | None:
-    """The core's seconds left (PTTL's milliseconds / 1000) rounded as Redis's ``TTL`` rounds
-    them, ``(ms + 500) // 1000``: what django-redis returns."""
-    return None if seconds is None else int(seconds + 0.5)
-
-
 CachePicklingError = PicklingError  # the name this module exported first
 
 
-class InvalidKeyError(InvalidCacheKey, ArgumentValueError):
-    """A key that cannot be stored (not valid Unicode): Django's ``InvalidCacheKey``, as its
-    memcached backends raise for their keys, and the core's key error."""
-
-
-class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
+class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods, ExpiryMethods, KeyMethods):
     """Django ``BaseCache`` over :class:`~sentinel_cache.core.topology.sharded_pool.ShardedSentinelPool`."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ShardedSentinelCache:
@@ -295,38 +273,6 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
             timeout = valid_timeout(timeout)
         return None if timeout is None else max(0, timeout)
 
-    def validate_key(self, key: Any) -> None:
-        """Django's check (memcached-unsafe keys warn), with a fast path for the usual key."""
-        if type(key) is str and _quiet(key):
-            return
-        super().validate_key(key)
-        try:
-            check_key(key)
-        except ArgumentValueError as exc:
-            raise InvalidKeyError(exc.argument, exc.value, exc.reason) from None
-
-    def make_and_validate_key(self, key: Any, version: Any = None) -> str:
-        """Django's, in one step for the usual key (a near-cache hit is a few microseconds)."""
-        if type(key) is str and self._own_key_rules and self.key_func is default_key_func:
-            made = f"{self.key_prefix}:{self.version if version is None else version}:{key}"
-            if len(made) <= 250 and made.isprintable() and " " not in made:  # _quiet, inline
-                return made
-        return super().make_and_validate_key(key, version=version)
-
-    def _key_map(self, keys: Iterable[Any], version: int | None) -> dict[str, Any]:
-        """Stored key -> caller's key; with the default key rules the prefix and version are
-        formatted once per call, not once per key."""
-        if not (self._own_key_rules and self.key_func is default_key_func):
-            return {self.make_and_validate_key(key, version=version): key for key in keys}
-        head = f"{self.key_prefix}:{self.version if version is None else version}:"
-        made: dict[str, Any] = {}
-        for key in keys:
-            final = head + (key if type(key) is str else str(key))
-            if not _quiet(final):
-                self.validate_key(final)
-            made[final] = key
-        return made
-
     # -- the operations: each declared once, giving the sync method and its ``a`` twin ------
     def _add(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -363,11 +309,6 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
             return args  # the common call: no Call object made
         no_client(client)
         return Call("set", args, bool, {"nx": bool(nx), "xx": bool(xx)})
-
-    def _touch(
-        self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> tuple[Any, ...]:
-        return (self.make_and_validate_key(key, version=version), self.get_backend_timeout(timeout))
 
     def _delete(self, key: Any, version: Any = None) -> tuple[Any, ...]:
         return (self.make_and_validate_key(key, version=version),)
@@ -481,48 +422,6 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
         the configured database on every shard. False if a shard was skipped (ignored)."""
         return (self._clear_pattern(),)
 
-    def _ttl(self, key: Any, version: Any = None) -> tuple[Any, ...]:
-        """Whole seconds left, rounded as Redis's ``TTL`` rounds (django-redis returns that);
-        None if the key never expires; 0 if it does not exist."""
-        return (self.make_and_validate_key(key, version=version),)
-
-    def _pttl(self, key: Any, version: Any = None, client: Any = None) -> tuple[Any, ...]:
-        """Milliseconds left; None if the key never expires; 0 if it does not exist."""
-        no_client(client)
-        return (self.make_and_validate_key(key, version=version),)
-
-    def _pexpire(
-        self, key: Any, timeout: Any, version: Any = None, client: Any = None
-    ) -> tuple[Any, ...]:
-        """Expire in ``timeout`` milliseconds (django-redis's); False if the key is missing."""
-        no_client(client)
-        if timeout is DEFAULT_TIMEOUT:
-            timeout = None if self.default_timeout is None else int(self.default_timeout * 1000)
-        return (self.make_and_validate_key(key, version=version), timeout)
-
-    def _expire_at(
-        self, key: Any, when: Any, version: Any = None, client: Any = None
-    ) -> tuple[Any, ...]:
-        """Expire at ``when``: a datetime (naive: local time, as redis-py takes it) or seconds
-        since 1970; False if the key is missing."""
-        no_client(client)
-        return (self.make_and_validate_key(key, version=version), epoch_ms("when", when, 1000))
-
-    def _pexpire_at(
-        self, key: Any, when: Any, version: Any = None, client: Any = None
-    ) -> tuple[Any, ...]:
-        """Expire at ``when``: a datetime or milliseconds since 1970; False if missing."""
-        no_client(client)
-        return (self.make_and_validate_key(key, version=version), epoch_ms("when", when, 1))
-
-    def _expire(self, key: Any, timeout: Any, version: Any = None) -> tuple[Any, ...]:
-        """Set a new timeout (seconds; None makes the key persistent); False if missing."""
-        return self._touch(key, timeout, version=version)
-
-    def _persist(self, key: Any, version: Any = None) -> tuple[Any, ...]:
-        """Remove the key's expiry; False if the key does not exist."""
-        return self._touch(key, None, version=version)
-
     def _delete_pattern(
         self,
         pattern: str,
@@ -537,7 +436,6 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
 
     add, aadd = operation(_add, finish=bool)
     set, aset = operation(_set, finish=bool)  # Django's result is None; a bool is more useful
-    touch, atouch = operation(_touch, finish=bool)
     delete, adelete = operation(_delete, finish=bool)
     has_key, ahas_key = operation(_has_key, finish=bool)
     incr, aincr = operation(_incr, finish=int)
@@ -547,13 +445,6 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
     get_or_set_many, aget_or_set_many = operation(_get_or_set_many)
     delete_many, adelete_many = operation(_delete_many)
     clear, aclear = operation(_clear)  # a bool, like RedisCache
-    ttl, attl = operation(_ttl, finish=_whole_seconds)
-    pttl, apttl = operation(_pttl)
-    pexpire, apexpire = operation(_pexpire)
-    expire_at, aexpire_at = operation(_expire_at, "pexpire_at")
-    pexpire_at, apexpire_at = operation(_pexpire_at)
-    expire, aexpire = operation(_expire, "touch", bool)
-    persist, apersist = operation(_persist, "touch", bool)
     delete_pattern, adelete_pattern = operation(_delete_pattern)
 
     def close(self, **kwargs: Any) -> None:
@@ -573,25 +464,6 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods):
         Use ``cache.make_key(key)`` for the name to send; it is the master unless
         ``write=False`` and replica reads are configured."""
         return self.client.get_client(self.make_key(key, version=version), write=write)
-
-    def make_pattern(self, pattern: str, version: Any = None, prefix: str | None = None) -> str:
-        """A glob for stored keys, built like ``make_key`` with the prefix and version escaped
-        (as django-redis does), e.g. ``"session*"`` -> ``"myapp:1:session*"``."""
-        prefix = self.key_prefix if prefix is None else prefix
-        version = self.version if version is None else version
-        return str(self.key_func(pattern, escape_pattern(prefix), escape_pattern(str(version))))
-
-    def _clear_pattern(self) -> str | None:
-        if not self.key_prefix:
-            return None
-        # Every version of this prefix and nothing else: "app" must not match "app2:1:x".
-        return str(self.key_func("*", escape_pattern(self.key_prefix), "*"))
-
-    def _reverse_key(self, stored: bytes) -> str:
-        key = stored.decode("utf-8", "replace")
-        if self.key_func is default_key_func:
-            return key.split(":", 2)[2] if key.count(":") >= 2 else key
-        return key  # a custom KEY_FUNCTION cannot be reversed: give the stored key
 
     def iter_keys(
         self, search: str, itersize: int | None = None, version: Any = None

@@ -30,7 +30,8 @@ import redis
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.topology.discovery import direct_client, reply_text
-from sentinel_cache.core.topology.shard import Link, Shard
+from sentinel_cache.core.topology.replicas import Link
+from sentinel_cache.core.topology.shard import Shard
 
 logger = logging.getLogger("sentinel_cache")
 

@@ -1,4 +1,4 @@
-"""A shard: its master address, connection pool, write fence and replicas.
+"""A shard: its master address, connection pool, write fence and replicas (``replicas.py``).
 
 Each shard has one redis-py client for its whole life. Its connections resolve the shard's
 current address when they connect (redis-py's ``SentinelManagedConnection`` idea), and carry the
@@ -9,11 +9,10 @@ next use. Only the switching shard is touched.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -28,6 +27,7 @@ from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.core.topology._sync.connection import ShardConnection, ShardSSLConnection
 from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
 from sentinel_cache.core.topology.following import UNRESOLVED, MasterState
+from sentinel_cache.core.topology.replicas import ShardReplicas
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
 )
@@ -42,11 +42,6 @@ K = TypeVar("K", bound="str | bytes")
 MASTER_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
 SwitchCallback = Callable[["SwitchEvent"], None]
-#: What a ``ROLE`` check found of a replica and the shard's master: ``connected`` to it,
-#: following it with the link ``down`` (``connect``: what the master's crash looks like; the
-#: replica keeps what it was given), ``promoted`` (a master now), or ``out`` (another master,
-#: a full resync under way, unreachable).
-Link = Literal["connected", "down", "promoted", "out"]
 #: ``restarted(shard, old_run_id, new_run_id, source)``: the core's report of an empty restart.
 RestartCallback = Callable[["Shard", "str | None", str, str], None]
 
@@ -112,7 +107,7 @@ class SwitchEvent:
         )
 
 
-class Shard:
+class Shard(ShardReplicas):
     """One master name at one ring position: its address, pool, fence and history.
 
     Its state changes only through its own methods (the failover state machine has this one
@@ -135,7 +130,6 @@ class Shard:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a switch, or an outage's end
         self._state = UNRESOLVED
-        self._replicas: tuple[Address, ...] = ()
         self._agreeing = 0
         self._error: BaseException | None = None
         self._switch_count = 0
@@ -176,17 +170,9 @@ class Shard:
             **kwargs,
         )
         self.client = redis.Redis(connection_pool=self.pool)
-        self._replica_kwargs = (connection_class, kwargs, config.max_connections)
-        self._replica_clients: dict[Address, redis.Redis] = {}
-        self._down: set[Address] = set()  # listed by the sentinels, but failing our checks
-        self._serving_replicas: tuple[Address, ...] = ()
-        self._rotation: list[tuple[Address, redis.Redis]] = []
-        self._replica_turn = itertools.count()
-        self._rotating = config.read_from_replicas  # replicas take reads in normal times
-        # OUTAGE_READS: replica -> the generation whose master it was seen connected to (and
-        # has not been seen leave since); the outage: (generation, since) of a master found
-        # unreachable that nothing replaced yet; reads replicas served during outages.
-        self._in_step: dict[Address, int] = {}
+        super().__init__(config, connection_class, kwargs)  # the replicas' part
+        # The outage: (generation, since) of a master found unreachable that nothing replaced
+        # yet; reads replicas served during outages.
         self._outage: tuple[int, float] | None = None
         self._outage_reads = 0
 
@@ -219,15 +205,6 @@ class Shard:
     @property
     def former(self) -> tuple[Address, ...]:
         return self._former
-
-    @property
-    def replicas(self) -> tuple[Address, ...]:
-        return self._replicas
-
-    @property
-    def serving_replicas(self) -> tuple[Address, ...]:
-        """The replicas in the read rotation: listed, and passing our checks."""
-        return self._serving_replicas
 
     @property
     def promotions(self) -> int:
@@ -478,37 +455,6 @@ class Shard:
             generation == self._state.generation and outage is not None and outage[0] == generation
         )
 
-    def note_replica_link(self, address: Address, generation: int, link: Link) -> None:
-        """What the housekeeper's ``ROLE`` check found of a replica of the master of
-        ``generation``. Connected, it is in step: it may serve reads while that master is
-        unreachable. It stays in step while its link is down (the housekeeper calls that
-        ``out`` if the master still answers), and once promoted while a
-        failover is announced (the fence is up: it is the new master-to-be, holding what it
-        had plus what was written to it since); anything else puts it out of step. The map is
-        replaced, never changed in place: readers iterate it without the lock."""
-        with self._lock:
-            in_step = self._in_step
-            if link == "connected":
-                if (
-                    generation == self._state.generation
-                    and address in self._replica_clients
-                    and in_step.get(address) != generation
-                ):
-                    self._in_step = {**in_step, address: generation}
-            elif address in in_step and (
-                link == "out" or (link == "promoted" and not self._state.fenced)
-            ):
-                self._in_step = {a: g for a, g in in_step.items() if a != address}
-
-    def outage_replicas(self, generation: int) -> list[Address]:
-        """The replicas in step with the master of ``generation``, to serve a read while it is
-        unreachable, beginning at the next in turn (reads spread over them)."""
-        found = [a for a, g in self._in_step.items() if g == generation]
-        if len(found) > 1:
-            turn = next(self._replica_turn) % len(found)
-            found = found[turn:] + found[:turn]
-        return found
-
     def note_outage_read(self) -> None:
         with self._lock:
             self._outage_reads += 1
@@ -517,78 +463,6 @@ class Shard:
     def outage_reads(self) -> int:
         """Reads served by a replica while the master was unreachable, since start."""
         return self._outage_reads
-
-    def replica_client(self, address: Address) -> redis.Redis | None:
-        """The client of a listed replica (sync calls), or None if it is no longer listed."""
-        return self._replica_clients.get(address)
-
-    # -- replicas ----------------------------------------------------------------------------
-    def set_replicas(self, replicas: Sequence[Address]) -> None:
-        """The replicas the sentinels list; clients are kept for those still listed."""
-        replicas = tuple(replicas)
-        if replicas == self._replicas:
-            return
-        connection_class, kwargs, max_connections = self._replica_kwargs
-        with self._lock:
-            current = self._replica_clients
-            clients = {
-                address: current.get(address)
-                or redis.Redis(
-                    connection_pool=FairBlockingConnectionPool(
-                        host=address.host,
-                        port=address.port,
-                        connection_class=connection_class,
-                        max_connections=max_connections,
-                        **kwargs,
-                    )
-                )
-                for address in replicas
-            }
-            dropped = [c for a, c in current.items() if a not in clients]
-            self._replica_clients = clients
-            self._replicas = replicas
-            self._down &= set(replicas)
-            self._in_step = {a: g for a, g in self._in_step.items() if a in clients}
-            self._update_rotation()
-        for client in dropped:
-            client.connection_pool.disconnect()
-
-    def set_replica_health(self, address: Address, healthy: bool, why: str = "") -> None:
-        """Take a replica out of the read rotation (a failed read or check), or back in."""
-        if not self._rotating:
-            return
-        with self._lock:
-            if address not in self._replica_clients or (address not in self._down) == healthy:
-                return
-            if healthy:
-                self._down.discard(address)
-            else:
-                self._down.add(address)
-            self._update_rotation()
-        logger.info(
-            "shard %s: replica %s %s the read rotation%s",
-            self.label,
-            address,
-            "rejoins" if healthy else "leaves",
-            f" ({why})" if why else "",
-        )
-
-    def _update_rotation(self) -> None:
-        if not self._rotating:  # listed for OUTAGE_READS only: no reads in normal times
-            return
-        self._serving_replicas = tuple(a for a in self._replicas if a not in self._down)
-        self._rotation = [(a, self._replica_clients[a]) for a in self._serving_replicas]
-
-    def read_replica(self) -> tuple[Address, redis.Redis] | None:
-        """The next replica in the read rotation (its address and client), or None."""
-        rotation = self._rotation
-        if not rotation:
-            return None
-        return rotation[next(self._replica_turn) % len(rotation)]
-
-    def read_client(self) -> redis.Redis:
-        replica = self.read_replica()
-        return self.client if replica is None else replica[1]
 
     def snapshot(self) -> dict[str, Any]:
         """This shard in ``ShardedSentinelPool.status()``: from memory, no network."""

@@ -5,10 +5,11 @@
 (``client.py``, ``hashes.py``, ``sorted_sets.py``) runs through the two entry points here:
 ``keyed`` (one key) and ``planned`` (several keys, one batch per shard, all shards at once),
 which apply the rules each operation's :class:`~sentinel_cache.core.ops.plans.Access` calls for
-(near-cache eviction, moving a key from its previous owner, the previous owner's cleanup), and
-through ``run``, the safety net: re-resolve without waiting on the node that failed, one retry of
-idempotent commands when the shard moved, no acknowledgement from a replaced master, the write
-fence. What differs between the flavours is only how a shard's connections are reached and how
+(near-cache eviction, moving a key from its previous owner, the previous owner's cleanup: the
+moves themselves are in ``moves.py``, which this class builds on), and through ``run``, the
+safety net: re-resolve without waiting on the node that failed, one retry of idempotent
+commands when the shard moved, no acknowledgement from a replaced master, the write fence.
+What differs between the flavours is only how a shard's connections are reached and how
 to wait: each flavour's ``*_io.py`` module beside this package.
 """
 
@@ -23,17 +24,14 @@ from redis.exceptions import MasterDownError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.config import Address
+from sentinel_cache.core.ops._sync.moves import Moves
 from sentinel_cache.core.ops.sync_io import ShardIO, run_blocking, wait_fence, wait_switch
 from sentinel_cache.core.ops.observe import Observed, note, observed
 from sentinel_cache.core.ops.plans import (
-    MISS,
     REPLY_SKIP,
     Access,
-    ClientBase,
     Command,
-    Groups,
     command_name,
-    copy_deadline,
     is_ok,
     logger,
     outcome,
@@ -51,7 +49,7 @@ T = TypeVar("T")
 SKIPPED: Any = object()
 
 
-class Runner(ClientBase):
+class Runner(Moves):
     """The shards' side of every operation: the safety net, the batches, the rules."""
 
     def __init__(self, core: ShardedSentinelPool, codec: Codec, **options: Any) -> None:
@@ -174,48 +172,31 @@ class Runner(ClientBase):
             replica, chosen = None, client
         client = chosen if chosen is not None else self.io.master(shard)
         address, generation = state.address, state.generation
-        try:
-            return operation(client)
-        except PoolExhaustedError:
-            raise
-        except MASTER_ERRORS as exc:
-            if replica is not None:  # a replica failed: the master still serves reads
-                shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
-                return operation(self.io.master(shard))
-            served, reply = self._recover(
-                shard,
-                exc,
-                address,
-                generation,
-                operation if reader else None,
-                idempotent=idempotent,
-            )
-            if served:
-                return reply
-        note(core, shard, retried=True)
-        if write and shard.fenced:
-            began = perf_counter()
-            wait_fence(shard, core.config.failover_hold)
-            note(core, shard, fence_wait=perf_counter() - began)
-        address, generation = shard.current()
-        try:
-            return operation(self.io.master(shard))
-        except PoolExhaustedError:
-            raise
-        except MASTER_ERRORS as exc:
-            # The one retry failed too (the shard moved to a node that is down as well, or the
-            # move was a re-resolve naming the same dead master): its rules once more, so an
-            # outage holds it, then the shard's error, never the connection's bare one.
-            served, reply = self._recover(
-                shard,
-                exc,
-                address,
-                generation,
-                operation if reader else None,
-                idempotent=idempotent,
-            )
-            if served:
-                return reply
+        read = operation if reader else None  # what a replica in step may answer in an outage
+        for retry in (False, True):
+            try:
+                return operation(self.io.master(shard) if retry else client)
+            except PoolExhaustedError:
+                raise
+            except MASTER_ERRORS as exc:
+                if replica is not None:  # a replica failed: the master still serves reads
+                    shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
+                    return operation(self.io.master(shard))
+                # The same rules when the one retry failed too (the shard moved to a node that
+                # is down as well, or the move was a re-resolve naming the same dead master), so
+                # an outage holds it, then the shard's error, never the connection's bare one.
+                served, reply = self._recover(
+                    shard, exc, address, generation, read, idempotent=idempotent
+                )
+                if served:
+                    return reply
+            if not retry:
+                note(core, shard, retried=True)
+                if write and shard.fenced:
+                    began = perf_counter()
+                    wait_fence(shard, core.config.failover_hold)
+                    note(core, shard, fence_wait=perf_counter() - began)
+                address, generation = shard.current()
         try:  # the last try, after a hold that saw the switch
             return operation(self.io.master(shard))
         except MASTER_ERRORS as exc:
@@ -523,128 +504,6 @@ class Runner(ClientBase):
             # A reply is read only from the shard's master of the moment (a replaced one's is
             # refused), so it is about the generation current now.
             shard.learned(feature, shard.generation, allowed(reply))
-
-    # -- resharding (PREVIOUS_MASTERS): a key not moved yet is still on its previous owner -----
-    def _with_adopted(self, found: dict[Any, Any], groups: Groups) -> dict[Any, Any]:
-        """``get_many``'s misses read from their previous owners (and moved), batched."""
-        if self.core.previous_ring is None:
-            return found
-        missing: dict[Shard, list[Any]] = {}
-        for group in groups.values():
-            for key in group:
-                previous = None if key in found else self.core.previous_shard_for(key)
-                if previous is not None:
-                    missing.setdefault(previous, []).append(key)
-        for key, data in (self.adopt_many(missing)).items():
-            value = self.decode(data, key)
-            if value is not MISS:
-                found[key] = value
-        return found
-
-    def _get_moving(self, key: Any, previous: Shard) -> Any:
-        """A key whose owner changed: its owner's value (and clock) and its previous owner's
-        copy read in one round trip; the copy is restored on the owner if the owner had none."""
-        owner = self.core.shard_for(key)
-        plan = {owner: [("GET", key), ("TIME",)], previous: self.copy_plan([key])}
-        began = perf_counter()
-        replies = self.scatter(plan, write=False, operation="get")
-        elapsed = perf_counter() - began
-        own = replies.get(owner)
-        if own is not None and own[0] is not None:
-            return own[0]
-        copies = self.copies({previous: [key]}, {previous: replies.get(previous)})
-        if own is None:  # the owner skipped (IGNORE_EXCEPTIONS): nothing to copy onto
-            return copies[key][0] if key in copies else None
-        deadlines = {owner: copy_deadline(own[1], elapsed)}
-        return (self._restore(copies, deadlines)).get(key)
-
-    def adopt_many(self, groups: Mapping[Shard, Sequence[Any]]) -> dict[Any, Any]:
-        """Move keys from their previous owners (``groups``: previous shard -> keys) to their
-        owners, batched per shard: read value and TTL, then write them where the owner has no
-        newer value (:meth:`_restore`). Key -> the stored data now on its owner. The previous
-        owner keeps its copy until the migration (or a write through the new placement) deletes
-        it, so concurrent readers of the same key never find it gone from both."""
-        if not groups:
-            return {}
-        plan = {shard: self.copy_plan(keys) for shard, keys in groups.items()}
-        owners = self.core.group_by_shard(key for keys in groups.values() for key in keys)
-        for owner in owners:  # each owner's clock, for its copies' deadline
-            plan.setdefault(owner, []).append(("TIME",))
-        began = perf_counter()
-        replies = self.scatter(plan, write=False, operation="reshard")
-        elapsed = perf_counter() - began
-        deadlines = {
-            owner: copy_deadline(reply[-1], elapsed)
-            for owner in owners
-            if (reply := replies.get(owner)) is not None
-        }
-        return self._restore(self.copies(groups, replies), deadlines)
-
-    def _restore(
-        self,
-        copies: Mapping[Any, tuple[bytes, int]],
-        deadlines: Mapping[Shard, int],
-    ) -> dict[Any, Any]:
-        """Write the copies on their owners unless a newer value, a tombstone or the deadline
-        stops them (:data:`~sentinel_cache.core.ops.plans.COPY_MISSING`). Key -> the stored data on
-        its owner now.
-
-        A read moves what it found: the writes are posted where the owner allows it, so the read
-        returns the value it found without a second round trip, and a copy that fails to land
-        stays on its previous owner, to be read and moved again. Elsewhere each write is
-        acknowledged and a newer value found on the owner is read and returned. (An operation
-        that acts on the key where it lives now moves it with :meth:`_move` instead.)"""
-        if not copies:
-            return {}
-        owners, plan = self.adopt_plan(copies, deadlines)
-        self.learn(owners, "CLIENT REPLY")
-        posted = {shard: plan.pop(shard) for shard in owners if shard.allows("CLIENT REPLY")}
-        self.post(posted)
-        moved = {key: copies[key][0] for shard in posted for key in owners[shard]}
-        newer: list[Any] = []
-        written = self.scatter(plan, write=True, operation="reshard") if plan else {}
-        for shard, replies in written.items():
-            if replies is not None:
-                for key, reply in zip(owners[shard], replies[0], strict=True):
-                    if reply == 1:
-                        moved[key] = copies[key][0]
-                    else:
-                        newer.append(key)
-        if newer:  # written (or deleted) through the new placement meanwhile: that wins
-            current, reread = self.mget_plan(newer)
-            moved.update(
-                self.raw_found(
-                    current, self.scatter(reread, write=False, operation="reshard")
-                )
-            )
-        return moved
-
-    def _move(self, keys: Sequence[Any]) -> None:
-        """Move keys not moved yet to their owners (``DUMP``, then ``RESTORE`` where
-        the owner has none, acknowledged), then delete the previous owners' copies: the
-        operation that follows finds each key where it lives now, and no old copy is left to
-        come back (see :class:`~sentinel_cache.core.ops.plans.Access`)."""
-        groups, plan = self.dump_plan(keys)
-        if not groups:
-            return
-        began = perf_counter()  # on the masters: their copies are deleted next
-        replies = self.scatter(plan, write=True, operation="reshard")
-        restores = self.restore_plan(groups, replies, perf_counter() - began)
-        if restores:
-            self.scatter(restores, write=True, operation="reshard")
-        self._drop_previous([key for group in groups.values() for key in group])
-
-    def _drop_previous(self, keys: Iterable[Any]) -> int:
-        """Delete ``keys`` from their previous owners: after a write on the owner (whose value
-        then wins over any copy), before a delete on the owner (whose tombstone must come after:
-        see :data:`~sentinel_cache.core.ops.plans.DELETE_MARKED`)."""
-        if self.core.previous_ring is None:
-            return 0
-        plan = self.previous_del_plan(keys)
-        if not plan:
-            return 0
-        replies = self.scatter(plan, write=True, operation="reshard")
-        return sum(int(r[0]) for r in replies.values() if r is not None)
 
 
 def send(client: Any, commands: Sequence[Command]) -> list[Any]:
