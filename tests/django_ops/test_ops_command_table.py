@@ -155,7 +155,14 @@ def run_django(name: str, argv: list[str]) -> tuple[int, str]:
     return int(raised.value.code or 0), err.getvalue()
 
 
-@pytest.mark.parametrize(("spec", "argv", "flag"), BAD_VALUES, ids=lambda v: str(v))
+def _bad_value_id(value: Any) -> str:
+    """Stable across processes (pytest-xdist's workers must collect the same ids)."""
+    if isinstance(value, commands.Command):
+        return value.django_name
+    return " ".join(value) if isinstance(value, list) else str(value)
+
+
+@pytest.mark.parametrize(("spec", "argv", "flag"), BAD_VALUES, ids=_bad_value_id)
 def test_a_bad_value_is_refused_naming_the_option_in_both(
     spec: commands.Command,
     argv: list[str],
