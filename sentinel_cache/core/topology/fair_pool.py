@@ -82,6 +82,9 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
         connection_kwargs.pop("queue_class", None)  # BlockingConnectionPool's; meaningless here
         self.timeout = timeout
         self.label = label
+        # The release event's one listener (redis-py's own dispatcher) re-authenticates a
+        # connection with a token pending, and finds nothing to do otherwise.
+        self._quiet_releases = connection_kwargs.get("event_dispatcher") is None
         super().__init__(
             connection_class=connection_class,
             max_connections=max_connections,
@@ -205,7 +208,11 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
         if _should_reconnect(connection):
             connection.disconnect()
         dispatcher = getattr(self, "_event_dispatcher", None)
-        if _RELEASED is not None and dispatcher is not None:
+        if (
+            _RELEASED is not None
+            and dispatcher is not None
+            and not (self._quiet_releases and getattr(connection, "_re_auth_token", 0) is None)
+        ):
             # Re-authenticates if a new token is pending: network I/O, so before the lock and
             # while the connection is still ours.
             dispatcher.dispatch(_RELEASED(connection))
