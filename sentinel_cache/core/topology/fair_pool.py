@@ -172,11 +172,16 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
         return connection
 
     def _check_unread(self) -> bool:
-        """redis-py skips the "unread data" check with client caching or push notifications."""
-        if getattr(self, "cache", None) is not None:
-            return False
-        maint = getattr(self, "maint_notifications_enabled", None)
-        return not (maint is not None and maint())
+        """Whether data waiting on an idle connection makes the checkout reconnect: always,
+        except with redis-py's client caching (its invalidations arrive there all the time).
+
+        redis-py >= 6 also skips the check when maintenance notifications are on (the default
+        with RESP3, which redis-py 8 negotiates), so that a push waiting there is read with the
+        next reply; but so is a reply nobody read (a caller interrupted half way), and the next
+        caller would take it for its own. A connection that has something waiting is made
+        again instead: a push is lost with it, never a reply given to the wrong caller.
+        """
+        return getattr(self, "cache", None) is None
 
     def _ensure_connected(self, connection: Any) -> None:
         """Connect if needed and make sure no stale reply waits on the socket (as redis-py)."""
