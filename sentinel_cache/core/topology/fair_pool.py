@@ -104,7 +104,8 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
 
         Arguments are accepted and ignored (redis-py < 5.3 passes the command name).
         """
-        self._checkpid()
+        if self.pid != os.getpid():  # forked: redis-py's reset (the check it makes first)
+            self._checkpid()
         waiter = None
         with self._lock:
             connection = self._ledger.take()
@@ -207,7 +208,8 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
     # -- giving back --------------------------------------------------------------------------
     def release(self, connection: Any) -> None:
         """Hand the connection to the oldest waiter, or keep it idle if nobody waits."""
-        self._checkpid()
+        if self.pid != os.getpid():
+            self._checkpid()
         if connection not in self._ledger.checked_out:
             return  # not ours (made before a fork, or another pool's), or released twice
         if _should_reconnect(connection):

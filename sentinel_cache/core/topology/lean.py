@@ -41,14 +41,15 @@ _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
 
 
 class _Lean:
-    """What the lean path found for one hiredis reader of a connection (a new one per
-    connect): the reader, its "no reply yet" value, the parser's read buffer, and a poller
+    """What the lean path found for one socket of a connection and its hiredis reader (new
+    ones per connect): them, the reader's "no reply yet" value, the parser's read buffer, a poller
     registered once for the socket (None where ``select.poll`` does not exist), and the RESP3
     push type (None for RESP2)."""
 
-    __slots__ = ("reader", "pending", "buffer", "poller", "tls", "push")
+    __slots__ = ("sock", "reader", "pending", "buffer", "poller", "tls", "push")
 
     def __init__(self, reader: Any, pending: Any, buffer: Any, sock: Any, push: Any) -> None:
+        self.sock = sock
         self.reader = reader
         self.pending = pending
         self.buffer = buffer
@@ -67,15 +68,24 @@ class LeanIO(redis.connection.AbstractConnection):
 
     # (reader, _Lean or None): what _lean found for the parser's reader of the moment.
     _lean_state: tuple[Any, _Lean | None] = (None, None)
+    # The lean path's state while its socket is the connection's: what every call looks at
+    # first (one attribute and one identity check), _lean() when it is not.
+    _lean_now: _Lean | None = None
 
     def _lean(self) -> _Lean | None:
         """The lean path's state for this socket, or None if redis-py's path applies."""
+        lean = self._lean_now
+        if lean is not None and lean.sock is self._sock:
+            return lean
         reader = getattr(self._parser, "_reader", None)
         seen, lean = self._lean_state
         if seen is not reader:  # connected again: a new reader (the old one is held here)
             lean = self._lean_for(reader)
             self._lean_state = (reader, lean)
-        return None if lean is None or self._sock is None else lean
+        if lean is None or lean.sock is not self._sock:
+            return None
+        self._lean_now = lean
+        return lean
 
     def _lean_for(self, reader: Any) -> _Lean | None:
         sock = self._sock
@@ -99,8 +109,11 @@ class LeanIO(redis.connection.AbstractConnection):
         return _Lean(reader, reader.gets(), buffer, sock, push)
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        sock = self._sock
-        if type(command) is not list or sock is None or self._lean() is None:
+        sock: Any = self._sock
+        lean = self._lean_now
+        if lean is None or lean.sock is not sock:
+            lean = self._lean()
+        if lean is None or type(command) is not list:
             super().send_packed_command(command, check_health)
             return
         try:
@@ -120,7 +133,9 @@ class LeanIO(redis.connection.AbstractConnection):
             raise
 
     def read_response(self, disable_decoding: bool = False, **kwargs: Any) -> Any:
-        lean = self._lean()
+        lean = self._lean_now
+        if lean is None or lean.sock is not self._sock:
+            lean = self._lean()
         if lean is None or disable_decoding or kwargs:
             return super().read_response(disable_decoding, **kwargs)
         reader, pending, push = lean.reader, lean.pending, lean.push
@@ -128,8 +143,7 @@ class LeanIO(redis.connection.AbstractConnection):
             response = reader.gets()
             while True:
                 if response is pending:
-                    sock: Any = self._sock
-                    buffer = lean.buffer
+                    sock, buffer = lean.sock, lean.buffer
                     while response is pending:
                         size = sock.recv_into(buffer)
                         if not size:
@@ -178,8 +192,7 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
         lean = self._lean()
         if lean is None or lean.poller is None or self._stale() or lean.reader.has_data():
             return False
-        sock: Any = self._sock
-        if lean.tls and sock.pending():
+        if lean.tls and lean.sock.pending():
             return False
         return not lean.poller.poll(0)
 
