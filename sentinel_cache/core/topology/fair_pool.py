@@ -212,7 +212,8 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
             self._checkpid()
         if connection not in self._ledger.checked_out:
             return  # not ours (made before a fork, or another pool's), or released twice
-        if _should_reconnect(connection):
+        reconnect = getattr(connection, "should_reconnect", None)  # redis-py >= 6
+        if reconnect is not None and reconnect():
             connection.disconnect()
         dispatcher = getattr(self, "_event_dispatcher", None)
         if (

@@ -189,7 +189,9 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
         the socket's, an EOF or error): what the pool's check at every checkout finds out
         (``connect`` and ``can_read``), in one ``poll`` on a poller made once per socket. False
         means "ask redis-py's check", not "unusable"."""
-        lean = self._lean()
+        lean = self._lean_now
+        if lean is None or lean.sock is not self._sock:
+            lean = self._lean()
         if lean is None or lean.poller is None or self._stale() or lean.reader.has_data():
             return False
         if lean.tls and lean.sock.pending():
