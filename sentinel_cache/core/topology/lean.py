@@ -10,9 +10,10 @@ of the client's own CPU. Here a connection that parses with ``hiredis`` sends wi
 checkout in one call (:meth:`LeanShardIO.ready_to_send`), with redis-py's failures: the same
 exception classes (the reader is redis-py's, so an error reply is the class its parser maps it
 to: ``READONLY`` a ``ReadOnlyError``, ``LOADING`` a ``BusyLoadingError``), the same messages, the
-socket dropped on a failure or an interruption. Connecting, TLS, AUTH/HELLO, URL parsing and the
-client we hand out stay redis-py's. Anything else (no hiredis, RESP3, a health check interval,
-raw replies, a per-read timeout) takes redis-py's own path: the twin of
+socket dropped on a failure or an interruption, a RESP3 push handed to redis-py's handler.
+Connecting, TLS, AUTH/HELLO, URL parsing and the client we hand out stay redis-py's. Anything
+else (no hiredis, RESP3 with a hiredis older than 3.2, a health check interval, raw replies, a
+per-read timeout) takes redis-py's own path: the twin of
 :class:`~sentinel_cache.core.ops.async_clients.AsyncLeanIO`.
 """
 
