@@ -101,13 +101,15 @@ class LeanIO(redis.connection.AbstractConnection):
         buffer = getattr(parser, "_buffer", None)
         if type(buffer) is not bytearray or not buffer:
             return None
+        # Empty, the reader answers with its "not enough data" value: what reads wait on
+        # (redis-py's own sentinel; False before redis-py 5.1, a RESP3 reply too).
+        pending = reader.gets()
         push = None
         if self.protocol in (3, "3"):  # pushes told apart by hiredis >= 3.2 only
             push = getattr(parser, "_hiredis_PushNotificationType", None)
-            if push is None or not hasattr(parser, "handle_push_response"):
+            if push is None or not hasattr(parser, "handle_push_response") or pending is False:
                 return None
-        # Empty, the reader answers with its "not enough data" value: what reads wait on.
-        return _Lean(reader, reader.gets(), buffer, sock, push)
+        return _Lean(reader, pending, buffer, sock, push)
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         sock: Any = self._sock
