@@ -82,6 +82,9 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
         connection_kwargs.pop("queue_class", None)  # BlockingConnectionPool's; meaningless here
         self.timeout = timeout
         self.label = label
+        # The release event's one listener (redis-py's own dispatcher) re-authenticates a
+        # connection with a token pending, and finds nothing to do otherwise.
+        self._quiet_releases = connection_kwargs.get("event_dispatcher") is None
         super().__init__(
             connection_class=connection_class,
             max_connections=max_connections,
@@ -101,7 +104,8 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
 
         Arguments are accepted and ignored (redis-py < 5.3 passes the command name).
         """
-        self._checkpid()
+        if self.pid != os.getpid():  # forked: redis-py's reset (the check it makes first)
+            self._checkpid()
         waiter = None
         with self._lock:
             connection = self._ledger.take()
@@ -169,11 +173,16 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
         return connection
 
     def _check_unread(self) -> bool:
-        """redis-py skips the "unread data" check with client caching or push notifications."""
-        if getattr(self, "cache", None) is not None:
-            return False
-        maint = getattr(self, "maint_notifications_enabled", None)
-        return not (maint is not None and maint())
+        """Whether data waiting on an idle connection makes the checkout reconnect: always,
+        except with redis-py's client caching (its invalidations arrive there all the time).
+
+        redis-py >= 6 also skips the check when maintenance notifications are on (the default
+        with RESP3, which redis-py 8 negotiates), so that a push waiting there is read with the
+        next reply; but so is a reply nobody read (a caller interrupted half way), and the next
+        caller would take it for its own. A connection that has something waiting is made
+        again instead: a push is lost with it, never a reply given to the wrong caller.
+        """
+        return getattr(self, "cache", None) is None
 
     def _ensure_connected(self, connection: Any) -> None:
         """Connect if needed and make sure no stale reply waits on the socket (as redis-py)."""
@@ -199,13 +208,19 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
     # -- giving back --------------------------------------------------------------------------
     def release(self, connection: Any) -> None:
         """Hand the connection to the oldest waiter, or keep it idle if nobody waits."""
-        self._checkpid()
+        if self.pid != os.getpid():
+            self._checkpid()
         if connection not in self._ledger.checked_out:
             return  # not ours (made before a fork, or another pool's), or released twice
-        if _should_reconnect(connection):
+        reconnect = getattr(connection, "should_reconnect", None)  # redis-py >= 6
+        if reconnect is not None and reconnect():
             connection.disconnect()
         dispatcher = getattr(self, "_event_dispatcher", None)
-        if _RELEASED is not None and dispatcher is not None:
+        if (
+            _RELEASED is not None
+            and dispatcher is not None
+            and not (self._quiet_releases and getattr(connection, "_re_auth_token", 0) is None)
+        ):
             # Re-authenticates if a new token is pending: network I/O, so before the lock and
             # while the connection is still ours.
             dispatcher.dispatch(_RELEASED(connection))

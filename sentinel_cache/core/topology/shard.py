@@ -24,9 +24,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sentinel_cache.core.config import Address, PoolConfig, connection_class_and_kwargs
 from sentinel_cache.core.metrics import Metrics
 from sentinel_cache.core.throttle import Throttle
-from sentinel_cache.core.topology._sync.connection import ShardConnection, ShardSSLConnection
-from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
 from sentinel_cache.core.topology.following import UNRESOLVED, MasterState
+from sentinel_cache.core.topology.lean import (
+    LeanShardConnection,
+    LeanShardSSLConnection,
+    ShardPool,
+)
 from sentinel_cache.core.topology.replicas import ShardReplicas
 from sentinel_cache.exceptions import (
     FailoverInProgressError,
@@ -161,10 +164,10 @@ class Shard(ShardReplicas):
         if config.health_check_interval:
             kwargs.setdefault("health_check_interval", config.health_check_interval)
         ssl = issubclass(connection_class, redis.connection.SSLConnection)
-        self.pool = FairBlockingConnectionPool(
+        self.pool = ShardPool(
             label=self.label,
             shard=self,
-            connection_class=ShardSSLConnection if ssl else ShardConnection,
+            connection_class=LeanShardSSLConnection if ssl else LeanShardConnection,
             max_connections=config.max_connections,
             timeout=config.pool_timeout,
             **kwargs,

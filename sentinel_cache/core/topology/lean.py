@@ -1,0 +1,219 @@
+"""The sync masters' connections on a lean path: redis-py's sockets and parsers, without its
+per-call machinery.
+
+Why: a call to a shard sent and read through redis-py's ``send_packed_command`` and
+``read_response`` pays about forty Python calls (health check, retry wrapper, the host name of
+an error formatted before anything fails, the parser's layers), and its checkout a ``poll()``
+object made, registered and asked per call. A multi-key call pays them per shard touched: most
+of the client's own CPU. Here a connection that parses with ``hiredis`` sends with one
+``sendall``, reads with ``recv_into`` into its parser's reader, and answers the pool's check at
+checkout in one call (:meth:`LeanShardIO.ready_to_send`), with redis-py's failures: the same
+exception classes (the reader is redis-py's, so an error reply is the class its parser maps it
+to: ``READONLY`` a ``ReadOnlyError``, ``LOADING`` a ``BusyLoadingError``), the same messages, the
+socket dropped on a failure or an interruption, a RESP3 push handed to redis-py's handler.
+Connecting, TLS, AUTH/HELLO, URL parsing and the client we hand out stay redis-py's. Anything
+else (no hiredis, RESP3 with a hiredis older than 3.2, a health check interval, raw replies, a
+per-read timeout) takes redis-py's own path: the twin of
+:class:`~sentinel_cache.core.ops.async_clients.AsyncLeanIO`.
+"""
+
+from __future__ import annotations
+
+import select
+from typing import Any
+
+import redis.connection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from sentinel_cache.core.topology._sync.connection import ShardConnectionMixin
+from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
+
+try:
+    import hiredis
+
+    _HIREDIS_READER: Any = hiredis.Reader
+except ImportError:  # pragma: no cover - without hiredis every call takes redis-py's path
+    _HIREDIS_READER = None
+
+_CLOSED = "Connection closed by server."  # redis-py's words for it
+_POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
+
+
+class _Lean:
+    """What the lean path found for one socket of a connection and its hiredis reader (new
+    ones per connect): them, the reader's "no reply yet" value, the parser's read buffer, a poller
+    registered once for the socket (None where ``select.poll`` does not exist), and the RESP3
+    push type (None for RESP2)."""
+
+    __slots__ = ("sock", "reader", "pending", "buffer", "poller", "tls", "push")
+
+    def __init__(self, reader: Any, pending: Any, buffer: Any, sock: Any, push: Any) -> None:
+        self.sock = sock
+        self.reader = reader
+        self.pending = pending
+        self.buffer = buffer
+        self.push = push
+        self.tls = hasattr(sock, "pending")  # decrypted bytes may wait above the OS socket
+        self.poller: Any = None
+        if _POLL_IN:
+            self.poller = select.poll()
+            self.poller.register(sock, _POLL_IN)
+
+
+class LeanIO(redis.connection.AbstractConnection):
+    """redis-py's ``send_packed_command`` and ``read_response`` in a few calls, for a
+    connection that parses with ``hiredis`` (see the module's docstring). A RESP3 push is
+    handed to redis-py's handler, as its parser does."""
+
+    # (reader, _Lean or None): what _lean found for the parser's reader of the moment.
+    _lean_state: tuple[Any, _Lean | None] = (None, None)
+    # The lean path's state while its socket is the connection's: what every call looks at
+    # first (one attribute and one identity check), _lean() when it is not.
+    _lean_now: _Lean | None = None
+
+    def _lean(self) -> _Lean | None:
+        """The lean path's state for this socket, or None if redis-py's path applies."""
+        lean = self._lean_now
+        if lean is not None and lean.sock is self._sock:
+            return lean
+        reader = getattr(self._parser, "_reader", None)
+        seen, lean = self._lean_state
+        if seen is not reader:  # connected again: a new reader (the old one is held here)
+            lean = self._lean_for(reader)
+            self._lean_state = (reader, lean)
+        if lean is None or lean.sock is not self._sock:
+            return None
+        self._lean_now = lean
+        return lean
+
+    def _lean_for(self, reader: Any) -> _Lean | None:
+        sock = self._sock
+        if (
+            type(reader) is not _HIREDIS_READER
+            or sock is None
+            or reader.has_data()
+            or self.health_check_interval
+        ):
+            return None
+        parser = self._parser
+        buffer = getattr(parser, "_buffer", None)
+        if type(buffer) is not bytearray or not buffer:
+            return None
+        # Empty, the reader answers with its "not enough data" value: what reads wait on
+        # (redis-py's own sentinel; False before redis-py 5.1, a RESP3 reply too).
+        pending = reader.gets()
+        push = None
+        if self.protocol in (3, "3"):  # pushes told apart by hiredis >= 3.2 only
+            push = getattr(parser, "_hiredis_PushNotificationType", None)
+            if push is None or not hasattr(parser, "handle_push_response") or pending is False:
+                return None
+        return _Lean(reader, pending, buffer, sock, push)
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        sock: Any = self._sock
+        lean = self._lean_now
+        if lean is None or lean.sock is not sock:
+            lean = self._lean()
+        if lean is None or type(command) is not list:
+            super().send_packed_command(command, check_health)
+            return
+        try:
+            for item in command:
+                sock.sendall(item)
+        except TimeoutError:
+            self.disconnect()
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            self.disconnect()
+            errno, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
+            raise RedisConnectionError(
+                f"Error {errno} while writing to socket. {message}."
+            ) from exc
+        except BaseException:
+            self.disconnect()
+            raise
+
+    def read_response(self, disable_decoding: bool = False, **kwargs: Any) -> Any:
+        lean = self._lean_now
+        if lean is None or lean.sock is not self._sock:
+            lean = self._lean()
+        if lean is None or disable_decoding or kwargs:
+            return super().read_response(disable_decoding, **kwargs)
+        reader, pending, push = lean.reader, lean.pending, lean.push
+        try:
+            response = reader.gets()
+            while True:
+                if response is pending:
+                    sock, buffer = lean.sock, lean.buffer
+                    while response is pending:
+                        size = sock.recv_into(buffer)
+                        if not size:
+                            raise RedisConnectionError(_CLOSED)
+                        reader.feed(buffer, 0, size)
+                        response = reader.gets()
+                if push is None or type(response) is not push:
+                    break
+                self._parser.handle_push_response(response)
+                response = reader.gets()
+            kind = type(response)
+            if kind is bytes:
+                return response
+            # redis-py's parser raises an error reply that means the connection is unusable
+            if kind is list:
+                if response and isinstance(response[0], RedisConnectionError):
+                    raise response[0]
+                return response
+            if isinstance(response, RedisConnectionError):
+                raise response
+        except TimeoutError:
+            self.disconnect()
+            raise RedisTimeoutError("Timeout reading from socket") from None
+        except OSError as exc:
+            self.disconnect()
+            raise RedisConnectionError(
+                f"Error while reading from {self._host_error()} : {exc.args}"
+            ) from exc
+        except BaseException:
+            self.disconnect()
+            raise
+        if isinstance(response, ResponseError):
+            raise response from None
+        return response
+
+
+class LeanShardIO(ShardConnectionMixin, LeanIO):
+    """A shard's connection (:mod:`~sentinel_cache.core.topology._sync.connection`) on the lean
+    path."""
+
+    def ready_to_send(self) -> bool:
+        """Connected to the shard's current master with nothing unread (the reader's buffer,
+        the socket's, an EOF or error): what the pool's check at every checkout finds out
+        (``connect`` and ``can_read``), in one ``poll`` on a poller made once per socket. False
+        means "ask redis-py's check", not "unusable"."""
+        lean = self._lean_now
+        if lean is None or lean.sock is not self._sock:
+            lean = self._lean()
+        if lean is None or lean.poller is None or self._stale() or lean.reader.has_data():
+            return False
+        if lean.tls and lean.sock.pending():
+            return False
+        return not lean.poller.poll(0)
+
+
+class LeanShardConnection(LeanShardIO, redis.connection.Connection):
+    """The sync core's connection to a shard's master."""
+
+
+class LeanShardSSLConnection(LeanShardIO, redis.connection.SSLConnection):
+    """The TLS flavour of :class:`LeanShardConnection`."""
+
+
+class ShardPool(FairBlockingConnectionPool):
+    """The pool of a shard's master: the fair pool, whose checkout skips redis-py's connection
+    check for a connection that is :meth:`~LeanShardIO.ready_to_send`."""
+
+    def _ensure_connected(self, connection: Any) -> None:
+        if not connection.ready_to_send():
+            super()._ensure_connected(connection)
