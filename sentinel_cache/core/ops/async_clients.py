@@ -228,11 +228,17 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
         """Connected to the shard's current master with nothing unread: what the pool's check
         at every checkout finds out (redis-py's ``ensure_connection``), in one call. False
         means "ask redis-py's check", not "unusable"."""
-        lean = self._lean()
-        stream = self._reader
-        if lean is None or stream is None or not self._parser._connected or self._stale():  # type: ignore[attr-defined]
+        state, stream, parser = self._lean_state, self._reader, self._parser
+        if state is None or self._writer is None or state[0] is not parser._reader:  # type: ignore[attr-defined]
+            state = self._lean()
+        if (
+            state is None
+            or stream is None
+            or not parser._connected  # type: ignore[attr-defined]
+            or self._generation != self._shard.state.generation  # ShardBound._stale
+        ):
             return False
-        return not (lean[0].has_data() or stream.at_eof() or stream._buffer)  # type: ignore[attr-defined]
+        return not (state[0].has_data() or stream.at_eof() or stream._buffer)  # type: ignore[attr-defined]
 
 
 class AsyncShardPool(AsyncFairBlockingConnectionPool):
@@ -341,6 +347,9 @@ class AsyncShardClients:
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
+        # The loop that asked last and its state: found without a weak reference made per call.
+        # Forgotten whenever a state leaves _loops, so a closed state is never handed out.
+        self._last: tuple[asyncio.AbstractEventLoop, _LoopState] | None = None
         self._replica_turn = itertools.count()
         sync_class, kwargs = connection_class_and_kwargs(config.connection_options())
         if config.health_check_interval:
@@ -374,6 +383,7 @@ class AsyncShardClients:
             for other in [other for other in self._loops if other.is_closed()]:
                 # Closed without shutting down its async generators: nothing can be awaited.
                 self._loops.pop(other, None)
+                self._last = None
             state = self._loops.get(loop)
             if state is not None:
                 return state
@@ -394,6 +404,7 @@ class AsyncShardClients:
             with self._lock:
                 if loop is not None and self._loops.get(loop) is state:
                     del self._loops[loop]
+                self._last = None
             await state.aclose()
 
     async def aclose(self) -> None:
@@ -401,6 +412,7 @@ class AsyncShardClients:
         loop = asyncio.get_running_loop()
         with self._lock:
             state = self._loops.pop(loop, None)
+            self._last = None
         if state is not None:
             guard, state.guard = state.guard, None
             await state.aclose()
@@ -413,6 +425,7 @@ class AsyncShardClients:
         with self._lock:
             states = list(self._loops.items())
             self._loops.clear()
+            self._last = None
         for loop, state in states:
             if loop.is_closed():
                 continue
@@ -430,9 +443,13 @@ class AsyncShardClients:
     async def master_of(self, shard: Shard) -> AsyncRedis:
         """The running loop's client of the shard's master: :meth:`state` and :meth:`master` in
         one call (every shard of every call asks)."""
-        state = self._loops.get(asyncio.get_running_loop())
-        if state is None:
-            state = await self.state()
+        loop = asyncio.get_running_loop()
+        last = self._last
+        if last is not None and last[0] is loop:
+            state = last[1]
+        else:
+            state = self._loops.get(loop) or await self.state()
+            self._last = (loop, state)
         client = state.masters.get(shard.index)
         return client if client is not None else self.master(state, shard)
 
