@@ -67,6 +67,8 @@ def pack(connection: Any, commands: Sequence[Command]) -> list[bytes]:
     """
     if _hiredis_pack is not None:
         try:
+            if len(commands) == 1:  # the usual batch of a shard
+                return [_hiredis_pack(commands[0])]
             return [b"".join([_hiredis_pack(command) for command in commands])]
         except TypeError:
             pass
