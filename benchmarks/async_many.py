@@ -21,7 +21,8 @@ and CPU µs per op; the ratios are ours to redis.asyncio and to the floor, from 
 
 ``--pin`` puts this process, the servers and the workers on CPU 0 (``os.sched_setaffinity``):
 the client's CPU per op is then its own work, round trips are cheap and steady.
-``--profile OP`` runs only ours, one phase under cProfile, and prints the top functions.
+``--profile OP`` runs only ours (or ``--profile-kind``), one phase under cProfile, and writes
+the top functions to ``benchmarks/results/``.
 
 The worker half (``--worker``) imports only the standard library, redis-py, hiredis and the
 checkout on its ``PYTHONPATH``, so ``--base`` may name a commit that predates this file.
@@ -282,6 +283,7 @@ async def _worker(kind: str) -> None:
             profiler.enable()
             result = await _phase(contender, prefix, order["op"], tasks, order["seconds"])
             profiler.disable()
+            profiler.dump_stats(order["profile"] + ".prof")  # for pstats' callers and callees
             with open(order["profile"], "w") as out:
                 stats = pstats.Stats(profiler, stream=out)
                 out.write(f"{result['ops']} ops\n")
@@ -387,6 +389,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base", help="also measure ours at this git ref")
     parser.add_argument("--server", default=None, help="redis, embedded, ... (default: env)")
     parser.add_argument("--profile", choices=OPERATIONS, help="cProfile one phase of ours")
+    parser.add_argument(
+        "--profile-kind", choices=sorted(KINDS), default="ours", help="whom --profile profiles"
+    )
     parser.add_argument("--json", type=Path, help="write the raw figures here")
     args = parser.parse_args(argv)
     if args.pin:
@@ -415,7 +420,8 @@ def main(argv: list[str] | None = None) -> None:
             "msetex": msetex,
             "tasks": args.tasks,
         }
-        plan: list[tuple[str, str, Path]] = [("ours", "ours", ROOT)]
+        first = args.profile_kind if args.profile else "ours"
+        plan: list[tuple[str, str, Path]] = [(first, first, ROOT)]
         if args.base and not args.profile:
             plan.append(("ours@base", "ours", stack.enter_context(_checkout(args.base))))
         if not args.profile:
@@ -426,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
             stack.callback(worker.close)
             workers.append(worker)
         if args.profile:
-            out = ROOT / "benchmarks" / "results" / f"profile-async-{args.profile}.txt"
+            out = ROOT / "benchmarks" / "results" / f"profile-async-{first}-{args.profile}.txt"
             out.parent.mkdir(parents=True, exist_ok=True)
             order = {"op": args.profile, "seconds": args.duration, "profile": str(out)}
             result = workers[0].ask(order)

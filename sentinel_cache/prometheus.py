@@ -192,7 +192,10 @@ class PrometheusMetrics(_Events):
 
     def _mine(self) -> Table:
         """This thread's table, made and listed on its first event."""
-        table = self._local.table = _table()
+        local = self._local
+        table = local.table = _table()
+        local.calls = {}
+        local.lookups = {}
         with self._lock:
             self._prune()
             self._tables.append((threading.current_thread(), table))
@@ -210,29 +213,50 @@ class PrometheusMetrics(_Events):
         self._tables = live
 
     # The two events of every call, each in one frame (no per-event helper: on the hot path a
-    # Python call costs as much as the rest); the other events go through _count/_observe.
+    # Python call costs as much as the rest). A series' row is found by lookups by string
+    # (hashed once, when the string was made) in this thread's index of its table, not by a
+    # tuple of labels built and hashed per call; the table holds the same row for the scrape.
+    # The other events go through _count/_observe.
     def call(self, shard: str, command: str, outcome: str, seconds: float) -> None:
         try:
-            rows = self._local.table[CALLS]
+            row = self._local.calls[shard][command][outcome]
+        except (AttributeError, KeyError):
+            row = self._call_row(shard, command, outcome)
+        row[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        row[-2] += seconds
+
+    def _call_row(self, shard: str, command: str, outcome: str) -> list[Any]:
+        """A call's series, made (and indexed) on its first call in this thread."""
+        try:
+            rows, calls = self._local.table[CALLS], self._local.calls
         except AttributeError:
-            rows = self._mine()[CALLS]
+            rows, calls = self._mine()[CALLS], self._local.calls
         labels = (shard, command, outcome)
         row = rows.get(labels)
         if row is None:
             row = rows[labels] = _histogram_row(_LATENCY_BUCKETS)
-        row[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
-        row[-2] += seconds
+        calls.setdefault(shard, {}).setdefault(command, {})[outcome] = row
+        return row
 
     def lookups(self, counts: Iterable[tuple[str, int, int]]) -> None:
         try:
-            rows = self._local.table[LOOKUPS]
+            index = self._local.lookups
         except AttributeError:
-            rows = self._mine()[LOOKUPS]
+            self._mine()
+            index = self._local.lookups
         for shard, hits, misses in counts:
+            pair = index.get(shard)  # its hit and miss rows, each made on its first count
+            if pair is None:
+                pair = index[shard] = [None, None]
             if hits:
-                (rows.get((shard, "hit")) or _counter_row(rows, (shard, "hit")))[0] += hits
+                (pair[0] or self._lookup_row(pair, shard, 0))[0] += hits
             if misses:
-                (rows.get((shard, "miss")) or _counter_row(rows, (shard, "miss")))[0] += misses
+                (pair[1] or self._lookup_row(pair, shard, 1))[0] += misses
+
+    def _lookup_row(self, pair: list[Any], shard: str, n: int) -> list[Any]:
+        rows, labels = self._local.table[LOOKUPS], (shard, ("hit", "miss")[n])
+        row = pair[n] = rows.get(labels) or _counter_row(rows, labels)
+        return row
 
     def _count(self, family: Family, labels: tuple[str, ...], amount: int = 1) -> None:
         try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import threading
 import weakref
 from collections.abc import AsyncIterator
@@ -39,7 +40,7 @@ import redis.asyncio
 import redis.asyncio.connection
 from redis.asyncio.connection import async_timeout
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.config import (
@@ -81,17 +82,9 @@ _CLOSED = "Connection closed by server."  # redis-py's words for it
 
 
 class AsyncLeanIO(redis.asyncio.connection.AbstractConnection):
-    """redis.asyncio's ``send_packed_command`` and ``read_response`` without their per-call
-    machinery, for a connection that parses with ``hiredis``.
-
-    Why: redis.asyncio wraps every write in ``asyncio.wait_for`` (a task per write before
-    Python 3.12) and every read in a timeout (a timer per read). A batch per shard pays both
-    per shard touched: most of an ``aget_many``'s CPU. Here a write the transport takes whole
-    waits for nothing, and a read arms the socket timeout only when the reply has not arrived
-    yet. Failures are redis-py's: the same exceptions, the socket dropped; a RESP3 push is
-    handed to redis-py's handler, as its parser does. Anything else (a health check interval,
-    a per-read timeout, raw replies, no hiredis) takes redis-py's own path.
-    """
+    """What the lean path of :class:`AsyncLeanShardIO` needs of a redis.asyncio connection
+    that parses with ``hiredis``: the parser's reader, told apart from redis-py's own path, and
+    redis-py's failures for what went wrong on the socket."""
 
     # What _lean found for the parser's hiredis reader of the moment (a new one per connect).
     _lean_state: tuple[Any, Any, Any] | None = None
@@ -116,36 +109,78 @@ class AsyncLeanIO(redis.asyncio.connection.AbstractConnection):
         push = getattr(self._parser, "_hiredis_PushNotificationType", None)
         return None if push is None else (reader, pending, push)
 
+    async def _failed(self, exc: BaseException, writing: bool) -> BaseException:
+        """Drop the socket after ``exc`` (whatever was under way leaves it out of step) and
+        return redis-py's error for it, as redis-py's own path raises it."""
+        await self.disconnect(nowait=True)
+        if isinstance(exc, asyncio.TimeoutError):
+            error: BaseException = RedisTimeoutError(
+                "Timeout writing to socket"
+                if writing
+                else f"Timeout reading from {self._host_error()}"
+            )
+            error.__cause__ = None
+        elif isinstance(exc, OSError):
+            error = RedisConnectionError(
+                f"Error while writing to socket. {exc}."
+                if writing
+                else f"Error while reading from {self._host_error()} : {exc.args}"
+            )
+            error.__cause__ = exc
+        else:
+            return exc
+        error.__suppress_context__ = True
+        return error
+
+
+class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
+    """A shard's connection (:mod:`~sentinel_cache.core.topology._async.connection`) on the
+    lean path: redis.asyncio's ``send_packed_command`` and ``read_response`` without their
+    per-call machinery, the shard's rules (no acknowledgement from a replaced master, READONLY
+    drops the socket) in the same call.
+
+    Why: redis.asyncio wraps every write in ``asyncio.wait_for`` (a task per write before
+    Python 3.12) and every read in a timeout (a timer per read), and each layer is a coroutine
+    more. A batch per shard pays all of it per shard touched: most of an ``aget_many``'s CPU.
+    Here a write the transport takes whole waits for nothing, and a read arms the socket
+    timeout only when the reply has not arrived yet. Failures are redis-py's: the same
+    exceptions, the socket dropped; a RESP3 push is handed to redis-py's handler, as its parser
+    does. Anything else (a health check interval, a per-read timeout, raw replies, no hiredis)
+    takes redis-py's own path, through the shard's rules of the mixin.
+    """
+
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         writer = self._writer
-        if type(command) is not list or writer is None or self._lean() is None:
+        state = self._lean_state
+        if state is None or state[0] is not self._parser._reader:  # type: ignore[attr-defined]
+            state = self._lean()  # connected again (or never looked): a new reader
+        if type(command) is not list or writer is None or state is None:
             await super().send_packed_command(command, check_health)
             return
+        self._sent_promotions = self._shard.state.promotions  # ShardBound._note_sent
         try:
-            writer.writelines(command)
             transport = writer.transport
+            if len(command) == 1:
+                transport.write(command[0])
+            else:
+                transport.writelines(command)
             # Not all taken, or the connection is going (a write to it is dropped silently):
             # wait for the drain, which raises in that case, as redis-py always does.
             if transport.get_write_buffer_size() or transport.is_closing():
                 await asyncio.wait_for(writer.drain(), self.socket_timeout)
-        except asyncio.TimeoutError:
-            await self.disconnect(nowait=True)
-            raise RedisTimeoutError("Timeout writing to socket") from None
-        except OSError as exc:
-            await self.disconnect(nowait=True)
-            raise RedisConnectionError(f"Error while writing to socket. {exc}.") from exc
-        except BaseException:
-            await self.disconnect(nowait=True)
-            raise
+        except BaseException as exc:
+            raise await self._failed(exc, writing=True)  # noqa: B904 - _failed chains it
 
     async def read_response(
         self, disable_decoding: bool = False, timeout: float | None = None, **kwargs: Any
     ) -> Any:
-        lean = self._lean()
+        state = self._lean_state
+        if state is None or state[0] is not self._parser._reader:  # type: ignore[attr-defined]
+            state = self._lean()
         stream = self._reader
-        if lean is None or stream is None or disable_decoding or timeout is not None or kwargs:
+        if state is None or stream is None or disable_decoding or timeout is not None or kwargs:
             return await super().read_response(disable_decoding, timeout, **kwargs)
-        parser, pending, push = lean
+        parser, pending, push = state
         try:
             response = parser.gets()
             while True:
@@ -170,25 +205,18 @@ class AsyncLeanIO(redis.asyncio.connection.AbstractConnection):
                     raise response[0]
             elif kind is not bytes and isinstance(response, RedisConnectionError):
                 raise response
-        except asyncio.TimeoutError:
-            await self.disconnect(nowait=True)
-            raise RedisTimeoutError(f"Timeout reading from {self._host_error()}") from None
-        except OSError as exc:
-            await self.disconnect(nowait=True)
-            raise RedisConnectionError(
-                f"Error while reading from {self._host_error()} : {exc.args}"
-            ) from exc
-        except BaseException:
-            await self.disconnect(nowait=True)
-            raise
+        except BaseException as exc:
+            raise await self._failed(exc, writing=False)  # noqa: B904 - _failed chains it
         if kind is not bytes and kind is not list and isinstance(response, ResponseError):
+            if isinstance(response, ReadOnlyError):  # no master: see the mixin
+                await self.disconnect()
             raise response from None
+        shard = self._shard.state
+        if self._generation != shard.generation or self._sent_promotions != shard.promotions:
+            untrusted = self._untrusted_reply()  # no acknowledgement from a replaced master
+            await self.disconnect()
+            raise untrusted  # type: ignore[misc]
         return response
-
-
-class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
-    """A shard's connection (:mod:`~sentinel_cache.core.topology._async.connection`) on the
-    lean path."""
 
     async def connect(self) -> None:
         """Every checkout connects: nothing to do while connected to the shard's current
@@ -200,20 +228,63 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
         """Connected to the shard's current master with nothing unread: what the pool's check
         at every checkout finds out (redis-py's ``ensure_connection``), in one call. False
         means "ask redis-py's check", not "unusable"."""
-        lean = self._lean()
-        stream = self._reader
-        if lean is None or stream is None or not self._parser._connected or self._stale():  # type: ignore[attr-defined]
+        state, stream, parser = self._lean_state, self._reader, self._parser
+        if state is None or self._writer is None or state[0] is not parser._reader:  # type: ignore[attr-defined]
+            state = self._lean()
+        if (
+            state is None
+            or stream is None
+            or not parser._connected  # type: ignore[attr-defined]
+            or self._generation != self._shard.state.generation  # ShardBound._stale
+        ):
             return False
-        return not (lean[0].has_data() or stream.at_eof() or stream._buffer)  # type: ignore[attr-defined]
+        return not (state[0].has_data() or stream.at_eof() or stream._buffer)  # type: ignore[attr-defined]
 
 
 class AsyncShardPool(AsyncFairBlockingConnectionPool):
     """The pool of a shard's master for one event loop: the fair pool, whose checkout skips
     redis-py's connection check for a connection that is :meth:`~AsyncLeanShardIO.ready_to_send`."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A release nobody need hear of (see QuietReleases) hands the connection on at once.
+        self._quiet = EventDispatcher is not None and (
+            type(getattr(self, "_event_dispatcher", None)) is QuietReleases
+        )
+
     async def ensure_connection(self, connection: Any) -> None:
         if not connection.ready_to_send():
             await super().ensure_connection(connection)
+
+    async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+        """The fair pool's checkout; an idle connection ready to send is handed out at once
+        (idle ones exist only while nobody waits, so this never jumps the queue)."""
+        ledger = self._ledger
+        if ledger.idle and self.pid == os.getpid():
+            connection = ledger.take()
+            if connection.ready_to_send():
+                return connection
+            try:
+                await super().ensure_connection(connection)
+            except BaseException:
+                await self._discard(connection)
+                raise
+            return connection
+        return await super().get_connection(command_name, *keys, **options)
+
+    async def release(self, connection: Any) -> None:
+        """The fair pool's release; one with nothing to re-authenticate or reconnect for
+        (the usual case) is handed on without announcing it."""
+        ledger = self._ledger
+        if (
+            self._quiet
+            and connection in ledger.checked_out
+            and getattr(connection, "_re_auth_token", None) is None
+            and not getattr(connection, "_should_reconnect", False)
+        ):
+            ledger.give_back(connection)
+            return
+        await super().release(connection)
 
 
 class AsyncLeanShardConnection(AsyncLeanShardIO, redis.asyncio.connection.Connection):
@@ -276,6 +347,9 @@ class AsyncShardClients:
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
+        # The loop that asked last and its state: found without a weak reference made per call.
+        # Forgotten whenever a state leaves _loops, so a closed state is never handed out.
+        self._last: tuple[asyncio.AbstractEventLoop, _LoopState] | None = None
         self._replica_turn = itertools.count()
         sync_class, kwargs = connection_class_and_kwargs(config.connection_options())
         if config.health_check_interval:
@@ -309,6 +383,7 @@ class AsyncShardClients:
             for other in [other for other in self._loops if other.is_closed()]:
                 # Closed without shutting down its async generators: nothing can be awaited.
                 self._loops.pop(other, None)
+                self._last = None
             state = self._loops.get(loop)
             if state is not None:
                 return state
@@ -329,6 +404,7 @@ class AsyncShardClients:
             with self._lock:
                 if loop is not None and self._loops.get(loop) is state:
                     del self._loops[loop]
+                self._last = None
             await state.aclose()
 
     async def aclose(self) -> None:
@@ -336,6 +412,7 @@ class AsyncShardClients:
         loop = asyncio.get_running_loop()
         with self._lock:
             state = self._loops.pop(loop, None)
+            self._last = None
         if state is not None:
             guard, state.guard = state.guard, None
             await state.aclose()
@@ -348,6 +425,7 @@ class AsyncShardClients:
         with self._lock:
             states = list(self._loops.items())
             self._loops.clear()
+            self._last = None
         for loop, state in states:
             if loop.is_closed():
                 continue
@@ -361,6 +439,19 @@ class AsyncShardClients:
         if not self._quiet:
             return self._kwargs
         return {**self._kwargs, "event_dispatcher": QuietReleases()}
+
+    async def master_of(self, shard: Shard) -> AsyncRedis:
+        """The running loop's client of the shard's master: :meth:`state` and :meth:`master` in
+        one call (every shard of every call asks)."""
+        loop = asyncio.get_running_loop()
+        last = self._last
+        if last is not None and last[0] is loop:
+            state = last[1]
+        else:
+            state = self._loops.get(loop) or await self.state()
+            self._last = (loop, state)
+        client = state.masters.get(shard.index)
+        return client if client is not None else self.master(state, shard)
 
     def master(self, state: _LoopState, shard: Shard) -> AsyncRedis:
         client = state.masters.get(shard.index)

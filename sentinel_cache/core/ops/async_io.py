@@ -33,13 +33,11 @@ class AsyncShardIO:
         self.clients = shared_async_clients(core)
         self.flights = AsyncFlights()
         self.turns = AsyncTurns(core)
+        #: The running loop's client of a shard's master (bound once: every shard of every call).
+        self.master: Callable[[Shard], Awaitable[Any]] = self.clients.master_of
 
     def __repr__(self) -> str:
         return f"<AsyncShardIO {self.clients!r}>"
-
-    async def master(self, shard: Shard) -> Any:
-        state = await self.clients.state()
-        return self.clients.master(state, shard)
 
     async def reader(self, shard: Shard) -> tuple[Address | None, Any]:
         """A replica in the read rotation (its address and client), or (None, None)."""

@@ -240,8 +240,13 @@ class ClientBase:
         try:
             return self.codec.loads(data)
         except InvalidValueError as exc:
-            logger.warning("unreadable value at key %s treated as a miss: %s", short_key(key), exc)
-            return MISS
+            return self.unreadable(key, exc)
+
+    @staticmethod
+    def unreadable(key: Any, exc: InvalidValueError) -> Any:
+        """A value that failed to decode or verify: logged, and a miss (``MISS``)."""
+        logger.warning("unreadable value at key %s treated as a miss: %s", short_key(key), exc)
+        return MISS
 
     def value_of(self, data: Any, key: Any, default: Any) -> Any:
         value = MISS if data is None else self.decode(data, key)
@@ -429,14 +434,17 @@ class ClientBase:
         found: dict[Any, Any] = {}
         metrics = self.core.metrics
         counts: list[tuple[str, int, int]] = []  # recorded once for the call
+        loads = self.codec.loads  # decode's, without a call more per value
         for shard, shard_replies in replies.items():
             if shard_replies is None:
                 continue
             before = len(found)
             for key, data in zip(groups[shard], shard_replies[0], strict=True):
-                value = MISS if data is None else self.decode(data, key)
-                if value is not MISS:
-                    found[key] = value
+                if data is not None:
+                    try:
+                        found[key] = loads(data)
+                    except InvalidValueError as exc:
+                        self.unreadable(key, exc)
             if metrics is not None:
                 hits = len(found) - before
                 counts.append((shard.name, hits, len(groups[shard]) - hits))
