@@ -311,7 +311,9 @@ class StampedeOperations(CacheOperations):
         lock = lock_key(key)
         token, take = take_lock(key, lock_timeout)
         while True:
-            (taken, ms_left), _ = self.keyed(key, [take, ("PTTL", lock)], [SKIPPED, -2], WRITE)
+            (taken, ms_left), _ = self.keyed(
+                key, [take, ("PTTL", lock)], [SKIPPED, -2], WRITE
+            )
             if taken is SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no lock, no store
                 return compute()
             if is_ok(taken):
