@@ -267,3 +267,61 @@ def test_a_waiter_blocked_on_a_killed_holder_takes_over_as_its_lock_expires(
         if holder.is_alive():
             holder.kill()
         pool.close()
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_planned_failover_under_a_blocked_waiter_still_serves_the_one_value(
+    make_cluster: Any, flavour: str
+) -> None:
+    """A waiter (its own core, as another process) blocked on the wake key when the key's shard
+    fails over: the old master unblocks it as it turns replica, and it blocks again on the new
+    one, where the holder stores: it returns the holder's value, one computation in all, and
+    well before the lock's 30 s."""
+    topology = make_cluster(shards=2, replicas=1, sentinels=3)
+    holder_pool = ShardedSentinelPool(topology.master_names, topology.sentinel_addresses, db=DB)
+    waiter_pool = ShardedSentinelPool(topology.master_names, topology.sentinel_addresses, db=DB)
+    key = f"failover-wake-{flavour}-{time.time_ns()}"
+    shard = holder_pool.shard_for(key)
+    release, runs, got = [False], [], []
+
+    def compute() -> str:
+        runs.append("holder")
+        wait_until(lambda: release[0], 30, "the switch")
+        return "the holder's"
+
+    def waiter_computes() -> str:
+        runs.append("waiter")
+        return "the waiter's"
+
+    async def in_a_loop() -> Any:
+        client = AsyncCacheClient(waiter_pool, Codec())
+        try:
+            return await client.get_or_set(key, waiter_computes, 60, lock_timeout=30)
+        finally:
+            await client.aclose()
+
+    def wait() -> None:
+        if flavour == "async":
+            got.append(asyncio.run(in_a_loop()))
+        else:
+            waiter = CacheClient(waiter_pool, Codec())
+            got.append(waiter.get_or_set(key, waiter_computes, 60, lock_timeout=30))
+
+    holder = CacheClient(holder_pool, Codec())
+    try:
+        with Workers(timeout=40) as workers:
+            workers.spawn(lambda: got.append(holder.get_or_set(key, compute, 60, lock_timeout=30)))
+            wait_until(lambda: runs == ["holder"], 10, "the holder computing")
+            began = time.monotonic()
+            workers.spawn(wait)
+            wait_until(lambda: blocked_on_wake(holder_pool, key), 10, "the waiter blocked")
+            generation = shard.generation
+            topology.failover(shard.name)
+            wait_until(lambda: shard.generation != generation, 20, "the switch")
+            release[0] = True
+        assert got == ["the holder's", "the holder's"]
+        assert runs == ["holder"]
+        assert time.monotonic() - began < 20  # not the lock's 30 s
+    finally:
+        holder_pool.close()
+        waiter_pool.close()
