@@ -325,3 +325,46 @@ def test_a_planned_failover_under_a_blocked_waiter_still_serves_the_one_value(
     finally:
         holder_pool.close()
         waiter_pool.close()
+
+
+def test_an_unreadable_value_under_a_held_lock_is_waited_past_not_polled(
+    cluster: LocalSentinelCluster,
+) -> None:
+    """Bytes the cache cannot read appear under the key while another caller holds its lock,
+    and an earlier round's wake entry is still there (it would wake every block at once): the
+    waiter treats the bytes as absent and blocks on the wake key after that entry (a few PTTLs,
+    not a loop of round trips), then returns the holder's value once it is stored."""
+    holder_pool, waiter_pool = pool_of(cluster), pool_of(cluster)  # two cores: two processes
+    key = f"unreadable-wake-{time.time_ns()}"
+    node = holder_pool.client_for(key)
+    release, got = [False], []
+
+    def compute() -> str:
+        wait_until(lambda: release[0], 20, "the count")
+        return "the holder's"
+
+    def pttl_calls() -> int:
+        return int(node.info("commandstats").get("cmdstat_pttl", {}).get("calls", 0))
+
+    holder, waiter = CacheClient(holder_pool, Codec()), CacheClient(waiter_pool, Codec())
+    try:
+        assert holder.get_or_set(key, lambda: "earlier", 60) == "earlier"  # an earlier round
+        node.delete(key)  # its wake entry stays for WAKE_MS
+        with Workers(timeout=30) as workers:
+            workers.spawn(lambda: got.append(holder.get_or_set(key, compute, 60, lock_timeout=30)))
+            wait_until(lambda: node.exists(lock_key(key)), 10, "the lock")
+            node.set(key, b"\x00not a value of ours", ex=60)
+            assert waiter.get(key) is None  # unreadable: absent
+            assert node.exists(wake_key(key))  # the earlier entry, still there
+            before = pttl_calls()
+            workers.spawn(
+                lambda: got.append(waiter.get_or_set(key, lambda: "no", 60, lock_timeout=30))
+            )
+            wait_until(lambda: blocked_on_wake(holder_pool, key), 10, "the waiter blocked")
+            during = pttl_calls() - before
+            release[0] = True
+        assert during <= 10, f"{during} PTTLs before the waiter blocked: polling, not blocking"
+        assert got == ["the holder's", "the holder's"]
+    finally:
+        holder_pool.close()
+        waiter_pool.close()

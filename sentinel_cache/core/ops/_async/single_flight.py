@@ -120,7 +120,7 @@ class AsyncSingleFlight:
             if is_ok(taken):
                 return AsyncTicket(self, key, token, turn)
             deadline = time.monotonic() + self.lock_timeout  # a longer lock is not waited out
-            await wait_released(self.client, key, ms_left, False, deadline)
+            await wait_released(self.client, key, ms_left, None, deadline)
         except BaseException:
             turns.end(key, turn)
             raise

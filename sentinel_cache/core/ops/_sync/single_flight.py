@@ -121,7 +121,7 @@ class SingleFlight:
             if is_ok(taken):
                 return Ticket(self, key, token, turn)
             deadline = time.monotonic() + self.lock_timeout  # a longer lock is not waited out
-            wait_released(self.client, key, ms_left, False, deadline)
+            wait_released(self.client, key, ms_left, None, deadline)
         except BaseException:
             turns.end(key, turn)
             raise

@@ -177,18 +177,22 @@ def last_entry(reply: Any) -> Any:
 
 
 def wait_released(
-    client: Runner, key: Any, ms_left: int, value: bool, deadline: float = math.inf
+    client: Runner,
+    key: Any,
+    ms_left: int,
+    decode: Callable[[Any, Any], Any] | None,
+    deadline: float = math.inf,
 ) -> Any:
     """Wait for ``key``'s computation lock (``ms_left`` its time left, as ``PTTL`` says) to be
-    gone, or for ``monotonic()`` to pass ``deadline``; with ``value``, return the key's stored
-    data as soon as it is there (None: not there). Blocks on the key's wake key, each block
+    gone, or for ``monotonic()`` to pass ``deadline``; with ``decode``, return the key's value
+    as soon as a readable one is stored (MISS: none). Blocks on the key's wake key, each block
     followed by reads of the lock and the value in the same round trip (see the module)."""
     core = client.core
     timeout = core.config.connection_options().get("socket_timeout")
     longest = LONGEST_BLOCK if not timeout else min(LONGEST_BLOCK, timeout / 2)
     limit = max(1, core.config.max_connections // 4)
     lock, wake = lock_key(key), wake_key(key)
-    reads: list[Command] = [("PTTL", lock), ("GET", key)] if value else [("PTTL", lock)]
+    reads: list[Command] = [("PTTL", lock), ("GET", key)] if decode else [("PTTL", lock)]
     seen: Any = "0-0"  # any entry: the stream is new, or one left by an earlier round
     poll = FIRST_WAIT
     while ms_left != -2 and (left := deadline - monotonic()) > 0:
@@ -212,10 +216,12 @@ def wait_released(
                 pause(block / 1000 if blocking else min(poll, block / 1000))
                 poll = min(poll * 2, LONGEST_WAIT)
                 replies, _ = client.keyed(key, reads, [-2, None], READ, replicas=False)
-        if value and replies[1] is not None:
-            return replies[1]
+        if decode is not None and replies[1] is not None:
+            value = decode(replies[1], key)
+            if value is not MISS:  # an unreadable one is absent: wait on for the lock
+                return value
         ms_left = replies[0]
-    return None
+    return MISS
 
 
 def refresh_now(seconds_left: float, delta: float, early: float) -> bool:
@@ -319,12 +325,10 @@ class StampedeOperations(CacheOperations):
             if is_ok(taken):
                 return self._compute_and_store(key, compute, timeout, lock, token)
             # another caller computes: wait for its value, or for its lock to go
-            data = wait_released(self, key, ms_left, True)
-            if data is not None:
-                value = self.decode(data, key)
-                if value is not MISS:
-                    return value
-            # the holder died or failed (or stored what cannot be read): take the lock
+            value = wait_released(self, key, ms_left, self.decode)
+            if value is not MISS:
+                return value
+            # the holder died or failed: take the lock
 
     def _compute_and_store(
         self, key: Any, compute: Callable[[], Any], timeout: float | None, lock: Any, token: str
