@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from threads import Workers
-from waiting import wait_until
+from waiting import key_on, wait_until
 
 from sentinel_cache.core.ops import _async, _sync
 from sentinel_cache.core.ops._sync.stampede import WAKE_MS, lock_key, wake_key
@@ -365,6 +365,57 @@ def test_an_unreadable_value_under_a_held_lock_is_waited_past_not_polled(
             release[0] = True
         assert during <= 10, f"{during} PTTLs before the waiter blocked: polling, not blocking"
         assert got == ["the holder's", "the holder's"]
+    finally:
+        holder_pool.close()
+        waiter_pool.close()
+
+
+def test_a_process_holds_at_most_a_quarter_of_a_shards_pool_blocked(
+    cluster: LocalSentinelCluster,
+) -> None:
+    """MAX_CONNECTIONS 4: one connection of the shard's pool may block at once. Two waiters of
+    one process on two cold keys of one shard: one blocks on its wake key, the other polls
+    (never a second blocked connection); both return the holders' values."""
+    holder_pool = pool_of(cluster)
+    waiter_pool = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, db=DB, max_connections=4
+    )
+    prefix = f"quarter-{time.time_ns()}"
+    keys = [key_on(holder_pool, 0, f"{prefix}-a"), key_on(holder_pool, 0, f"{prefix}-b")]
+    node = holder_pool.client_for(keys[0])
+    release, got, most = [False], [], [0]
+
+    def compute(key: str) -> Any:
+        def run() -> str:
+            wait_until(lambda: release[0], 20, "the samples")
+            return f"value of {key}"
+
+        return run
+
+    def blocked() -> int:
+        return sum(
+            c.get("cmd") == "xread" and "b" in c.get("flags", "") for c in node.client_list()
+        )
+
+    holder, waiter = CacheClient(holder_pool, Codec()), CacheClient(waiter_pool, Codec())
+    try:
+        with Workers(timeout=30) as workers:
+            for key in keys:
+                workers.spawn(
+                    lambda k=key: got.append(holder.get_or_set(k, compute(k), 60, lock_timeout=30))
+                )
+            wait_until(lambda: all(node.exists(lock_key(k)) for k in keys), 10, "the locks")
+            for key in keys:
+                workers.spawn(
+                    lambda k=key: got.append(waiter.get_or_set(k, lambda: "no", 60, lock_timeout=30))
+                )
+            wait_until(lambda: blocked() == 1, 10, "a waiter blocked")
+            for _ in range(50):  # samples over about half a second
+                most[0] = max(most[0], blocked())
+                time.sleep(0.01)
+            release[0] = True
+        assert most[0] == 1
+        assert sorted(got) == sorted([f"value of {k}" for k in keys] * 2)
     finally:
         holder_pool.close()
         waiter_pool.close()
