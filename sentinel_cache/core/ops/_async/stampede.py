@@ -9,8 +9,17 @@ the value it stores. The asyncio source; ``_sync/stampede.py`` is generated from
   the value written and the lock released at once). A holder that lost its lock (it expired
   during a long computation, or a failover lost it) stores nothing, and says so in the log: two
   computations never overwrite each other unnoticed.
-- A waiter reads the value and the lock in one round trip, with a backoff from 5 to 50 ms; when
-  the lock is gone and no value is there (the holder died, or failed), it takes the lock itself.
+- The lock's end is announced: the script that stores the value and releases the lock (or
+  only releases it) also adds an entry to a stream beside the lock (:func:`wake_key`, one
+  entry, gone :data:`WAKE_MS` after it). A waiter in another process blocks on that stream
+  (``XREAD BLOCK``, from the entry it last saw) and then reads the lock's time left and the
+  value, all in one round trip (:func:`wait_released`): it returns within a round trip of the
+  store. The announcement only wakes; what counts is what the waiter reads after it, so a lost
+  one (a failover, an entry already gone) costs one block, never correctness. A block never
+  outlasts the lock's time left (less the server's timer granularity, :data:`TIMER_SLACK_MS`),
+  so a holder that died is taken over as its lock expires; nor half the socket timeout.
+- When the lock is gone and no value is there (the holder died, or failed), the waiter takes
+  the lock itself.
 - A computation that raises releases the lock at once (the next caller computes) and raises in
   every caller coalesced with it.
 - Early refresh (``early``, XFetch's beta): the store also records how long the computation
@@ -24,9 +33,14 @@ from __future__ import annotations
 import math
 import random
 import secrets
-from collections.abc import Callable
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ResponseError
 
 from sentinel_cache.core.arguments import (
     MAX_TIMEOUT,
@@ -50,14 +64,30 @@ from sentinel_cache.core.ops.plans import (
 from sentinel_cache.core.ops.plans import logger as log
 from sentinel_cache.exceptions import ArgumentValueError
 
+if TYPE_CHECKING:
+    from sentinel_cache.core.ops._async.runner import AsyncRunner
+    from sentinel_cache.core.topology.shard import Shard
+
 #: Where a key's lock lives: this prefix and the key, on the key's own shard.
 LOCK_PREFIX = "sentinel_cache:stampede:"
 #: Where the last computation's duration (ms) is kept for early refresh, beside the value.
 DELTA_PREFIX = "sentinel_cache:stampede:delta:"
-#: KEYS: the key, its lock, its delta key; ARGV: the token, the data, the ms to live (0: none),
-#: the computation's ms. 1 if stored (with its delta, for the same time), 0 if the lock is not
-#: the holder's any more.
-PUBLISH_IF_HELD = """
+#: Where a lock's end is announced to the waiters of other processes: this prefix and the key.
+WAKE_PREFIX = "sentinel_cache:stampede:wake:"
+#: How long the announcement stays after the lock's end (ms): long enough for a waiter between
+#: two blocks to find it, and nothing left behind for longer.
+WAKE_MS = 1000
+#: Lua, shared by the scripts that end a lock: announce it on KEYS[wake] (one entry, MAXLEN 1),
+#: for ARGV[ms] ms. Format with the indexes.
+ANNOUNCE = """
+redis.call('XADD', KEYS[{wake}], 'MAXLEN', '1', '*', 'end', '1')
+redis.call('PEXPIRE', KEYS[{wake}], ARGV[{ms}])
+"""
+#: KEYS: the key, its lock, its delta key, its wake key; ARGV: the token, the data, the ms to
+#: live (0: none), the computation's ms, WAKE_MS. 1 if stored (with its delta, for the same
+#: time; the lock released and announced), 0 if the lock is not the holder's any more.
+PUBLISH_IF_HELD = (
+    """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 if ARGV[3] == '0' then
     redis.call('SET', KEYS[1], ARGV[2])
@@ -67,14 +97,27 @@ else
     redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[3])
 end
 redis.call('DEL', KEYS[2])
-return 1
 """
-#: KEYS: the lock; ARGV: the token. Released only by its holder.
-RELEASE_IF_HELD = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+    + ANNOUNCE.format(wake=4, ms=5)
+    + "return 1\n"
+)
+#: KEYS: the lock, its wake key; ARGV: the token, WAKE_MS. Released (and announced) only by
+#: its holder.
+RELEASE_IF_HELD = (
+    """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
 """
+    + ANNOUNCE.format(wake=2, ms=2)
+    + "return 1\n"
+)
+#: A waiter that cannot block (see :func:`blocking_slot`) polls, this far apart, doubling.
 FIRST_WAIT, LONGEST_WAIT = 0.005, 0.05
+#: The longest block on a wake key (s); at most half the socket timeout too.
+LONGEST_BLOCK = 1.0
+#: How late a server may end a block (ms): it times blocked clients out on its timer (``hz``
+#: 10: every 100 ms). A block stops this much before the lock expires; the rest is slept here.
+TIMER_SLACK_MS = 100
 
 
 def valid_lock_timeout(seconds: Any) -> float:
@@ -91,6 +134,93 @@ def lock_key(key: Any) -> Any:
 
 def delta_key(key: Any) -> Any:
     return DELTA_PREFIX.encode() + key if isinstance(key, bytes) else DELTA_PREFIX + str(key)
+
+
+def wake_key(key: Any) -> Any:
+    return WAKE_PREFIX.encode() + key if isinstance(key, bytes) else WAKE_PREFIX + str(key)
+
+
+def release_command(key: Any, token: str) -> Command:
+    """Release ``key``'s lock if ``token`` still holds it, announcing it to the waiters."""
+    return ("EVAL", RELEASE_IF_HELD, 2, lock_key(key), wake_key(key), token, WAKE_MS)
+
+
+_blocked: weakref.WeakKeyDictionary[Shard, int] = weakref.WeakKeyDictionary()
+_blocked_lock = threading.Lock()
+
+
+@contextmanager
+def blocking_slot(shard: Shard, limit: int) -> Iterator[bool]:
+    """Whether this waiter may hold one of the shard's pooled connections in a block: at most
+    ``limit`` at once per process (a quarter of the pool), so waiters on many cold keys never
+    starve the other calls of connections; the others poll."""
+    with _blocked_lock:
+        taken = _blocked.get(shard, 0) < limit
+        if taken:
+            _blocked[shard] = _blocked.get(shard, 0) + 1
+    try:
+        yield taken
+    finally:
+        if taken:
+            with _blocked_lock:
+                _blocked[shard] -= 1
+
+
+def last_entry(reply: Any) -> Any:
+    """The id of the last entry of an ``XREAD`` reply on one stream (RESP2 or RESP3), or None
+    if it timed out."""
+    if not reply:
+        return None
+    entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+    return entries[-1][0]
+
+
+async def wait_released(
+    client: AsyncRunner,
+    key: Any,
+    ms_left: int,
+    decode: Callable[[Any, Any], Any] | None,
+    deadline: float = math.inf,
+) -> Any:
+    """Wait for ``key``'s computation lock (``ms_left`` its time left, as ``PTTL`` says) to be
+    gone, or for ``monotonic()`` to pass ``deadline``; with ``decode``, return the key's value
+    as soon as a readable one is stored (MISS: none). Blocks on the key's wake key, each block
+    followed by reads of the lock and the value in the same round trip (see the module)."""
+    core = client.core
+    timeout = core.config.connection_options().get("socket_timeout")
+    longest = LONGEST_BLOCK if not timeout else min(LONGEST_BLOCK, timeout / 2)
+    limit = max(1, core.config.max_connections // 4)
+    lock, wake = lock_key(key), wake_key(key)
+    reads: list[Command] = [("PTTL", lock), ("GET", key)] if decode else [("PTTL", lock)]
+    seen: Any = "0-0"  # any entry: the stream is new, or one left by an earlier round
+    poll = FIRST_WAIT
+    while ms_left != -2 and (left := deadline - monotonic()) > 0:
+        # -1: a lock without expiry (not one of ours): wait in blocks, each bounded anyway
+        block = int(min(longest, left) * 1000)
+        block = block if ms_left < 0 else min(block, ms_left)
+        with blocking_slot(core.shard_for(key), limit) as blocking:
+            if blocking and block > TIMER_SLACK_MS:
+                xread: Command = ("XREAD", "BLOCK", block - TIMER_SLACK_MS, "STREAMS", wake, seen)
+                try:
+                    replies, _ = await client.keyed(
+                        key, [xread, *reads], [None, -2, None], READ, replicas=False
+                    )
+                except ResponseError as exc:  # UNBLOCKED: the node changed role mid-block
+                    if not str(exc).startswith("UNBLOCKED"):
+                        raise
+                    continue
+                seen = last_entry(replies[0]) or seen
+                replies = replies[1:]
+            else:  # the lock ends within the server's timer slack, or no slot: sleep here
+                await pause(block / 1000 if blocking else min(poll, block / 1000))
+                poll = min(poll * 2, LONGEST_WAIT)
+                replies, _ = await client.keyed(key, reads, [-2, None], READ, replicas=False)
+        if decode is not None and replies[1] is not None:
+            value = decode(replies[1], key)
+            if value is not MISS:  # an unreadable one is absent: wait on for the lock
+                return value
+        ms_left = replies[0]
+    return MISS
 
 
 def refresh_now(seconds_left: float, delta: float, early: float) -> bool:
@@ -186,24 +316,18 @@ class AsyncStampedeOperations(AsyncCacheOperations):
         lock = lock_key(key)
         token, take = take_lock(key, lock_timeout)
         while True:
-            (taken,), _ = await self.keyed(key, [take], [SKIPPED], WRITE)
+            (taken, ms_left), _ = await self.keyed(
+                key, [take, ("PTTL", lock)], [SKIPPED, -2], WRITE
+            )
             if taken is SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no lock, no store
                 return compute()
             if is_ok(taken):
                 return await self._compute_and_store(key, compute, timeout, lock, token)
-            wait = FIRST_WAIT
-            while True:  # another caller computes: wait for its value, or for its lock to go
-                await pause(wait)
-                wait = min(wait * 2, LONGEST_WAIT)
-                (data, held), _ = await self.keyed(
-                    key, [("GET", key), ("EXISTS", lock)], [None, 0], READ, replicas=False
-                )
-                if data is not None:
-                    value = self.decode(data, key)
-                    if value is not MISS:
-                        return value
-                if not held:
-                    break  # the holder died or failed: take the lock
+            # another caller computes: wait for its value, or for its lock to go
+            value = await wait_released(self, key, ms_left, self.decode)
+            if value is not MISS:
+                return value
+            # the holder died or failed: take the lock
 
     async def _compute_and_store(
         self, key: Any, compute: Callable[[], Any], timeout: float | None, lock: Any, token: str
@@ -212,13 +336,13 @@ class AsyncStampedeOperations(AsyncCacheOperations):
         try:
             value = compute()
         except BaseException:
-            release: Command = ("EVAL", RELEASE_IF_HELD, 1, lock, token)
-            await self.keyed(key, [release], [0], WRITE)
+            await self.keyed(key, [release_command(key, token)], [0], WRITE)
             raise
         took = max(1, int((monotonic() - began) * 1000))
         ms = expiry_args(timeout)[1] if timeout is not None else 0
-        keys = (key, lock, delta_key(key))
-        publish: Command = ("EVAL", PUBLISH_IF_HELD, 3, *keys, token, self.encode(value), ms, took)
+        keys = (key, lock, delta_key(key), wake_key(key))
+        data = self.encode(value)
+        publish: Command = ("EVAL", PUBLISH_IF_HELD, 4, *keys, token, data, ms, took, WAKE_MS)
         replies, _ = await self.keyed(key, self.durable([publish]), [0], REPLACE, idempotent=False)
         self.check_durable(key, replies)
         if replies[0] != 1:

@@ -8,7 +8,8 @@ After a miss, :meth:`SingleFlight.begin` gives an :class:`Ticket` to one caller:
 holds the key's lock (the one ``get_or_set`` takes, ``lock_key``, ``SET NX PX``), computes,
 stores, and ends the ticket (the lock is released only by its holder). Every other caller
 waits until then (this process's threads, or tasks of one event loop, on the io's ``turns``;
-other processes poll the lock, 5 to 50 ms apart) and gets None: it looks in the cache again,
+other processes block until the ticket's end announces it, as ``get_or_set``'s waiters do:
+``stampede.wait_released``) and gets None: it looks in the cache again,
 and computes itself only if the result is still missing (it was not stored: an error, a
 response not to be cached), never waiting twice. A holder that dies leaves its lock to expire
 after ``lock_timeout`` seconds, which also bounds every wait. A shard that
@@ -29,15 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 from sentinel_cache.core.ops._sync.runner import SKIPPED
 from sentinel_cache.core.ops._sync.stampede import (
-    FIRST_WAIT,
-    LONGEST_WAIT,
+    ANNOUNCE,
+    WAKE_MS,
     delta_key,
     lock_key,
     refresh_due,
     take_lock,
     timed_reads,
+    wait_released,
+    wake_key,
 )
-from sentinel_cache.core.ops.sync_io import pause
 from sentinel_cache.core.ops.plans import MISS, READ, WRITE, Command, is_ok, short_key
 
 if TYPE_CHECKING:
@@ -45,25 +47,30 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("sentinel_cache")
 
-#: KEYS: the lock, the stored key, its delta key; ARGV: the token, the computation's ms. The
-#: lock released if it is still the holder's; the ms recorded beside the stored key for as long
-#: as it lives (nothing if it was not stored).
-END_COMPUTATION = """
+#: KEYS: the lock, the stored key, its delta key, the lock's wake key; ARGV: the token, the
+#: computation's ms, WAKE_MS. The lock released (and announced) if it is still the holder's;
+#: the ms recorded beside the stored key for as long as it lives (nothing if it was not stored).
+END_COMPUTATION = (
+    """
 local ttl = redis.call('PTTL', KEYS[2])
 if ttl > 0 then
     redis.call('SET', KEYS[3], ARGV[2], 'PX', ttl)
 elseif ttl == -1 then
     redis.call('SET', KEYS[3], ARGV[2])
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
 """
+    + ANNOUNCE.format(wake=4, ms=3)
+    + "return 1\n"
+)
 
 
 def end_command(key: Any, stored: Any, token: str, began: float) -> Command:
     """END_COMPUTATION for ``key``'s lock and ``stored``'s duration, both on one shard."""
     took = max(1, int((time.monotonic() - began) * 1000))
-    return ("EVAL", END_COMPUTATION, 3, lock_key(key), stored, delta_key(stored), token, took)
+    keys = (lock_key(key), stored, delta_key(stored), wake_key(key))
+    return ("EVAL", END_COMPUTATION, 4, *keys, token, took, WAKE_MS)
 
 
 class Ticket:
@@ -106,12 +113,15 @@ class SingleFlight:
             return None
         try:
             token, take = take_lock(key, self.lock_timeout)
-            (taken,), _ = self.client.keyed(key, [take], [SKIPPED], WRITE)
+            (taken, ms_left), _ = self.client.keyed(
+                key, [take, ("PTTL", lock_key(key))], [SKIPPED, -2], WRITE
+            )
             if taken is SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no coordination
                 return Ticket(self, key, None, turn)
             if is_ok(taken):
                 return Ticket(self, key, token, turn)
-            self._wait_released(key)
+            deadline = time.monotonic() + self.lock_timeout  # a longer lock is not waited out
+            wait_released(self.client, key, ms_left, None, deadline)
         except BaseException:
             turns.end(key, turn)
             raise
@@ -150,13 +160,3 @@ class SingleFlight:
         finally:
             if ticket.turn is not None:
                 self.client.io.turns.end(key, ticket.turn)
-
-    def _wait_released(self, key: Any) -> None:
-        wait, deadline = FIRST_WAIT, time.monotonic() + self.lock_timeout
-        lock = lock_key(key)
-        while time.monotonic() < deadline:
-            pause(wait)
-            wait = min(wait * 2, LONGEST_WAIT)
-            (held,), _ = self.client.keyed(key, [("EXISTS", lock)], [0], READ, replicas=False)
-            if not held:
-                return
