@@ -76,6 +76,9 @@ class Contender:
     async def aset(self, key: str, value: Any) -> Any:
         raise NotImplementedError
 
+    async def aclose(self) -> None:
+        """Close what the async calls opened in the running loop (before the loop ends)."""
+
     def close(self) -> None:
         pass
 
@@ -291,6 +294,12 @@ def _raw_sharded(topo: Topology) -> Contender:
     )
 
 
+def _floor(topo: Topology, *, sharded: bool) -> Contender:
+    from benchmarks.floor import floor_one, floor_sharded
+
+    return floor_sharded(topo) if sharded else floor_one(topo)
+
+
 def _master_for(topo: Topology) -> Contender:
     sentinel = Sentinel(list(topo.sentinels), sentinel_kwargs=dict(SENTINEL_KWARGS), **NODE_KWARGS)
     client = sentinel.master_for(topo.masters[0])
@@ -390,13 +399,30 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    Spec("raw", "redis-py, 1 master (floor)", "1", False, "GET/SET + pickle", _raw),
+    Spec(
+        "floor",
+        "floor, 1 master",
+        "1",
+        False,
+        "benchmarks/floor.py: blocking sockets, hiredis.Reader, RESP packed by hand, pickle",
+        lambda t: _floor(t, sharded=False),
+    ),
+    Spec(
+        "floor_sharded",
+        "floor, 4 masters by our ring",
+        "4",
+        False,
+        "the same on every master, keys placed as ours; every shard's batch sent before any "
+        "reply is read. The reference of every ratio",
+        lambda t: _floor(t, sharded=True),
+    ),
+    Spec("raw", "redis-py, 1 master", "1", False, "GET/SET + pickle", _raw),
     Spec(
         "raw_sharded",
         "redis-py, 4 masters by our ring",
         "4",
         False,
-        "the sharded floor: same servers and placement as ours, shards asked in turn",
+        "same servers and placement as ours, shards asked in turn",
         _raw_sharded,
     ),
     Spec(
@@ -467,6 +493,8 @@ SPECS: tuple[Spec, ...] = (
 )
 
 SPEC_BY_ID = {spec.id: spec for spec in SPECS}
+FLOORS = ("floor", "floor_sharded")  # neither ours nor peers: the least any client can do
+PEERS = tuple(spec.id for spec in SPECS if not spec.ours and spec.id not in FLOORS)
 
 
 def build_all(
