@@ -83,7 +83,8 @@ def bar_chart(
             return TOP + PLOT_HEIGHT * (1 - v / high)
 
     group_width = WIDTH_PER_BAR * len(series) + GROUP_GAP
-    width = LEFT + group_width * len(categories) + 20
+    # Wide enough for the title (about 8 px a character at 14 px bold) and a legend column.
+    width = max(LEFT + group_width * len(categories) + 20, LEFT + 8 * len(title), 320)
     legend_top = TOP + PLOT_HEIGHT + BOTTOM
     per_line = max(1, (width - LEFT) // 230)
     height = legend_top + LEGEND_ROW * math.ceil(len(series) / per_line) + 10
