@@ -10,9 +10,9 @@ timeout (``SET ... EX``), ``get_many`` returns a dict of the keys found, ``delet
 number deleted, ``incr`` the new value; an error reply is raised.
 
 Thread-safe (the mixed workload shares one object between threads): each call takes one set of
-connections (one per master) from a free list and gives it back, or drops it if the call failed
-half-way (closed: unread replies must never reach the next caller). The async calls use asyncio streams
-on connections of their own, opened in the running loop.
+connections (one per master) from a free list and gives it back, or closes it if the call
+failed half-way (an unread reply must never reach the next caller). The async calls use
+asyncio streams on connections of their own, opened in the running loop.
 """
 
 from __future__ import annotations
