@@ -179,6 +179,32 @@ class ShardedRedisPy(RedisPy):
             client.close()
 
 
+class RedisAsyncio(RedisPy):
+    """redis.asyncio on one master for ``aget``/``aset`` (the async peer; its sync calls, used
+    only to fill and probe, go through plain redis-py on the same master)."""
+
+    has_async = True
+
+    def __init__(self, host: str, port: int) -> None:
+        import redis.asyncio
+
+        super().__init__(redis.Redis(host=host, port=port, **NODE_KWARGS))
+        self.aclient = redis.asyncio.Redis(host=host, port=port, **NODE_KWARGS)
+
+    async def aget(self, key: str) -> Any:
+        data = await self.aclient.get(key)
+        if data is None:
+            return None
+        return int(data) if data.isdigit() else pickle.loads(data)
+
+    async def aset(self, key: str, value: Any) -> Any:
+        data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        return await self.aclient.set(key, data, ex=TIMEOUT)
+
+    async def aclose(self) -> None:
+        await self.aclient.aclose()  # its connections belong to the loop that ends
+
+
 class DjangoCache(Contender):
     """Any Django ``BaseCache``: the calls a view makes (``cache.get(key)`` ...)."""
 
@@ -286,6 +312,11 @@ def ensure_django() -> None:
 def _raw(topo: Topology) -> Contender:
     host, port = topo.master_addresses[0]
     return RedisPy(redis.Redis(host=host, port=port, **NODE_KWARGS))
+
+
+def _redis_asyncio(topo: Topology) -> Contender:
+    host, port = topo.master_addresses[0]
+    return RedisAsyncio(host, port)
 
 
 def _raw_sharded(topo: Topology) -> Contender:
@@ -426,6 +457,14 @@ SPECS: tuple[Spec, ...] = (
         _raw_sharded,
     ),
     Spec(
+        "redis_asyncio",
+        "redis.asyncio, 1 master",
+        "1",
+        False,
+        "async tables only: GET/SET + pickle on redis.asyncio",
+        _redis_asyncio,
+    ),
+    Spec(
         "master_for",
         "redis-py Sentinel.master_for",
         "1",
@@ -494,6 +533,7 @@ SPECS: tuple[Spec, ...] = (
 
 SPEC_BY_ID = {spec.id: spec for spec in SPECS}
 FLOORS = ("floor", "floor_sharded")  # neither ours nor peers: the least any client can do
+ASYNC_ONLY = ("redis_asyncio",)  # measured in the async tables only (its sync calls are redis-py)
 PEERS = tuple(spec.id for spec in SPECS if not spec.ours and spec.id not in FLOORS)
 
 

@@ -271,7 +271,12 @@ def async_table(results: dict[str, dict[str, Any]], concurrency: int) -> tuple[l
         "aset µs (median)",
         f"aget x{concurrency} tasks ops/s",
     ]
-    how = {OURS: " (native asyncio)", "floor": " (asyncio streams)", FLOOR: " (asyncio streams)"}
+    how = {
+        OURS: " (native asyncio)",
+        "redis_asyncio": "",
+        "floor": " (asyncio streams)",
+        FLOOR: " (asyncio streams)",
+    }
     rows = [
         [
             SPEC_BY_ID[cid].label + how.get(cid, " (sync_to_async)"),
