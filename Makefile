@@ -63,6 +63,7 @@ demo: venv
 run: venv
 	$(PY) -m example_project.run
 
+# Unpinned and pinned (client and servers on CPU 0) figures in one run: no PIN option needed.
 bench: venv
 	$(PY) -m benchmarks.run
 

@@ -76,6 +76,9 @@ class Contender:
     async def aset(self, key: str, value: Any) -> Any:
         raise NotImplementedError
 
+    async def aclose(self) -> None:
+        """Close what the async calls opened in the running loop (before the loop ends)."""
+
     def close(self) -> None:
         pass
 
@@ -174,6 +177,32 @@ class ShardedRedisPy(RedisPy):
     def close(self) -> None:
         for client in self.clients:
             client.close()
+
+
+class RedisAsyncio(RedisPy):
+    """redis.asyncio on one master for ``aget``/``aset`` (the async peer; its sync calls, used
+    only to fill and probe, go through plain redis-py on the same master)."""
+
+    has_async = True
+
+    def __init__(self, host: str, port: int) -> None:
+        import redis.asyncio
+
+        super().__init__(redis.Redis(host=host, port=port, **NODE_KWARGS))
+        self.aclient = redis.asyncio.Redis(host=host, port=port, **NODE_KWARGS)
+
+    async def aget(self, key: str) -> Any:
+        data = await self.aclient.get(key)
+        if data is None:
+            return None
+        return int(data) if data.isdigit() else pickle.loads(data)
+
+    async def aset(self, key: str, value: Any) -> Any:
+        data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        return await self.aclient.set(key, data, ex=TIMEOUT)
+
+    async def aclose(self) -> None:
+        await self.aclient.aclose()  # its connections belong to the loop that ends
 
 
 class DjangoCache(Contender):
@@ -285,10 +314,21 @@ def _raw(topo: Topology) -> Contender:
     return RedisPy(redis.Redis(host=host, port=port, **NODE_KWARGS))
 
 
+def _redis_asyncio(topo: Topology) -> Contender:
+    host, port = topo.master_addresses[0]
+    return RedisAsyncio(host, port)
+
+
 def _raw_sharded(topo: Topology) -> Contender:
     return ShardedRedisPy(
         [redis.Redis(host=h, port=p, **NODE_KWARGS) for h, p in topo.master_addresses]
     )
+
+
+def _floor(topo: Topology, *, sharded: bool) -> Contender:
+    from benchmarks.floor import floor_one, floor_sharded
+
+    return floor_sharded(topo) if sharded else floor_one(topo)
 
 
 def _master_for(topo: Topology) -> Contender:
@@ -390,14 +430,39 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    Spec("raw", "redis-py, 1 master (floor)", "1", False, "GET/SET + pickle", _raw),
+    Spec(
+        "floor",
+        "floor, 1 master",
+        "1",
+        False,
+        "benchmarks/floor.py: blocking sockets, hiredis.Reader, RESP packed by hand, pickle",
+        lambda t: _floor(t, sharded=False),
+    ),
+    Spec(
+        "floor_sharded",
+        "floor, 4 masters by our ring",
+        "4",
+        False,
+        "the same on every master, keys placed as ours; every shard's batch sent before any "
+        "reply is read. The reference of every ratio",
+        lambda t: _floor(t, sharded=True),
+    ),
+    Spec("raw", "redis-py, 1 master", "1", False, "GET/SET + pickle", _raw),
     Spec(
         "raw_sharded",
         "redis-py, 4 masters by our ring",
         "4",
         False,
-        "the sharded floor: same servers and placement as ours, shards asked in turn",
+        "same servers and placement as ours, shards asked in turn",
         _raw_sharded,
+    ),
+    Spec(
+        "redis_asyncio",
+        "redis.asyncio, 1 master",
+        "1",
+        False,
+        "async tables only: GET/SET + pickle on redis.asyncio",
+        _redis_asyncio,
     ),
     Spec(
         "master_for",
@@ -467,6 +532,9 @@ SPECS: tuple[Spec, ...] = (
 )
 
 SPEC_BY_ID = {spec.id: spec for spec in SPECS}
+FLOORS = ("floor", "floor_sharded")  # neither ours nor peers: the least any client can do
+ASYNC_ONLY = ("redis_asyncio",)  # measured in the async tables only (its sync calls are redis-py)
+PEERS = tuple(spec.id for spec in SPECS if not spec.ours and spec.id not in FLOORS)
 
 
 def build_all(

@@ -10,9 +10,9 @@ timeout (``SET ... EX``), ``get_many`` returns a dict of the keys found, ``delet
 number deleted, ``incr`` the new value; an error reply is raised.
 
 Thread-safe (the mixed workload shares one object between threads): each call takes one set of
-connections (one per master) from a free list and gives it back, or drops it if the call failed
-half-way (unread replies must never reach the next caller). The async calls use asyncio streams
-on connections of their own, opened in the running loop.
+connections (one per master) from a free list and gives it back, or closes it if the call
+failed half-way (an unread reply must never reach the next caller). The async calls use
+asyncio streams on connections of their own, opened in the running loop.
 """
 
 from __future__ import annotations
@@ -105,23 +105,37 @@ class Floor(Contender):
             groups.setdefault(index(key), []).append(key)
         return groups
 
+    @staticmethod
+    def _drop(conns: list[_Conn]) -> None:
+        """Close a set of connections a call failed on: a reply may be left unread on them."""
+        for conn in conns:
+            conn.sock.close()
+
     def _single(self, key: str, command: bytes) -> Any:
         conns = self._take()
         conn = conns[0] if self.one else conns[self._index(key)]
-        conn.sock.sendall(command)
-        reply = conn.reply()  # an exception drops the connections: nothing is left unread
+        try:
+            conn.sock.sendall(command)
+            reply = conn.reply()
+        except BaseException:
+            self._drop(conns)
+            raise
         self._free.append(conns)
         return reply
 
     def _batches(self, batches: Sequence[tuple[int, bytes, int]]) -> list[list[Any]]:
         """Send every shard's batch, then read each shard's ``count`` replies."""
         conns = self._take()
-        for shard, data, _ in batches:
-            conns[shard].sock.sendall(data)
-        out = []
-        for shard, _, count in batches:
-            conn = conns[shard]
-            out.append([conn.reply() for _ in range(count)])
+        try:
+            for shard, data, _ in batches:
+                conns[shard].sock.sendall(data)
+            out = []
+            for shard, _, count in batches:
+                conn = conns[shard]
+                out.append([conn.reply() for _ in range(count)])
+        except BaseException:
+            self._drop(conns)
+            raise
         self._free.append(conns)
         return out
 
@@ -205,16 +219,21 @@ class Floor(Contender):
                 )
                 conns.append((reader, writer, hiredis.Reader()))
         reader, writer, parser = conns[0] if self.one else conns[self._index(key)]
-        writer.write(command)
-        reply = parser.gets()
-        while reply is False:
-            data = await reader.read(65536)
-            if not data:
-                raise ConnectionError("the server closed the connection")
-            parser.feed(data)
+        try:
+            writer.write(command)
             reply = parser.gets()
-        if type(reply) is _ReplyError:
-            raise reply
+            while reply is False:
+                data = await reader.read(65536)
+                if not data:
+                    raise ConnectionError("the server closed the connection")
+                parser.feed(data)
+                reply = parser.gets()
+            if type(reply) is _ReplyError:
+                raise reply
+        except BaseException:
+            for _, dropped, _ in conns:
+                dropped.close()
+            raise
         free.append(conns)
         return reply
 

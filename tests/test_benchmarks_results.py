@@ -12,6 +12,7 @@ import ast
 import datetime as dt
 import re
 import subprocess
+import xml.etree.ElementTree as ET
 from functools import cache
 from pathlib import Path
 
@@ -109,3 +110,14 @@ def test_every_place_the_page_cites_in_our_code_exists() -> None:
     assert not wrong, "docs/benchmarks-results.md is stale or was edited; rerun " + (
         f"`{run.COMMAND}`:\n" + "\n".join(sorted(wrong))
     )
+
+
+def test_the_page_shows_every_plot_the_generator_draws_and_each_is_an_svg() -> None:
+    shown = re.findall(r"^!\[[^\]]*\]\(img/([\w.-]+\.svg)\)$", page(), re.MULTILINE)
+    assert sorted(shown) == sorted(run.CHARTS), "the page's plots are not the generator's"
+    for name in shown:
+        path = ROOT / "docs" / "img" / name
+        assert path.is_file(), f"docs/img/{name} is missing: commit it with the page"
+        root = ET.parse(path).getroot()
+        assert root.tag == "{http://www.w3.org/2000/svg}svg", name
+        assert root.findall(".//{http://www.w3.org/2000/svg}rect[@class='bar']"), name
