@@ -208,7 +208,8 @@ def one_round(
         per_sentinel = [_connections(a) for a in sentinels]
         per_master = {name: _connections(a) for name, a in masters.items()}
         result["connections_per_sentinel"] = [
-            c["total"] - b for c, b in zip(per_sentinel, baseline["sentinel_connections"])
+            c["total"] - b
+            for c, b in zip(per_sentinel, baseline["sentinel_connections"], strict=True)
         ]
         result["pubsub_per_sentinel"] = [c["pubsub"] for c in per_sentinel]
         result["connections_per_master"] = {
@@ -222,10 +223,10 @@ def one_round(
         elapsed = time.monotonic() - t0
         result["idle_commands_per_s_per_sentinel"] = [
             round(_delta(a, b)["commands"] / elapsed - base, 1)
-            for a, b, base in zip(after, before, baseline["idle_rate"])
+            for a, b, base in zip(after, before, baseline["idle_rate"], strict=True)
         ]
         result["idle_new_connections_per_sentinel"] = [
-            _delta(a, b)["connections"] for a, b in zip(after, before)
+            _delta(a, b)["connections"] for a, b in zip(after, before, strict=True)
         ]
         old = masters[shard]
         before = [_counters(a) for a in sentinels]
@@ -242,7 +243,7 @@ def one_round(
                 times.setdefault(pid, at)
         window = time.monotonic() - t0
         after = [_counters(a) for a in sentinels]
-        deltas = [_delta(a, b) for a, b in zip(after, before)]
+        deltas = [_delta(a, b) for a, b in zip(after, before, strict=True)]
         result["switch_window_s"] = round(window, 2)
         result["switch_commands_per_sentinel"] = [d["commands"] for d in deltas]
         result["switch_commands_per_s_per_sentinel"] = [
@@ -308,7 +309,9 @@ def measure_baseline(cluster: LocalSentinelCluster, idle: float) -> dict[str, An
             name: _connections(cluster.master_address(name))["total"]
             for name in cluster.master_names
         },
-        "idle_rate": [_delta(a, b)["commands"] / elapsed for a, b in zip(after, before)],
+        "idle_rate": [
+            _delta(a, b)["commands"] / elapsed for a, b in zip(after, before, strict=True)
+        ],
     }
 
 
