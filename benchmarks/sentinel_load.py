@@ -57,16 +57,24 @@ def _worker(
     pid = os.getpid()
     pool.on_switch(lambda event: events.put((pid, event.name, str(event.new), time.time())))
     seen: set[int] = set()
+    errors: list[str] = []  # start-up failures (sentinels too busy to answer), retried
     i = 0
     while len(seen) < len(masters):
         key = f"load:{pid}:{i}"
         i += 1
         shard = pool.shard_index(key)
         if shard not in seen:
-            client.set(key, i, 600)
-            client.get(key)
+            try:
+                client.set(key, i, 600)
+                client.get(key)
+            except Exception as exc:  # an application would fail this request, then retry
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                if len(errors) > 20:
+                    raise
+                time.sleep(0.5)
+                continue
             seen.add(shard)
-    conn.send("ready")
+    conn.send(errors)
     while True:
         message = conn.recv()
         if message == "stats":
@@ -195,16 +203,19 @@ def one_round(
         )
         proc.start()
         workers.append((proc, parent))
+    startup_errors: list[str] = []
     for proc, parent in workers:
         if not parent.poll(max(1.0, 120 - (time.monotonic() - started))):
             raise RuntimeError(f"worker {proc.pid} not ready within 120 s")
-        parent.recv()
+        startup_errors += parent.recv()
     ready_s = time.monotonic() - started
     watcher = Watcher(sentinels)
     try:
         time.sleep(2.0)  # the last listeners' resync after subscribing
         result: dict[str, Any] = {"processes": processes, "near_cache": near}
         result["ready_s"] = ready_s
+        result["startup_errors"] = len(startup_errors)
+        result["startup_error_example"] = startup_errors[0] if startup_errors else None
         per_sentinel = [_connections(a) for a in sentinels]
         per_master = {name: _connections(a) for name, a in masters.items()}
         result["connections_per_sentinel"] = [
