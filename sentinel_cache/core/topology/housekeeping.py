@@ -16,6 +16,9 @@ Those two are the safety net's (``core/topology/safety.py``); this thread is onl
   master (:func:`link_state`; a replica whose link is down while that master still answers is
   not), to serve reads while that master is unreachable; and a shard whose
   master was found unreachable is re-resolved on this clock (the safety net's ``check_outages``).
+- The discovery sockets of sentinels asked nothing for a while are closed
+  (``SentinelSet.close_idle``): an idle process then holds one connection per sentinel, its
+  listener's.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import redis
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.topology.discovery import direct_client, reply_text
+from sentinel_cache.core.topology.sentinels import SentinelSet
 from sentinel_cache.core.topology.shard import Link, Shard
 
 logger = logging.getLogger("sentinel_cache")
@@ -129,8 +133,10 @@ class Housekeeper:
         replicas: bool,
         interval: float = 0.5,
         replica_interval: float = 1.0,
+        sentinels: SentinelSet | None = None,
     ) -> None:
         self._core = core
+        self._sentinels = sentinels
         self._kwargs = {
             **connection_kwargs,
             "socket_timeout": min(
@@ -189,6 +195,8 @@ class Housekeeper:
                 self._core.check_fences()
                 self._core.recheck_failed()
                 self._core.check_outages()
+                if self._sentinels is not None:
+                    self._sentinels.close_idle()
                 pending: set[str] = set()
                 due = self._due
                 if due is not None and time.monotonic() >= due:
