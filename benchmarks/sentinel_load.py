@@ -185,6 +185,7 @@ def one_round(
     *,
     idle: float,
     deadline: float,
+    settle: float,
     baseline: dict[str, Any],
 ) -> dict[str, Any]:
     config = cluster.config()
@@ -211,7 +212,7 @@ def one_round(
     ready_s = time.monotonic() - started
     watcher = Watcher(sentinels)
     try:
-        time.sleep(2.0)  # the last listeners' resync after subscribing
+        time.sleep(settle)  # the last resyncs, and idle discovery sockets closed
         result: dict[str, Any] = {"processes": processes, "near_cache": near}
         result["ready_s"] = ready_s
         result["startup_errors"] = len(startup_errors)
@@ -327,7 +328,12 @@ def measure_baseline(cluster: LocalSentinelCluster, idle: float) -> dict[str, An
 
 
 def run(
-    processes: Sequence[int], nears: Sequence[bool], *, idle: float, deadline: float
+    processes: Sequence[int],
+    nears: Sequence[bool],
+    *,
+    idle: float,
+    deadline: float,
+    settle: float,
 ) -> dict[str, Any]:
     cluster = LocalSentinelCluster(shards=2, replicas=1, sentinels=3, down_after_ms=1000)
     cluster.start()
@@ -342,7 +348,14 @@ def run(
                 shard = names[i % len(names)]
                 i += 1
                 result = one_round(
-                    cluster, n, near, shard, idle=idle, deadline=deadline, baseline=baseline
+                    cluster,
+                    n,
+                    near,
+                    shard,
+                    idle=idle,
+                    deadline=deadline,
+                    settle=settle,
+                    baseline=baseline,
                 )
                 result["baseline_idle_commands_per_s"] = [
                     round(r, 1) for r in baseline["idle_rate"]
@@ -360,11 +373,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--near", default="off,on", help="near cache: off, on, or off,on")
     parser.add_argument("--idle", type=float, default=5.0, help="idle window, seconds")
     parser.add_argument("--deadline", type=float, default=30.0, help="switch deadline, seconds")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=12.0,
+        help="seconds idle before measuring (the core closes discovery sockets idle for 10 s)",
+    )
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.processes.split(",") if n]
     nears = [{"off": False, "on": True}[v] for v in args.near.split(",") if v]
-    results = run(counts, nears, idle=args.idle, deadline=args.deadline)
+    results = run(counts, nears, idle=args.idle, deadline=args.deadline, settle=args.settle)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)
