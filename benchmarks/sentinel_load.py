@@ -240,7 +240,9 @@ def one_round(
         result["idle_new_connections_per_sentinel"] = [
             _delta(a, b)["connections"] for a, b in zip(after, before, strict=True)
         ]
-        old = masters[shard]
+        while not events.empty():  # switches before this one (an unrequested failover)
+            events.get()
+        old = cluster.master_address(shard)
         before = [_counters(a) for a in sentinels]
         asked = time.time()
         t0 = time.monotonic()
@@ -251,7 +253,7 @@ def one_round(
                 pid, name, new, at = events.get(timeout=0.5)
             except Exception:  # queue.Empty: nothing yet
                 continue
-            if name == shard and new != f"{old[0]}:{old[1]}":
+            if name == shard and new != f"{old[0]}:{old[1]}" and at >= asked:
                 times.setdefault(pid, at)
         window = time.monotonic() - t0
         after = [_counters(a) for a in sentinels]
