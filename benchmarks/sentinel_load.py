@@ -381,10 +381,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=12.0,
         help="seconds idle before measuring (the core closes discovery sockets idle for 10 s)",
     )
+    parser.add_argument(
+        "--discovery-idle",
+        type=float,
+        help="seconds after which a core closes idle discovery sockets (default: the library's;"
+        " inf keeps them, as before they were closed)",
+    )
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.processes.split(",") if n]
     nears = [{"off": False, "on": True}[v] for v in args.near.split(",") if v]
+    if args.discovery_idle is not None:  # inherited by the forked workers
+        from sentinel_cache.core.topology import sentinels
+
+        sentinels.IDLE_SOCKET_SECONDS = args.discovery_idle
     results = run(counts, nears, idle=args.idle, deadline=args.deadline, settle=args.settle)
     if args.json:
         with open(args.json, "w") as fh:
