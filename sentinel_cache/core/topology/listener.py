@@ -3,7 +3,8 @@
 Events are hints. ``+switch-master`` is confirmed with ``ROLE`` before a shard moves; the
 promotion announcements raise the shard's write fence so no write lands on a master that is
 about to be abandoned; after every (re)subscribe every shard is re-checked through the sentinels,
-because events sent while we were away are lost. The pull path (``Discovery``, asked again by
+because events sent while we were away are lost (one re-check covers the listeners that
+subscribed before it began: :class:`SharedResync`). The pull path (``Discovery``, asked again by
 the safety net and the housekeeping thread) stays as the net.
 
 Trust model: only a sentinel can send these events (a sentinel refuses ``PUBLISH`` from its
