@@ -61,11 +61,13 @@ def test_a_listener_busy_longer_than_its_silence_limit_keeps_its_subscription(
         cluster.failover(name)
         new = Address(*cluster.wait_for_master_change(name, old, timeout=30))
         wait_until(lambda: pool.shards[0].address == new, BUSY + 10, "the switch")
+        wait_until(lambda: bool(busy), BUSY + 10, "a listener back from its busy switch")
+        # (the shard may have moved first through another path: the stale-fence check or the
+        # replica events' question, while the announcing listeners were busy)
+        assert switches and switches[-1].new == new, switches
         # The busy listener's verdict on its silence comes at its next read (at once) or its
         # next PING (within a ping interval, 1 s): watch a little longer than that.
         time.sleep(1.5)
-        assert busy, "no listener applied the switch"
-        assert switches[-1].source.startswith(f"{SWITCH} from"), switches[-1].source
         assert [listener.connects for listener in listeners] == [1, 1, 1], listeners
     finally:
         pool.close()
