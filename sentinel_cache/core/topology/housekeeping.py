@@ -10,16 +10,21 @@ Those two are the safety net's (``core/topology/safety.py``); this thread is onl
   once a second: a replica that no longer follows the shard's current master (detached by hand,
   demoted link, still syncing, unreachable) leaves the rotation until it does again, instead of
   serving wrong misses until something fails. Sentinel events about replicas (``+sdown``,
-  ``-sdown``, ``+slave``, ``+convert-to-slave``) wake the thread for an immediate check.
+  ``-sdown``, ``+slave``, ``+convert-to-slave``) bring the check forward, to a random moment
+  within :data:`REFRESH_SPREAD` (see :meth:`Housekeeper.wake`).
 - With ``OUTAGE_READS``, the same checks tell each shard which replicas are in step with its
   master (:func:`link_state`; a replica whose link is down while that master still answers is
   not), to serve reads while that master is unreachable; and a shard whose
   master was found unreachable is re-resolved on this clock (the safety net's ``check_outages``).
+- The discovery sockets of sentinels asked nothing for a while are closed
+  (``SentinelSet.close_idle``): an idle process then holds one connection per sentinel, its
+  listener's.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import socket
 import threading
 import time
@@ -31,12 +36,19 @@ import redis
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.topology.discovery import direct_client, reply_text
 from sentinel_cache.core.topology.replicas import Link
+from sentinel_cache.core.topology.sentinels import SentinelSet
 from sentinel_cache.core.topology.shard import Shard
 
 logger = logging.getLogger("sentinel_cache")
 
 #: Replica ROLE checks use their own short timeouts: a hung replica must not stall the others.
 CHECK_TIMEOUT = 0.5
+
+#: Seconds after a sentinel event about a replica within which its shard is asked about again:
+#: every sentinel publishes its own copy of the event, to every process at once, and each
+#: question asks every sentinel; a random moment in this window takes the copies in one
+#: question and spreads the processes' questions out instead of all in the same millisecond.
+REFRESH_SPREAD = (0.1, 1.0)
 
 
 def same_node(a: Address, b: Address) -> bool:
@@ -122,8 +134,10 @@ class Housekeeper:
         replicas: bool,
         interval: float = 0.5,
         replica_interval: float = 1.0,
+        sentinels: SentinelSet | None = None,
     ) -> None:
         self._core = core
+        self._sentinels = sentinels
         self._kwargs = {
             **connection_kwargs,
             "socket_timeout": min(
@@ -137,6 +151,7 @@ class Housekeeper:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._pending: set[str] = set()
+        self._due: float | None = None  # when the pending shards are asked about
         self._clients: dict[Address, redis.Redis] = {}
         self.checks = 0
         self._thread = threading.Thread(
@@ -160,15 +175,20 @@ class Housekeeper:
             client.connection_pool.disconnect()
 
     def wake(self, shard: Shard) -> None:
-        """Check ``shard``'s replicas now (a sentinel reported a change about one)."""
+        """Check ``shard``'s replicas soon (a sentinel reported a change about one): at a
+        random moment within :data:`REFRESH_SPREAD`, with every shard woken meanwhile."""
         if self._replicas:
             self._pending.add(shard.name)
+            if self._due is None:
+                self._due = time.monotonic() + random.uniform(*REFRESH_SPREAD)
             self._wake.set()
 
     def _run(self) -> None:
         next_replicas = time.monotonic()
         while not self._stop.is_set():
-            self._wake.wait(self._interval)
+            due = self._due
+            wait = self._interval if due is None else due - time.monotonic()
+            self._wake.wait(max(0.0, min(self._interval, wait)))
             self._wake.clear()
             if self._stop.is_set():
                 break
@@ -176,7 +196,14 @@ class Housekeeper:
                 self._core.check_fences()
                 self._core.recheck_failed()
                 self._core.check_outages()
-                pending, self._pending = self._pending, set()
+                if self._sentinels is not None:
+                    self._sentinels.close_idle()
+                pending: set[str] = set()
+                due = self._due
+                if due is not None and time.monotonic() >= due:
+                    # cleared first: a shard woken from here on is asked about at a new moment
+                    self._due = None
+                    pending, self._pending = self._pending, set()
                 for name in pending:
                     self._core.refresh_replicas(name)
                 now = time.monotonic()

@@ -3,7 +3,8 @@
 Events are hints. ``+switch-master`` is confirmed with ``ROLE`` before a shard moves; the
 promotion announcements raise the shard's write fence so no write lands on a master that is
 about to be abandoned; after every (re)subscribe every shard is re-checked through the sentinels,
-because events sent while we were away are lost. The pull path (``Discovery``, asked again by
+because events sent while we were away are lost (one re-check covers the listeners that
+subscribed before it began: :class:`SharedResync`). The pull path (``Discovery``, asked again by
 the safety net and the housekeeping thread) stays as the net.
 
 Trust model: only a sentinel can send these events (a sentinel refuses ``PUBLISH`` from its
@@ -22,7 +23,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
@@ -124,6 +125,29 @@ class ListenerCore(Protocol):
     def recheck(self, *, source: str) -> None: ...
 
 
+#: ``resync(subscribed_at, source)``: ask the sentinels about every shard, events sent before
+#: the monotonic time ``subscribed_at`` being lost.
+Resync = Callable[[float, str], None]
+
+
+class SharedResync:
+    """The resync of one core's listeners: one re-check that began after a listener subscribed
+    covers it, so listeners subscribing together (start-up, a sentinel back) ask once, not once
+    each (every re-check asks every sentinel)."""
+
+    def __init__(self, core: ListenerCore) -> None:
+        self._core = core
+        self._lock = threading.Lock()
+        self._began = float("-inf")
+
+    def __call__(self, subscribed_at: float, source: str) -> None:
+        with self._lock:
+            if self._began >= subscribed_at:
+                return  # asked after this subscription: what it missed was in the answers
+            self._began = time.monotonic()
+            self._core.recheck(source=source)
+
+
 class SentinelListener:
     """Subscribes to one sentinel and forwards failover events to the core."""
 
@@ -134,9 +158,11 @@ class SentinelListener:
         sentinel_kwargs: Mapping[str, Any],
         *,
         ping_interval: float = 1.0,
+        resync: Resync | None = None,
     ) -> None:
         self.core = core
         self.address = address
+        self._resync: Resync = resync or (lambda _at, source: core.recheck(source=source))
         self._kwargs = dict(sentinel_kwargs)
         self._ping_interval = ping_interval
         self._stop = threading.Event()
@@ -213,19 +239,30 @@ class SentinelListener:
             backoff = min(backoff * 2, 2.0)
 
     def _listen(self, pubsub: Any) -> None:
-        last_seen = time.monotonic()
+        """Read until stopped. A sentinel that leaves a ``PING`` unanswered for
+        ``ping_interval + 1`` s is gone (noticed within ``2 * ping_interval + 1`` s of falling
+        silent, as before). The silence is counted from the ``PING``, and only once the socket
+        has nothing left to read: a process starved of CPU (many processes on few cores, all
+        woken by one failover) finds the answer and the events waiting in its buffer, where
+        counting from the last message read would drop a healthy subscription, with what it
+        had not read yet, and make it resubscribe and ask every sentinel again."""
         last_ping = 0.0
+        unanswered: float | None = None  # when the oldest PING not answered yet was sent
         subscribed = 0
         while not self._stop.is_set():
             now = time.monotonic()
             if now - last_ping >= self._ping_interval and subscribed:
                 pubsub.ping()
                 last_ping = now
-            if subscribed and now - last_seen > 2 * self._ping_interval + 1.0:
-                raise TimeoutError(f"no answer for {now - last_seen:.1f}s")
+                if unanswered is None:
+                    unanswered = now
             message = pubsub.get_message(timeout=min(0.2, self._ping_interval))
             if message is None:
+                silent = 0.0 if unanswered is None else time.monotonic() - unanswered
+                if silent > self._ping_interval + 1.0:
+                    raise TimeoutError(f"no answer for {silent:.1f}s")
                 continue
+            unanswered = None  # anything from the sentinel shows the link alive
             last_seen = time.monotonic()
             kind = message.get("type")
             if kind == "subscribe":
@@ -236,13 +273,14 @@ class SentinelListener:
                 self.handle(message.get("channel"), message.get("data"), received=last_seen)
 
     def _on_subscribed(self) -> None:
+        subscribed_at = time.monotonic()
         self.connected = True
         self.connects += 1
         self.last_error = None
         if self.connects > 1:
             logger.info("listener on sentinel %s reconnected", self.address)
         # Events sent while we were away are gone: ask the sentinels again.
-        self.core.recheck(source=f"resync after subscribing to {self.address}")
+        self._resync(subscribed_at, f"resync after subscribing to {self.address}")
 
     def handle(self, channel: Any, data: Any, *, received: float | None = None) -> None:
         """Dispatch one pub/sub message; malformed or foreign ones are logged and dropped."""
@@ -253,7 +291,9 @@ class SentinelListener:
             if channel_text == SWITCH:
                 name, _old, new = parse_switch(text)
                 shard = self.core.shard_by_name(name)
-                if shard is not None:
+                # Every sentinel announces a switch: once one announcement moved the shard
+                # there (and released its writes), the others have nothing left to ask.
+                if shard is not None and (shard.address != new or shard.fenced):
                     self.core.on_switch_announced(
                         shard,
                         new,
@@ -304,6 +344,7 @@ class ListenerGroup:
         self._lock = threading.Lock()
         self._listeners: dict[Address, SentinelListener] = {}
         self._stopped = False
+        self._resync = SharedResync(core)
 
     def __repr__(self) -> str:
         return f"<ListenerGroup {list(self._listeners.values())}>"
@@ -316,7 +357,9 @@ class ListenerGroup:
                 return
             for address in addresses:
                 if address not in self._listeners:
-                    listener = SentinelListener(self._core, address, self._kwargs)
+                    listener = SentinelListener(
+                        self._core, address, self._kwargs, resync=self._resync
+                    )
                     self._listeners[address] = listener
                     started.append(listener)
         for listener in started:

@@ -35,6 +35,11 @@ from sentinel_cache.core.topology.replies import (
 logger = logging.getLogger("sentinel_cache")
 
 
+#: A sentinel asked nothing for this many seconds has its discovery sockets closed
+#: (:meth:`SentinelSet.close_idle`): questions come in bursts (a failover, a resync), and a
+#: socket kept between bursts costs every sentinel one connection per process.
+IDLE_SOCKET_SECONDS = 10.0
+
 # Learned sentinels beyond this are ignored: a broken sentinel may list thousands of "peers",
 # and every round asks every known sentinel (a thread each) and runs a listener for each.
 MAX_SENTINELS = 16
@@ -49,6 +54,7 @@ class SentinelSet:
         self._configured = frozenset(addresses)
         self._kwargs = dict(sentinel_kwargs)
         self._clients: dict[Address, redis.Redis] = {}
+        self._used: dict[Address, float] = {}  # last asked, for the sentinels with open sockets
         self._fanouts: list[Fanout[Address, SentinelReply]] = []  # asking, or done asking
         self._rejected: set[Address] = set()
         self.secrets = secret_values(self._kwargs)
@@ -79,7 +85,21 @@ class SentinelSet:
             if client is None:
                 client = direct_client(address, self._kwargs, max_connections=4)
                 self._clients[address] = client
+            self._used[address] = time.monotonic()
             return client
+
+    def close_idle(self, idle: float | None = None) -> None:
+        """Close the idle sockets to the sentinels asked nothing for ``idle`` seconds (default
+        :data:`IDLE_SOCKET_SECONDS`; the housekeeper's clock); the next question reconnects."""
+        idle = IDLE_SOCKET_SECONDS if idle is None else idle
+        now = time.monotonic()
+        with self._lock:
+            quiet = [a for a, used in self._used.items() if now - used >= idle]
+            clients = [self._clients[a] for a in quiet if a in self._clients]
+            for address in quiet:
+                del self._used[address]
+        for client in clients:
+            client.connection_pool.disconnect(inuse_connections=False)
 
     def config_epoch(self, address: Address, name: str) -> int:
         """The config epoch sentinel ``address`` holds for master ``name``; 0 if it cannot say."""

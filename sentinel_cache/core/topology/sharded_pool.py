@@ -176,7 +176,9 @@ class ShardedSentinelPool:
             self.listeners.ensure(self.sentinels.addresses)
         replicas = config.read_from_replicas or config.outage_reads
         if config.listeners or replicas or config.outage_hold:
-            self.housekeeper = Housekeeper(self, config.connection_options(), replicas=replicas)
+            self.housekeeper = Housekeeper(
+                self, config.connection_options(), replicas=replicas, sentinels=self.sentinels
+            )
             self.housekeeper.start()
         if self.near is not None and not self.near.running:  # still running after a fork
             self.near.start(self.shards, config)
