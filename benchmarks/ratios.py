@@ -267,7 +267,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if row is None:
             add(target, None, "not measured")
         else:
-            add(target, row["ratio"] <= bound, f"{row['median_us']:.1f} µs, {row['ratio']:.2f}x")
+            add(target, row["ratio"] <= bound, f"{row['median_us']:.1f} µs, {row['ratio']:.3f}x")
     for scenario in (POOL_SYNC, POOL_ASYNC):
         row = _ratio(rows, scenario, FAIR_POOL)
         target = f"fair pool, {scenario.split(' (')[0]}: >= 0.6x the rate of redis-py's pool"

@@ -539,7 +539,7 @@ def issue27_targets(
             {
                 "target": name,
                 "result": "PASS" if ok else "FAIL",
-                "detail": f"{value:{fmt}} vs {ref:{fmt}} {unit} = {ratio:.2f}x",
+                "detail": f"{value:{fmt}} vs {ref:{fmt}} {unit} = {ratio:.3f}x",
             }
         )
 
