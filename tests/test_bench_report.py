@@ -94,7 +94,7 @@ def test_issue_27_targets_pass_and_fail_on_the_figures() -> None:
     close = report.issue27_targets(pinned(10, 5, 10), procs(1296.6, 1000), many(100, 100, 160))
     assert target(close, "4 processes")["result"] == "FAIL"
     assert target(close, "4 processes")["detail"].endswith("= 1.297x")
-    assert target(bad, "aget_many[10] at 64 tasks >= 0.6x")["detail"] == "99 vs 170 ops/s = 0.58x"
+    assert target(bad, "aget_many[10] at 64 tasks >= 0.6x")["detail"] == "99 vs 170 ops/s = 0.582x"
 
 
 def test_a_target_without_its_figures_is_not_applicable() -> None:
