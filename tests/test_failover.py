@@ -129,7 +129,12 @@ def test_planned_failover_loses_no_acknowledged_write(make_cluster: ClusterFacto
     assert pool.shards[1].generation == 1 and pool.shards[1].switch_count == 0
     assert other_connections <= {id(c) for c in pool.shards[1].pool._connections}
     status = pool.status()["shards"][0]
-    assert status["switch_count"] == 1 and status["last_switch_source"].startswith("+switch-master")
+    # Applied by the listeners' +switch-master, or by the sentinels' answer to the question a
+    # replica event asks 0.1-1 s later (the housekeeper's spread), when that comes first: on
+    # Valkey the new master's replica events can precede the +switch-master read here.
+    assert status["switch_count"] == 1
+    source = status["last_switch_source"]
+    assert source.startswith("+switch-master") or source == "replica change", source
     assert not status["fenced"]
     pool.close()
 
