@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shlex
 import socket
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port_base
 
 from sentinel_cache.core.config import parse_cache_config
 from sentinel_cache.core.ops.client import CacheClient
@@ -40,27 +40,6 @@ pytestmark = pytest.mark.usefixtures("server_kind")  # skips when no server bina
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def free_port_base(count: int) -> int:
-    """A base with ``count`` consecutive free loopback ports, below the ephemeral range."""
-    rng = random.SystemRandom()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - count)
-        socks = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-        return base
-    raise RuntimeError("no free port range found")
 
 
 def gone(pid: int) -> bool:
@@ -253,6 +232,7 @@ def test_detach_print_secrets_and_a_second_up(tmp_path: Path) -> None:
     started = run(
         *("up", "--detach", "--state", str(state), "--json", "--print-secrets"),
         *("--shards", "1", "--replicas", "0", "--sentinels", "1"),
+        *("--port-base", str(free_port_base(2))),  # the default ones are test_dev_demo's
         *("--password", "node-pw", "--sentinel-password", "sentinel-pw"),
     )
     assert started.returncode == 0, started.stdout + started.stderr

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from ports import free_port_base
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -381,7 +382,7 @@ def test_cli_up_json_prints_config_and_stops_on_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "sentinel_cache.testing", "up", "--json", "--shards", "1"),
-            *("--state", str(state)),
+            *("--state", str(state), "--port-base", str(free_port_base(8))),
         ],
         stdout=subprocess.PIPE,
         text=True,
