@@ -339,8 +339,6 @@ class LocalSentinelCluster(ClusterProcesses):
 
     # ----------------------------------------------------------------- network faults
 
-    # ----------------------------------------------------------------- network faults
-
     def _proxy(self) -> FaultProxy:
         self._require_running()
         proxy = self._runtime.proxy

@@ -154,18 +154,26 @@ class Runner(Moves):
         While the master is unreachable and not replaced (an outage, see
         :mod:`~sentinel_cache.core.topology.safety`): a read may be answered by a replica in
         step with it (:meth:`outage_read`), and with ``OUTAGE_HOLD`` an operation that may be
-        sent again waits for the switch (:meth:`hold`); a write that cannot be sent twice waits
-        *before* it is sent if the outage is already known.
+        sent again waits for the switch (:meth:`hold`). Once the outage is known, a read goes to
+        such a replica first and a write (with ``OUTAGE_HOLD``) waits *before* it is sent.
         """
         core = self.core
         state = shard.state  # one look at the shard: the fast path reads nothing else of it
         if not core.started or state.address is None or (write and state.fenced):
             self.ready(shard, write)
             state = shard.state
-        if self.outage_hold and write and not idempotent and shard.in_outage(state.generation):
-            self.hold(shard, state.generation, None)
-            state = shard.state
         reader = client is None and not write and replicas  # a replica in rotation may serve
+        if shard.in_outage(state.generation):
+            # Known unreachable: a call's re-resolve found no other master. Its failure is not
+            # paid again per call (a hung master's SOCKET_TIMEOUT): a read asks a replica in
+            # step first, and with OUTAGE_HOLD a write waits for the switch before it is sent.
+            if reader and core.config.outage_reads:
+                served, reply = self.outage_read(shard, operation, state.generation)
+                if served:
+                    return reply
+            elif write and self.outage_hold:
+                self.hold(shard, state.generation, None)
+                state = shard.state
         if reader and self.replica_reads:
             replica, chosen = self.io.reader(shard)
         else:
@@ -235,7 +243,7 @@ class Runner(Moves):
 
     def outage_read(
         self, shard: Shard, read: Callable[[Any], T], generation: int
-    ) -> tuple[bool, T | None]:
+    ) -> tuple[bool, Any]:
         """``read`` on a replica in step with the unreachable master of ``generation``
         (``OUTAGE_READS``): ``(True, reply)``, or ``(False, None)`` if none answered. Such a
         replica holds what that master gave it, up to its replication lag. A connection it
