@@ -192,11 +192,18 @@ class NearCache:
         state = self._shards[shard.index]
         # A session tracks one master: right after a switch (before its tracker noticed) the
         # new master's replies must not be kept under it, for it hears nothing of their keys.
-        if not state.live or state.generation != shard.generation or not self.wanted(key):
+        # Nor while that master is unreachable: a replica answers such reads (OUTAGE_READS).
+        generation = shard.generation
+        if (
+            not state.live
+            or state.generation != generation
+            or not self.wanted(key)
+            or shard.in_outage(generation)
+        ):
             return None
         ticket = object()
         with self._lock:
-            self._tickets[key] = (ticket, shard.index, state.session, shard.generation, monotonic())
+            self._tickets[key] = (ticket, shard.index, state.session, generation, monotonic())
         return ticket
 
     def release(self, key: Any, ticket: object | None) -> None:
@@ -247,6 +254,9 @@ class NearCache:
             or held[2] != state.session
             or held[3] != shard.generation
             or held[3] != state.generation
+            # The master was found unreachable since the ticket was taken: a replica may have
+            # answered (OUTAGE_READS), which the master's session hears nothing about.
+            or shard.in_outage(held[3])
         ):
             return False
         if key in self._entries:

@@ -1,0 +1,63 @@
+"""The near cache through an outage: a read a replica answers while the master is unreachable
+is served but never kept as a near copy. The master's tracking session knows nothing of such a
+read, so no invalidation would ever come for it; and the replica may lag what the master
+acknowledged before it hung, which a copy would then serve for up to ``NEAR_CACHE_TTL``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from waiting import key_on, wait_until
+
+from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+from sentinel_cache.testing import LocalSentinelCluster
+
+pytestmark = pytest.mark.failover
+
+ClusterFactory = Callable[..., LocalSentinelCluster]
+
+
+def test_replica_answers_in_an_outage_are_served_not_kept_as_near_copies(
+    make_cluster: ClusterFactory,
+) -> None:
+    # down-after 60 s: the frozen master is neither replaced nor demoted during the test.
+    cluster = make_cluster(shards=1, replicas=1, sentinels=1, down_after_ms=60000)
+    pool = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, near_cache=True, socket_timeout=1.0
+    )
+    try:
+        pool.discover()
+        shard = pool.shards[0]
+        wait_until(lambda: pool.near.status(0)["tracked"], 10, "shard 0 to be tracked")
+        wait_until(lambda: shard.outage_replicas(shard.generation), 5, "a replica in step")
+        codec = Codec()
+        client = CacheClient(pool, codec)
+        keys = [key_on(pool, 0, f"near-outage{i}") for i in range(6)]
+        with cluster.node_client(shard.address) as master:  # not through the cache: no copies
+            master.mset({key: codec.dumps(f"value of {key}") for key in keys})
+            assert master.execute_command("WAIT", 1, 5000) == 1
+        assert [pool.near.get(k) for k in keys] == [None] * len(keys)
+        cluster.freeze_node(shard.address)
+        try:
+            # Found unreachable by a multi-key read: the replica answers its batch.
+            many = client.get_many(keys[:3])
+            assert many == {k: f"value of {k}" for k in keys[:3]}
+            assert shard.in_outage(shard.generation)
+            # Single reads once the outage is known: the replica answers, without a ticket.
+            for key in keys[3:]:
+                assert client.get(key) == f"value of {key}"
+            assert shard.outage_reads >= 4
+            assert [pool.near.get(k) for k in keys] == [None] * len(keys)
+            assert pool.near.status(0)["entries"] == 0
+        finally:
+            cluster.thaw_node(shard.address)
+        wait_until(lambda: not shard.in_outage(shard.generation), 10, "the outage to end")
+        # The master answers again: its reads are kept as before.
+        wait_until(lambda: pool.near.status(0)["tracked"], 10, "shard 0 tracked again")
+        assert client.get(keys[0]) == f"value of {keys[0]}"
+        wait_until(lambda: pool.near.get(keys[0]) is not None, 5, "a near copy from the master")
+    finally:
+        pool.close()
