@@ -7,6 +7,7 @@ freezing it cannot fail it over)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -130,5 +131,26 @@ def test_async_tasks_on_a_cold_key_read_it_once(single: LocalSentinelCluster) ->
         assert got == ["computed"] * 20
         assert runs == [1]
         assert gets == 1 + STORE_GETS
+    finally:
+        pool.close()
+
+
+def test_a_non_string_or_unreadable_value_is_a_miss_computed_over(
+    single: LocalSentinelCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = ShardedSentinelPool(single.master_names, single.sentinel_addresses, db=DB)
+    client = CacheClient(pool, Codec())
+    listed, garbled = f"listed-{time.time_ns()}", f"garbled-{time.time_ns()}"
+    try:
+        raw = pool.client_for(listed)
+        raw.rpush(listed, "not a cache value")
+        pool.client_for(garbled).set(garbled, b"\x00 not what the codec wrote")
+        with caplog.at_level(logging.WARNING, logger="sentinel_cache"):
+            assert client.get_or_set(listed, lambda: "computed", 60) == "computed"
+            assert client.get_or_set(garbled, lambda: "computed", 60) == "computed"
+        assert client.get(listed) == "computed" and client.get(garbled) == "computed"
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("non-string value" in m and listed in m for m in messages)
+        assert any("unreadable value" in m and garbled in m for m in messages)
     finally:
         pool.close()
