@@ -154,3 +154,38 @@ def test_a_non_string_or_unreadable_value_is_a_miss_computed_over(
         assert any("unreadable value" in m and garbled in m for m in messages)
     finally:
         pool.close()
+
+
+def test_async_tasks_of_two_caches_on_one_key_never_share_an_outcome(
+    single: LocalSentinelCluster,
+) -> None:
+    """Two cores (here two databases of one master) in one event loop: the same key is two
+    keys, each read and computed by its own callers."""
+    pools = [
+        ShardedSentinelPool(single.master_names, single.sentinel_addresses, db=db)
+        for db in (DB, DB + 1)
+    ]
+    key = f"two-caches-{time.time_ns()}"
+
+    async def main() -> list[Any]:
+        clients = [AsyncCacheClient(pool, Codec()) for pool in pools]
+        try:
+            await clients[0].set(key, "stored in the first", 60)
+            return list(
+                await asyncio.gather(
+                    *(
+                        client.get_or_set(key, lambda n=n: f"computed by cache {n}", 60)
+                        for _ in range(3)
+                        for n, client in enumerate(clients)
+                    )
+                )
+            )
+        finally:
+            for client in clients:
+                await client.aclose()
+
+    try:
+        assert asyncio.run(main()) == ["stored in the first", "computed by cache 1"] * 3
+    finally:
+        for pool in pools:
+            pool.close()
