@@ -3,7 +3,9 @@
 1. **Cold key**: 4 processes x 16 threads call ``get_or_set`` on one cold key whose computation
    takes 200 ms (``STAMPEDE_PROTECTION``): how many computations ran, how many callers got its
    value, and when the slowest caller returned after the first call began (target: 1, 64,
-   within 200 ms + 20 ms).
+   within 200 ms + 20 ms). The computation is the 200 ms and nothing else (each process counts
+   its own); each process opens 16 connections to every master before the race, as a process
+   that has served 16 requests at once has (``--cold-pools``: it opens them in the race).
 2. **Holder killed**: a process holding the key's lock is SIGKILLed mid-computation; a waiter
    in another process, begun just after the lock was taken, computes once the lock expires
    (target: within ``STAMPEDE_LOCK_TIMEOUT`` + 100 ms of the lock; no caller waits longer than
@@ -61,29 +63,44 @@ def _pool(masters: list[str], sentinels: list[Any]) -> ShardedSentinelPool:
 # -- 1. a cold key, 4 processes x 16 threads ---------------------------------------------------
 
 
+def warm_pools(pool: ShardedSentinelPool, connections: int) -> None:
+    """Open ``connections`` connections to every shard's master (as a process that has served
+    that many requests at once has): the race is on a cold key, not on cold connections."""
+    for shard in pool.shards:
+        connection_pool = shard.client.connection_pool
+        held = [connection_pool.get_connection() for _ in range(connections)]
+        for connection in held:
+            connection_pool.release(connection)
+
+
 def _cold_callers(
-    masters: list[str], sentinels: list[Any], key: str, ready: Any, go: Any, out: Any
+    masters: list[str], sentinels: list[Any], key: str, ready: Any, go: Any, out: Any, warm: bool
 ) -> None:
     """One process: THREADS threads call get_or_set on ``key`` once ``go`` is set; sends
-    (start, end, value) per call."""
+    (start, end, value) per call, when its computations ended, and when the computation began
+    (``warm``: its pools opened first, see :func:`warm_pools`)."""
     pool = _pool(masters, sentinels)
     client = CacheClient(pool, Codec())
-    counter = f"{key}:computations"
     computed: list[float] = []  # when a computation of this process ended (then it stores)
+    mine = threading.local()
+    detail: dict[str, float] = {}  # when the computation began, and when its caller's call did
 
     def compute() -> str:
-        pool.client_for(counter).incr(counter)
+        detail["computation_began"] = time.monotonic()
+        detail["holder_began"] = mine.began
         time.sleep(COMPUTE_S)
         computed.append(time.monotonic())
         return f"value of {key}"
 
-    client.get(f"{key}:warm-up")  # connected before the race
+    client.get(f"{key}:warm-up")  # the core started, its masters known
+    if warm:
+        warm_pools(pool, THREADS)
     calls: list[tuple[float, float, Any]] = []
     lock = threading.Lock()
 
     def call() -> None:
         go.wait(60)
-        began = time.monotonic()
+        began = mine.began = time.monotonic()
         value = client.get_or_set(key, compute, 60, lock_timeout=10)
         with lock:
             calls.append((began, time.monotonic(), value))
@@ -92,17 +109,17 @@ def _cold_callers(
         for _ in range(THREADS):
             workers.spawn(call)
         ready.put(os.getpid())
-    out.put((calls, computed))
+    out.put((calls, computed, detail))
     pool.close()
 
 
-def cold_key(cluster: LocalSentinelCluster, repeats: int) -> dict[str, Any]:
+def cold_key(cluster: LocalSentinelCluster, repeats: int, warm: bool = True) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     runs = []
     for n in range(repeats):
         key = f"bench:cold:{time.time_ns()}:{n}"
         ready, go, out = context.Queue(), context.Event(), context.Queue()
-        args = (cluster.master_names, cluster.sentinel_addresses, key, ready, go, out)
+        args = (cluster.master_names, cluster.sentinel_addresses, key, ready, go, out, warm)
         procs = [context.Process(target=_cold_callers, args=args) for _ in range(PROCESSES)]
         for proc in procs:
             proc.start()
@@ -111,15 +128,12 @@ def cold_key(cluster: LocalSentinelCluster, repeats: int) -> dict[str, Any]:
         time.sleep(0.2)  # every thread is at go.wait()
         go.set()
         sent = [out.get(timeout=60) for _ in procs]
-        calls = [call for got, _ in sent for call in got]
-        computed = [end for _, ends in sent for end in ends]
+        calls = [call for got, _, _ in sent for call in got]
+        computed = [end for _, ends, _ in sent for end in ends]
+        detail = {k: v for _, _, d in sent for k, v in d.items()}
         for proc in procs:
             proc.join(30)
-        pool = _pool(cluster.master_names, cluster.sentinel_addresses)
-        try:
-            computations = int(pool.client_for(f"{key}:computations").get(f"{key}:computations"))
-        finally:
-            pool.close()
+        computations = len(computed)  # each process's computations (200 ms, nothing else)
         first = min(began for began, _, _ in calls)
         done = min(computed, default=math.nan)  # the store follows it: one round trip
         waited = [end - done for began, end, _ in calls if began < done]  # began before it
@@ -132,9 +146,10 @@ def cold_key(cluster: LocalSentinelCluster, repeats: int) -> dict[str, Any]:
                 "computed_after_first_ms": (min(computed, default=math.nan) - first) * 1000,
                 "last_start_after_first_ms": (max(b for b, _, _ in calls) - first) * 1000,
                 "slowest_waiter_after_computed_ms": max(waited, default=math.nan) * 1000,
+                **{f"{k}_after_first_ms": (v - first) * 1000 for k, v in detail.items()},
             }
         )
-    return {"runs": runs}
+    return {"warm_pools": warm, "runs": runs}
 
 
 # -- 2. the holder SIGKILLed mid-computation -------------------------------------------------
@@ -382,14 +397,16 @@ def run(
     log: Any = lambda message: None,
     parts: tuple[str, ...] = PARTS,
     repeats: int | None = None,
+    warm: bool = True,
 ) -> dict[str, Any]:
     """The figures of ``parts`` (all by default); ``rounds`` (make bench's) caps the repeats of
-    the first two (at most 3) unless ``repeats`` is given."""
+    the first two (at most 3) unless ``repeats`` is given; ``warm=False``: the cold key's
+    processes race with cold connection pools."""
     repeats = max(1, min(3, rounds)) if repeats is None else repeats
     results: dict[str, Any] = {}
     with LocalSentinelCluster(shards=2, replicas=1, sentinels=3) as cluster:
         if "cold" in parts:
-            results["cold_key"] = cold_key(cluster, repeats)
+            results["cold_key"] = cold_key(cluster, repeats, warm)
             log("stampede: cold key done")
         if "killed" in parts:
             results["holder_killed"] = holder_killed(cluster, repeats)
@@ -430,7 +447,8 @@ def _cold_row(results: dict[str, Any], rows: list[list[str]]) -> None:
     rows.append(
         [
             f"cold key, {PROCESSES} processes x {THREADS} threads, {COMPUTE_S * 1000:.0f} ms "
-            f"computation ({len(cold)} runs)",
+            f"computation ({len(cold)} runs"
+            + ("" if results["cold_key"].get("warm_pools", True) else ", cold pools") + ")",
             "computations " + ", ".join(str(r["computations"]) for r in cold)
             + "; callers served " + ", ".join(f"{r['served']}/{r['callers']}" for r in cold),
             "slowest caller after the first call: "
@@ -574,12 +592,17 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs of cold and killed")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument(
+        "--cold-pools",
+        action="store_true",
+        help="cold key: each process opens its connections in the race (not before it)",
+    )
     args = parser.parse_args()
     parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
     unknown = sorted(set(parts) - set(PARTS))
     if unknown or args.repeats < 1:
         parser.error(f"--parts: unknown {unknown}" if unknown else "--repeats must be >= 1")
-    results = run(log=print, parts=parts, repeats=args.repeats)
+    results = run(log=print, parts=parts, repeats=args.repeats, warm=not args.cold_pools)
     header, rows = table(results)
     for row in [header, *rows]:
         print(" | ".join(row))

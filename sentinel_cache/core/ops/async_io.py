@@ -31,7 +31,7 @@ class AsyncShardIO:
 
     def __init__(self, core: ShardedSentinelPool) -> None:
         self.clients = shared_async_clients(core)
-        self.flights = AsyncFlights()
+        self.flights = AsyncFlights(core)
         self.turns = AsyncTurns(core)
         #: The running loop's client of a shard's master (bound once: every shard of every call).
         self.master: Callable[[Shard], Awaitable[Any]] = self.clients.master_of
@@ -101,15 +101,19 @@ async def pause(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-# Per event loop: the keys being worked on, and the future their waiters await.
+# Per event loop: the (core, key) pairs being worked on, and the future their waiters await.
 _loop_flights: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, asyncio.Future[Any]]]
 _loop_flights = weakref.WeakKeyDictionary()
 
 
 class AsyncFlights:
-    """The running loop's callers of one piece of work per key, coalesced: the first task runs
-    it, the others await its outcome (value or exception). One table per event loop, shared by
-    every cache object (tasks of one loop coalesce; other loops and threads go to the server)."""
+    """The running loop's callers of one piece of work per key of one core, coalesced: the first
+    task runs it, the others await its outcome (value or exception). One table per event loop,
+    shared by every cache object of the core (tasks of one loop coalesce; other loops and
+    threads go to the server); another core's key of the same name is another key."""
+
+    def __init__(self, core: ShardedSentinelPool) -> None:
+        self.core = core
 
     def __repr__(self) -> str:
         return "<AsyncFlights>"
@@ -117,6 +121,7 @@ class AsyncFlights:
     async def once(self, key: Any, work: Callable[[], Awaitable[T]]) -> T:
         loop = asyncio.get_running_loop()
         running = _loop_flights.setdefault(loop, {})
+        key = (self.core, key)
         future = running.get(key)
         if future is not None:
             return await asyncio.shield(future)

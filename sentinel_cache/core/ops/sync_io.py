@@ -69,12 +69,13 @@ def pause(seconds: float) -> None:
 
 
 class _Flight:
-    __slots__ = ("done", "value", "error")
+    __slots__ = ("done", "value", "error", "waiting")
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        self.waiting = 0
 
 
 class Flights:
@@ -89,12 +90,20 @@ class Flights:
     def __repr__(self) -> str:
         return f"<Flights running={len(self._running)}>"
 
+    def waiting(self, key: Any) -> int:
+        """How many callers wait for the running flight of ``key`` (0: none runs)."""
+        with self._lock:
+            flight = self._running.get(key)
+            return 0 if flight is None else flight.waiting
+
     def once(self, key: Any, work: Callable[[], T]) -> T:
         with self._lock:
             flight = self._running.get(key)
             leader = flight is None
             if flight is None:
                 flight = self._running[key] = _Flight()
+            else:
+                flight.waiting += 1
         if not leader:
             flight.done.wait()  # the leader's work always ends: bounded by its lock and compute
             if flight.error is not None:

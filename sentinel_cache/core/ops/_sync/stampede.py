@@ -4,7 +4,9 @@ every process computes the value, under a lock key on the key's own shard; the o
 the value it stores. The asyncio source; ``_sync/stampede.py`` is generated from it.
 
 - Threads (or tasks) of one process coalesce first (:class:`~sentinel_cache.core.ops.sync_io.
-  Flights`): one of them goes to the server, the rest share its outcome.
+  Flights`), before the read: one of them reads the key, takes the lock and computes, the rest
+  share its outcome without a round trip or a connection of their own. On a hit they share the
+  stored bytes, each decoding its own copy (:class:`Stored`); a computed value is shared.
 - The lock is ``SET <lock> <token> NX PX <lock timeout>`` on the key's shard. Its holder computes,
   then stores the value only while it still holds the lock (:data:`PUBLISH_IF_HELD`, one script:
   the value written and the lock released at once). A holder that lost its lock (it expired
@@ -61,6 +63,7 @@ from sentinel_cache.core.ops.plans import (
     expiry_args,
     is_ok,
     short_key,
+    wrong_type,
 )
 from sentinel_cache.core.ops.plans import logger as log
 from sentinel_cache.exceptions import ArgumentValueError
@@ -250,6 +253,16 @@ def take_lock(key: Any, lock_timeout: float) -> tuple[str, Command]:
     return token, ("SET", lock_key(key), token, "NX", "PX", max(1, int(lock_timeout * 1000)))
 
 
+class Stored:
+    """A coalesced read's outcome when the key was there: its stored bytes, which each caller
+    decodes into its own copy (a hit is never one object shared by callers who may mutate it)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+
 class StampedeOperations(CacheOperations):
     """``get_or_set`` with one computation per miss across processes (``lock_timeout`` seconds:
     how long a holder may compute before another caller takes over)."""
@@ -272,22 +285,49 @@ class StampedeOperations(CacheOperations):
         lock_timeout = valid_lock_timeout(lock_timeout)
         if early and (type(early) not in (int, float) or not 0 < early < MAX_TIMEOUT):
             raise ArgumentValueError("early", early, "must be a finite number >= 0")
-        refresh = early and callable(default) and timeout is not None and timeout > 0
-        value = (
-            self._hit_or_refresh(key, default, timeout, lock_timeout, early)
-            if refresh
-            else self.get(key, MISS)
-        )
-        if value is not MISS:
-            return value
         if (timeout is not None and timeout <= 0) or not callable(default):
+            value = self.get(key, MISS)
+            if value is not MISS:
+                return value
             value = default() if callable(default) else default
             self.add(key, value, timeout)
             got = self.get(key, MISS)
             return value if got is MISS else got
+        core, refresh = self.core, early and timeout is not None
+        if not refresh and core.near is None and core.previous_ring is None:
+            # the read coalesced too: a cold key costs a process one read, not one per caller
+            outcome = self.io.flights.once(
+                key, lambda: self._read_or_computed(key, default, timeout, lock_timeout)
+            )
+            if not isinstance(outcome, Stored):
+                return outcome
+            value = self.decode(outcome.data, key)
+        else:  # early refresh, the near cache, a key moving between owners: read by get's rules
+            value = (
+                self._hit_or_refresh(key, default, timeout, lock_timeout, early)
+                if refresh
+                else self.get(key, MISS)
+            )
+        if value is not MISS:
+            return value
         return self.io.flights.once(
             key, lambda: self._computed_once(key, default, timeout, lock_timeout)
         )
+
+    def _read_or_computed(
+        self, key: Any, compute: Callable[[], Any], timeout: float | None, lock_timeout: float
+    ) -> Any:
+        """The key's stored bytes (:class:`Stored`), or on a miss its value computed once."""
+        try:
+            (data,), _ = self.keyed(key, [("GET", key)], [None], READ)
+        except ResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            log.warning("key %s holds a non-string value: treated as a miss", short_key(key))
+            data = None
+        if data is not None:
+            return Stored(data)
+        return self._computed_once(key, compute, timeout, lock_timeout)
 
     def _hit_or_refresh(
         self,
