@@ -25,8 +25,9 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 DB = 7
 #: The commands the script that stores a computed value runs: it checks the lock is still the
-#: holder's (GET), then sets the value and its duration (SET, SET).
-STORE_GETS, STORE_SETS = 1, 2
+#: holder's and the key was not written meanwhile (GET, GET), then sets the value and its
+#: duration (SET, SET).
+STORE_GETS, STORE_SETS = 2, 2
 
 
 @pytest.fixture(scope="module")

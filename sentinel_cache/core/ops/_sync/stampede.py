@@ -88,11 +88,19 @@ redis.call('XADD', KEYS[{wake}], 'MAXLEN', '1', '*', 'end', '1')
 redis.call('PEXPIRE', KEYS[{wake}], ARGV[{ms}])
 """
 #: KEYS: the key, its lock, its delta key, its wake key; ARGV: the token, the data, the ms to
-#: live (0: none), the computation's ms, WAKE_MS. 1 if stored (with its delta, for the same
-#: time; the lock released and announced), 0 if the lock is not the holder's any more.
+#: live (0: none), the computation's ms, WAKE_MS, and what the computation replaces: "0" (the
+#: key was missing) or "1" and the bytes it held (a refresh, or a value this cache cannot
+#: read). 1 if stored (with its delta, for the same time; the lock released and announced), 0
+#: if the lock is not the holder's any more, or the bytes the key holds if it was written
+#: meanwhile: then nothing is stored and the lock is still held (a write made during the
+#: computation is never overwritten by it, as Django's get_or_set adds rather than sets).
+#: A key that holds no string (a list) counts as missing: computed over.
 PUBLISH_IF_HELD = (
     """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+local now = redis.pcall('GET', KEYS[1])
+if type(now) == 'table' then now = false end
+if now and (ARGV[6] == '0' or now ~= ARGV[7]) then return now end
 if ARGV[3] == '0' then
     redis.call('SET', KEYS[1], ARGV[2])
     redis.call('SET', KEYS[3], ARGV[4])
@@ -296,22 +304,26 @@ class StampedeOperations(CacheOperations):
         core, refresh = self.core, early and timeout is not None
         if not refresh and core.near is None and core.previous_ring is None:
             # the read coalesced too: a cold key costs a process one read, not one per caller
-            outcome = self.io.flights.once(
-                key, lambda: self._read_or_computed(key, default, timeout, lock_timeout)
-            )
-            if not isinstance(outcome, Stored):
-                return outcome
-            value = self.decode(outcome.data, key)
+            work = lambda: self._read_or_computed(key, default, timeout, lock_timeout)  # noqa: E731
         else:  # early refresh, the near cache, a key moving between owners: read by get's rules
             value = (
                 self._hit_or_refresh(key, default, timeout, lock_timeout, early)
                 if refresh
                 else self.get(key, MISS)
             )
+            if value is not MISS:
+                return value
+            work = lambda: self._computed_once(key, default, timeout, lock_timeout)  # noqa: E731
+        # One flight per key, whichever work its leader does: a caller may join either kind.
+        outcome = self.io.flights.once(key, work)
+        if not isinstance(outcome, Stored):
+            return outcome
+        value = self.decode(outcome.data, key)
         if value is not MISS:
             return value
+        # bytes this cache cannot read: computed over, once (they are what the value replaces)
         return self.io.flights.once(
-            key, lambda: self._computed_once(key, default, timeout, lock_timeout)
+            key, lambda: self._computed_once(key, default, timeout, lock_timeout, outcome.data)
         )
 
     def _read_or_computed(
@@ -349,10 +361,15 @@ class StampedeOperations(CacheOperations):
         (taken,), _ = self.keyed(key, [take], [None], WRITE)
         if not is_ok(taken):
             return value  # someone else refreshes it: the current value is still good
-        return self._compute_and_store(key, compute, timeout, lock_key(key), token)
+        return self._compute_and_store(key, compute, timeout, token, data)
 
     def _computed_once(
-        self, key: Any, compute: Callable[[], Any], timeout: float | None, lock_timeout: float
+        self,
+        key: Any,
+        compute: Callable[[], Any],
+        timeout: float | None,
+        lock_timeout: float,
+        replaces: bytes | None = None,
     ) -> Any:
         lock = lock_key(key)
         token, take = take_lock(key, lock_timeout)
@@ -363,7 +380,7 @@ class StampedeOperations(CacheOperations):
             if taken is SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no lock, no store
                 return compute()
             if is_ok(taken):
-                return self._compute_and_store(key, compute, timeout, lock, token)
+                return self._compute_and_store(key, compute, timeout, token, replaces)
             # another caller computes: wait for its value, or for its lock to go
             value = wait_released(self, key, ms_left, self.decode)
             if value is not MISS:
@@ -371,8 +388,16 @@ class StampedeOperations(CacheOperations):
             # the holder died or failed: take the lock
 
     def _compute_and_store(
-        self, key: Any, compute: Callable[[], Any], timeout: float | None, lock: Any, token: str
+        self,
+        key: Any,
+        compute: Callable[[], Any],
+        timeout: float | None,
+        token: str,
+        replaces: bytes | None,
     ) -> Any:
+        """Compute under the lock ``token`` holds and store the value over ``replaces`` (the
+        bytes the key held when it was read, None if it was missing): a value written
+        meanwhile wins, as with Django's add, and is what the caller gets (the lock released)."""
         began = monotonic()
         try:
             value = compute()
@@ -381,12 +406,29 @@ class StampedeOperations(CacheOperations):
             raise
         took = max(1, int((monotonic() - began) * 1000))
         ms = expiry_args(timeout)[1] if timeout is not None else 0
-        keys = (key, lock, delta_key(key), wake_key(key))
+        keys = (key, lock_key(key), delta_key(key), wake_key(key))
         data = self.encode(value)
-        publish: Command = ("EVAL", PUBLISH_IF_HELD, 4, *keys, token, data, ms, took, WAKE_MS)
-        replies, _ = self.keyed(key, self.durable([publish]), [0], REPLACE, idempotent=False)
-        self.check_durable(key, replies)
-        if replies[0] != 1:
+        over: tuple[Any, ...] = ("0",) if replaces is None else ("1", replaces)
+        for _ in range(2):  # over what it replaces; then once over bytes it cannot read
+            publish: Command = (
+                "EVAL", PUBLISH_IF_HELD, 4, *keys, token, data, ms, took, WAKE_MS, *over
+            )  # fmt: skip
+            replies, _ = self.keyed(
+                key, self.durable([publish]), [0], REPLACE, idempotent=False
+            )
+            self.check_durable(key, replies)
+            written = replies[0]
+            if type(written) is not bytes:
+                break
+            current = self.decode(written, key)  # written meanwhile: it wins if readable
+            if current is not MISS:
+                self.keyed(key, [release_command(key, token)], [0], WRITE)
+                return current
+            over = ("1", written)
+        if type(written) is bytes:  # unreadable bytes, written again meanwhile: leave them
+            self.keyed(key, [release_command(key, token)], [0], WRITE)
+            log.warning("get_or_set of key %s: written meanwhile, not stored", short_key(key))
+        elif written != 1:
             log.warning(
                 "get_or_set of key %s: its lock expired or was lost while computing (%.2fs); "
                 "the value was not stored, another caller may compute it",
