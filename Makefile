@@ -37,7 +37,9 @@ pytest: venv
 		tests/test_core.py tests/test_failover.py tests/test_harness.py tests/test_safety_net.py tests/test_near_cache.py \
 		tests/test_near_cache_truth.py tests/test_scan_failover.py tests/test_sscan_failover.py tests/test_value_format.py \
 		tests/django/test_django_hashes.py tests/django/test_django_sets.py tests/django/test_django_sorted_sets.py \
-		tests/django/test_django_redis_extras.py tests/test_stampede.py tests/test_stampede_wake.py tests/test_stampede_writes_win.py tests/test_stampede_coalesce.py tests/test_outage.py tests/test_outage_hung.py tests/test_outage_near.py \
+		tests/django/test_django_redis_extras.py tests/test_stampede.py tests/test_stampede_wake.py \
+		tests/test_stampede_writes_win.py tests/test_stampede_coalesce.py \
+		tests/test_outage.py tests/test_outage_hung.py tests/test_outage_near.py \
 		tests/django/test_django_outage_sessions.py tests/test_sync_lean_io.py tests/test_async_lean_io.py \
 		tests/test_listener_load.py tests/test_safety_net_retry.py
 
