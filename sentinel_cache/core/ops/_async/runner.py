@@ -37,6 +37,7 @@ from sentinel_cache.core.ops.plans import (
     pack,
 )
 from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.topology.following import MasterState
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import PoolExhaustedError, ShardUnavailableError
@@ -289,10 +290,14 @@ class AsyncRunner(AsyncMoves):
             return {shard: await self._shard_or_none(shard, commands, write, operation)}
         started = perf_counter()
         running = core.started
+        states: list[MasterState] = []  # what each batch is sent for, if nothing waited
+        waited = False
         for shard in plan:
             state = shard.state
+            states.append(state)
             if running and state.address is not None and not (write and state.fenced):
                 continue  # as in run: ready, nothing to wait for
+            waited = True  # meanwhile any shard may have moved: each is looked at again below
             try:
                 await self.ready(shard, write)
             except MASTER_ERRORS as exc:
@@ -303,8 +308,10 @@ class AsyncRunner(AsyncMoves):
         resend: list[Shard] = []
         in_flight: list[tuple[Shard, Any, Any, Sequence[Command], Address | None, int]] = []
         try:
-            for shard, commands in plan.items():
-                address, generation = shard.current()
+            for (shard, commands), state in zip(plan.items(), states, strict=True):
+                if waited:
+                    state = shard.state
+                address, generation = state.address, state.generation
                 connections = (await self.io.master(shard)).connection_pool
                 try:
                     connection = await connections.get_connection()
@@ -471,9 +478,11 @@ class AsyncRunner(AsyncMoves):
         """The one way a multi-key operation runs: its plan on every shard at once
         (:meth:`scatter`) with the rules its ``access`` calls for on ``keys``, as
         :meth:`keyed`."""
-        keys = list(keys)
+        core = self.core
+        resharding = core.previous_ring is not None
         dropped = 0
-        if self.core.previous_ring is not None:
+        if resharding:
+            keys = list(keys)
             if access.move:
                 await self._move(keys)
             if access.delete:  # first: see plans.DELETE_MARKED
@@ -481,9 +490,9 @@ class AsyncRunner(AsyncMoves):
         try:
             replies = await self.scatter(plan, write=access.write, operation=operation)
         finally:
-            if access.write:
+            if access.write and core.near is not None:
                 self.forget(keys)
-            if access.replace:
+            if resharding and access.replace:
                 await self._drop_previous(keys)
         return replies, dropped
 

@@ -38,6 +38,7 @@ from sentinel_cache.core.ops.plans import (
     pack,
 )
 from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.topology.following import MasterState
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import PoolExhaustedError, ShardUnavailableError
@@ -290,10 +291,14 @@ class Runner(Moves):
             return {shard: self._shard_or_none(shard, commands, write, operation)}
         started = perf_counter()
         running = core.started
+        states: list[MasterState] = []  # what each batch is sent for, if nothing waited
+        waited = False
         for shard in plan:
             state = shard.state
+            states.append(state)
             if running and state.address is not None and not (write and state.fenced):
                 continue  # as in run: ready, nothing to wait for
+            waited = True  # meanwhile any shard may have moved: each is looked at again below
             try:
                 self.ready(shard, write)
             except MASTER_ERRORS as exc:
@@ -304,8 +309,10 @@ class Runner(Moves):
         resend: list[Shard] = []
         in_flight: list[tuple[Shard, Any, Any, Sequence[Command], Address | None, int]] = []
         try:
-            for shard, commands in plan.items():
-                address, generation = shard.current()
+            for (shard, commands), state in zip(plan.items(), states, strict=True):
+                if waited:
+                    state = shard.state
+                address, generation = state.address, state.generation
                 connections = (self.io.master(shard)).connection_pool
                 try:
                     connection = connections.get_connection()
@@ -472,9 +479,11 @@ class Runner(Moves):
         """The one way a multi-key operation runs: its plan on every shard at once
         (:meth:`scatter`) with the rules its ``access`` calls for on ``keys``, as
         :meth:`keyed`."""
-        keys = list(keys)
+        core = self.core
+        resharding = core.previous_ring is not None
         dropped = 0
-        if self.core.previous_ring is not None:
+        if resharding:
+            keys = list(keys)
             if access.move:
                 self._move(keys)
             if access.delete:  # first: see plans.DELETE_MARKED
@@ -482,9 +491,9 @@ class Runner(Moves):
         try:
             replies = self.scatter(plan, write=access.write, operation=operation)
         finally:
-            if access.write:
+            if access.write and core.near is not None:
                 self.forget(keys)
-            if access.replace:
+            if resharding and access.replace:
                 self._drop_previous(keys)
         return replies, dropped
 
