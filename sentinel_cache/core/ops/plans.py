@@ -427,7 +427,10 @@ class ClientBase:
     # -- multi-key plans and their replies ---------------------------------------------------
     def mget_plan(self, keys: Iterable[Any]) -> tuple[Groups, Plan]:
         groups = self.core.group_by_shard(distinct(keys))
-        return groups, {shard: [("MGET", *group)] for shard, group in groups.items()}
+        plan: Plan = {}
+        for shard, group in groups.items():  # a loop, not a comprehension: no call more
+            plan[shard] = [("MGET", *group)]
+        return groups, plan
 
     def found(self, groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> dict[Any, Any]:
         """The values found (a shard skipped by IGNORE_EXCEPTIONS found nothing). Every value
@@ -511,8 +514,11 @@ class ClientBase:
 
     def del_plan(self, keys: Iterable[Any]) -> Plan:
         groups = self.core.group_by_shard(distinct(keys))
+        plan: Plan = {}
         if self.core.previous_ring is None:  # del_commands's plain case, without a call per shard
-            return {shard: [("DEL", *group)] for shard, group in groups.items()}
+            for shard, group in groups.items():
+                plan[shard] = [("DEL", *group)]
+            return plan
         return {shard: self.del_commands(group) for shard, group in groups.items()}
 
 

@@ -37,7 +37,6 @@ from sentinel_cache.core.ops.plans import (
     pack,
 )
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.topology.following import MasterState
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import PoolExhaustedError, ShardUnavailableError
@@ -290,14 +289,10 @@ class AsyncRunner(AsyncMoves):
             return {shard: await self._shard_or_none(shard, commands, write, operation)}
         started = perf_counter()
         running = core.started
-        states: list[MasterState] = []  # what each batch is sent for, if nothing waited
-        waited = False
         for shard in plan:
             state = shard.state
-            states.append(state)
             if running and state.address is not None and not (write and state.fenced):
                 continue  # as in run: ready, nothing to wait for
-            waited = True  # meanwhile any shard may have moved: each is looked at again below
             try:
                 await self.ready(shard, write)
             except MASTER_ERRORS as exc:
@@ -308,10 +303,8 @@ class AsyncRunner(AsyncMoves):
         resend: list[Shard] = []
         in_flight: list[tuple[Shard, Any, Any, Sequence[Command], Address | None, int]] = []
         try:
-            for (shard, commands), state in zip(plan.items(), states, strict=True):
-                if waited:
-                    state = shard.state
-                address, generation = state.address, state.generation
+            for shard, commands in plan.items():
+                address, generation = shard.current()
                 connections = (await self.io.master(shard)).connection_pool
                 try:
                     connection = await connections.get_connection()
