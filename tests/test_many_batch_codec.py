@@ -5,6 +5,7 @@ itself (the call decodes one by one then). Against real servers for the client's
 
 from __future__ import annotations
 
+import itertools
 import logging
 import uuid
 from collections.abc import Iterator
@@ -66,38 +67,43 @@ def client(cluster: LocalSentinelCluster) -> Iterator[CacheClient]:
         yield CacheClient(pool, Codec())
 
 
-def _spread(client: CacheClient, prefix: str, count: int) -> list[str]:
-    """``count`` keys covering at least two shards, two of them on one shard."""
-    keys = [f"{prefix}:{i}" for i in range(count)]
-    shards = [client.core.shard_index(key) for key in keys]
-    assert len(set(shards)) >= 2 and len(set(shards)) < len(keys)
-    return keys
+def _spread(client: CacheClient, prefix: str) -> tuple[list[str], str, str]:
+    """Eight keys on at least two shards, and two of them (returned too) on one shard."""
+    index = client.core.shard_index
+    keys = [f"{prefix}:{i}" for i in range(7)]  # seven keys, four shards: two share one
+    keys.append(
+        next(
+            f"{prefix}:x{i}" for i in itertools.count() if index(f"{prefix}:x{i}") != index(keys[0])
+        )
+    )
+    by_shard: dict[int, list[str]] = {}
+    for key in keys:
+        by_shard.setdefault(index(key), []).append(key)
+    first, second = next(group for group in by_shard.values() if len(group) >= 2)[:2]
+    return keys, first, second
 
 
 def test_get_many_keeps_every_readable_value_around_an_unreadable_one(
     client: CacheClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    keys = _spread(client, f"batch:{uuid.uuid4().hex}", 8)
+    keys, bad, neighbour = _spread(client, f"batch:{uuid.uuid4().hex}")
+    others = [key for key in keys if key not in (bad, neighbour)]
     mapping: dict[str, Any] = {key: {"n": i} for i, key in enumerate(keys)}
-    mapping[keys[1]] = None  # a stored None is found, as None
-    mapping[keys[2]] = 41  # stored raw
+    mapping[others[0]] = None  # a stored None is found, as None
+    mapping[others[1]] = 41  # stored raw
     assert client.set_many(mapping, 60) == []
     assert client.get_many(keys) == mapping  # every value decoded in one call
-    bad = keys[3]
-    neighbour = next(
-        k for k in keys if k != bad and client.core.shard_index(k) == client.core.shard_index(bad)
-    )
     client.get_client(bad).set(bad, b"\xfe\x10not a pickle")
     with caplog.at_level(logging.WARNING, logger="sentinel_cache"):
         found = client.get_many([*keys, f"{keys[0]}:absent"])
     assert found == {key: value for key, value in mapping.items() if key != bad}
     assert neighbour in found  # the bad value's own shard still answers for its other keys
     assert [r for r in caplog.records if repr(bad) in r.getMessage()], caplog.text
-    assert client.incr(keys[2]) == 42
+    assert client.incr(others[1]) == 42
 
 
 def test_set_many_with_a_value_it_cannot_encode_sends_nothing(client: CacheClient) -> None:
-    keys = _spread(client, f"batch:{uuid.uuid4().hex}", 6)
+    keys, _, _ = _spread(client, f"batch:{uuid.uuid4().hex}")
     mapping: dict[str, Any] = dict.fromkeys(keys, "value")
     mapping[keys[4]] = lambda: None
     with pytest.raises(SerializationError):
