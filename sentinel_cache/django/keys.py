@@ -68,7 +68,8 @@ class KeyMethods(BaseCache):
         made: dict[str, Any] = {}
         for key in keys:
             final = head + (key if type(key) is str else str(key))
-            if not _quiet(final):
+            # _quiet, inline: a call per key is a tenth of a 10-key get_many's Django work
+            if not (len(final) <= 250 and final.isprintable() and " " not in final):
                 self.validate_key(final)
             made[final] = key
         return made

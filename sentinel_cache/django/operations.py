@@ -38,12 +38,15 @@ def operation(
     @functools.wraps(prepare)
     def sync(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = prepare(self, *args, **kwargs)
+        if isinstance(call, Call) and call.done is not NOT_DONE:
+            return call.done  # e.g. get_many([]): answered without the client
+        client = self._client  # the ``client`` property, inline (every sync call's path)
+        if client is None or client.core.closed:
+            client = self.client
         if isinstance(call, Call):
-            if call.done is not NOT_DONE:
-                return call.done
-            result = getattr(self.client, call.method)(*call.args, **call.kwargs)
+            result = getattr(client, call.method)(*call.args, **call.kwargs)
             return result if call.finish is None else call.finish(result)
-        result = getattr(self.client, target)(*call)
+        result = getattr(client, target)(*call)
         return result if finish is None else finish(result)
 
     @functools.wraps(prepare)

@@ -427,49 +427,62 @@ class ClientBase:
     # -- multi-key plans and their replies ---------------------------------------------------
     def mget_plan(self, keys: Iterable[Any]) -> tuple[Groups, Plan]:
         groups = self.core.group_by_shard(distinct(keys))
-        return groups, {shard: [("MGET", *group)] for shard, group in groups.items()}
+        plan: Plan = {}
+        for shard, group in groups.items():  # a loop, not a comprehension: no call more
+            plan[shard] = [("MGET", *group)]
+        return groups, plan
 
     def found(self, groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> dict[Any, Any]:
-        """The values found (a shard skipped by IGNORE_EXCEPTIONS found nothing)."""
+        """The values found (a shard skipped by IGNORE_EXCEPTIONS found nothing). Every value
+        is decoded in one call; if one is unreadable they are decoded again one by one, so
+        only that one is a miss (logged)."""
         found: dict[Any, Any] = {}
-        metrics = self.core.metrics
-        counts: list[tuple[str, int, int]] = []  # recorded once for the call
-        loads = self.codec.loads  # decode's, without a call more per value
+        answered: list[tuple[Shard, list[Any]]] = []
+        keys: list[Any] = []
+        datas: list[Any] = []
         for shard, shard_replies in replies.items():
-            if shard_replies is None:
-                continue
-            before = len(found)
-            for key, data in zip(groups[shard], shard_replies[0], strict=True):
+            if shard_replies is not None:
+                group = groups[shard]
+                answered.append((shard, group))
+                keys += group
+                datas += shard_replies[0]
+        try:
+            values = self.codec.loads_each(datas)
+        except InvalidValueError:
+            for key, data in zip(keys, datas, strict=True):
                 if data is not None:
-                    try:
-                        found[key] = loads(data)
-                    except InvalidValueError as exc:
-                        self.unreadable(key, exc)
-            if metrics is not None:
-                hits = len(found) - before
-                counts.append((shard.name, hits, len(groups[shard]) - hits))
-        if metrics is not None:
+                    value = self.decode(data, key)
+                    if value is not MISS:
+                        found[key] = value
+        else:
+            for key, data, value in zip(keys, datas, values, strict=True):
+                if data is not None:
+                    found[key] = value
+        metrics = self.core.metrics
+        if metrics is not None:  # recorded once for the call
+            counts = []
+            for shard, group in answered:
+                hits = sum(1 for key in group if key in found)
+                counts.append((shard.name, hits, len(group) - hits))
             metrics.lookups(counts)
         return found
 
     def set_plan(self, groups: Groups, mapping: Mapping[Any, Any], timeout: float | None) -> Plan:
         """One command per shard, whatever the number of keys: ``MSET`` without a timeout;
         with one, ``MSETEX`` where the master has it, else the ``SET_EACH`` script (``MSET``
-        takes no expiry). Atomic per shard."""
-        dumps = self.codec.dumps
+        takes no expiry). Atomic per shard. Every value is encoded in one call."""
+        encoded = dict(zip(mapping, self.codec.dumps_each(list(mapping.values())), strict=True))
+        ms = 0 if timeout is None else max(1, int(timeout * 1000))
         plan: Plan = {}
         for shard, group in groups.items():
-            values = [dumps(mapping[key]) for key in group]
-            pairs = (x for pair in zip(group, values, strict=True) for x in pair)
+            values = list(map(encoded.__getitem__, group))
             if timeout is None:
-                command: Command = ("MSET", *pairs)
+                command: Command = ("MSET", *_pairs(group, values))
+            elif shard.allows("MSETEX"):
+                command = ("MSETEX", len(group), *_pairs(group, values), "PX", ms)
             else:
-                ms = max(1, int(timeout * 1000))
-                if shard.allows("MSETEX"):
-                    command = ("MSETEX", len(group), *pairs, "PX", ms)
-                else:
-                    command = ("EVAL", SET_EACH, len(group), *group, ms, *values)
-            plan[shard] = self.durable([command])
+                command = ("EVAL", SET_EACH, len(group), *group, ms, *values)
+            plan[shard] = self.durable([command]) if self.durable_replicas else [command]
         return plan
 
     @staticmethod
@@ -501,7 +514,20 @@ class ClientBase:
 
     def del_plan(self, keys: Iterable[Any]) -> Plan:
         groups = self.core.group_by_shard(distinct(keys))
+        plan: Plan = {}
+        if self.core.previous_ring is None:  # del_commands's plain case, without a call per shard
+            for shard, group in groups.items():
+                plan[shard] = [("DEL", *group)]
+            return plan
         return {shard: self.del_commands(group) for shard, group in groups.items()}
+
+
+def _pairs(keys: Sequence[Any], values: Sequence[Any]) -> list[Any]:
+    """``key1, value1, key2, value2, ...``: the arguments of ``MSET`` and ``MSETEX``."""
+    pairs: list[Any] = [None] * (2 * len(keys))
+    pairs[::2] = keys
+    pairs[1::2] = values
+    return pairs
 
 
 def command_name(commands: Sequence[Command]) -> str:

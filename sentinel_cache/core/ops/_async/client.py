@@ -289,6 +289,8 @@ class AsyncCacheOperations(AsyncRunner):
             if not plan:
                 return {}
             found = self.found(groups, await self.scatter(plan, write=False, operation="get_many"))
+            if self.core.previous_ring is None:  # nothing to adopt: no call for it
+                return found
             return await self._with_adopted(found, groups)
         local, missing = self.near_hits(near, keys)
         groups, plan = self.mget_plan(missing)
@@ -324,7 +326,7 @@ class AsyncCacheOperations(AsyncRunner):
             await self.learn(groups, "MSETEX")
         plan = self.set_plan(groups, mapping, timeout)
         replies, _ = await self.planned(plan, mapping, REPLACE, "set_many")
-        return self.not_set(groups, replies)
+        return self.not_set(groups, replies) if None in replies.values() else []
 
     async def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
@@ -351,7 +353,11 @@ class AsyncCacheOperations(AsyncRunner):
         if not plan:
             return 0
         replies, dropped = await self.planned(plan, keys, DELETE, "delete_many")
-        return dropped + sum(int(x) for r in replies.values() if r is not None for x in r)
+        for shard_replies in replies.values():
+            if shard_replies is not None:
+                for deleted in shard_replies:
+                    dropped += int(deleted)
+        return dropped
 
     async def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
         """Delete (or ``UNLINK``) the keys, then check none is still there, in one batch per

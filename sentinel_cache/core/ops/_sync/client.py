@@ -290,6 +290,8 @@ class CacheOperations(Runner):
             if not plan:
                 return {}
             found = self.found(groups, self.scatter(plan, write=False, operation="get_many"))
+            if self.core.previous_ring is None:  # nothing to adopt: no call for it
+                return found
             return self._with_adopted(found, groups)
         local, missing = self.near_hits(near, keys)
         groups, plan = self.mget_plan(missing)
@@ -325,7 +327,7 @@ class CacheOperations(Runner):
             self.learn(groups, "MSETEX")
         plan = self.set_plan(groups, mapping, timeout)
         replies, _ = self.planned(plan, mapping, REPLACE, "set_many")
-        return self.not_set(groups, replies)
+        return self.not_set(groups, replies) if None in replies.values() else []
 
     def get_or_set_many(
         self, defaults: Mapping[Any, Any], timeout: float | None
@@ -352,7 +354,11 @@ class CacheOperations(Runner):
         if not plan:
             return 0
         replies, dropped = self.planned(plan, keys, DELETE, "delete_many")
-        return dropped + sum(int(x) for r in replies.values() if r is not None for x in r)
+        for shard_replies in replies.values():
+            if shard_replies is not None:
+                for deleted in shard_replies:
+                    dropped += int(deleted)
+        return dropped
 
     def remove_many(self, keys: Iterable[Any], *, unlink: bool = False) -> dict[Any, bool]:
         """Delete (or ``UNLINK``) the keys, then check none is still there, in one batch per

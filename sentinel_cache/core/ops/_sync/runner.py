@@ -480,9 +480,11 @@ class Runner(Moves):
         """The one way a multi-key operation runs: its plan on every shard at once
         (:meth:`scatter`) with the rules its ``access`` calls for on ``keys``, as
         :meth:`keyed`."""
-        keys = list(keys)
+        core = self.core
+        resharding = core.previous_ring is not None
         dropped = 0
-        if self.core.previous_ring is not None:
+        if resharding:
+            keys = list(keys)
             if access.move:
                 self._move(keys)
             if access.delete:  # first: see plans.DELETE_MARKED
@@ -490,9 +492,9 @@ class Runner(Moves):
         try:
             replies = self.scatter(plan, write=access.write, operation=operation)
         finally:
-            if access.write:
+            if access.write and core.near is not None:
                 self.forget(keys)
-            if access.replace:
+            if resharding and access.replace:
                 self._drop_previous(keys)
         return replies, dropped
 
