@@ -41,7 +41,6 @@ import redis.asyncio.connection
 from redis.asyncio.connection import async_timeout
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.config import (
     Address,
@@ -51,6 +50,7 @@ from sentinel_cache.core.config import (
 )
 from sentinel_cache.core.topology._async.connection import AsyncShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import AsyncFairBlockingConnectionPool
+from sentinel_cache.core.topology.lean_rules import lean_reader, socket_failure
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
@@ -64,13 +64,6 @@ ASYNC_CONNECTION_PARAMETERS = connection_parameters(
     redis.asyncio.connection.Connection, redis.asyncio.connection.SSLConnection
 ) - {"host", "port"}
 
-
-try:
-    import hiredis
-
-    _HIREDIS_READER: Any = hiredis.Reader
-except ImportError:  # pragma: no cover - without hiredis every call takes redis-py's path
-    _HIREDIS_READER = None
 
 try:  # redis-py >= 5.1: a pool tells its dispatcher of every connection released
     from redis.event import AsyncAfterConnectionReleasedEvent, EventDispatcher
@@ -95,42 +88,20 @@ class AsyncLeanIO(redis.asyncio.connection.AbstractConnection):
         reader: Any = getattr(self._parser, "_reader", None)
         state = self._lean_state
         if state is None or state[0] is not reader:  # connected again: a new reader
-            state = self._lean_state = self._lean_for(reader)
+            state = self._lean_state = lean_reader(
+                self._parser, self.protocol, self.health_check_interval
+            )
         return None if state is None or self._writer is None else state
-
-    def _lean_for(self, reader: Any) -> tuple[Any, Any, Any] | None:
-        if type(reader) is not _HIREDIS_READER or reader.has_data() or self.health_check_interval:
-            return None
-        # Empty, the reader answers with its "not enough data" value (redis-py's own sentinel;
-        # False before 5.1): what the loop must wait on.
-        pending = reader.gets()
-        if self.protocol in (2, "2"):
-            return reader, pending, None
-        push = getattr(self._parser, "_hiredis_PushNotificationType", None)
-        return None if push is None else (reader, pending, push)
 
     async def _failed(self, exc: BaseException, writing: bool) -> BaseException:
         """Drop the socket after ``exc`` (whatever was under way leaves it out of step) and
         return redis-py's error for it, as redis-py's own path raises it."""
         await self.disconnect(nowait=True)
-        if isinstance(exc, asyncio.TimeoutError):
-            error: BaseException = RedisTimeoutError(
-                "Timeout writing to socket"
-                if writing
-                else f"Timeout reading from {self._host_error()}"
-            )
-            error.__cause__ = None
-        elif isinstance(exc, OSError):
-            error = RedisConnectionError(
-                f"Error while writing to socket. {exc}."
-                if writing
-                else f"Error while reading from {self._host_error()} : {exc.args}"
-            )
-            error.__cause__ = exc
-        else:
-            return exc
-        error.__suppress_context__ = True
-        return error
+        timed_out = isinstance(exc, asyncio.TimeoutError)
+        host = "" if writing else self._host_error()
+        return socket_failure(
+            exc, writing=writing, timed_out=timed_out, host=host, timeout_from=host
+        )
 
 
 class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
