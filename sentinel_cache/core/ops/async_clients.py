@@ -29,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import os
+import sys
 import threading
 import weakref
 from collections.abc import AsyncIterator
@@ -72,6 +74,87 @@ except ImportError:  # pragma: no cover - older redis-py
 
 _READ_SIZE = 65536
 _CLOSED = "Connection closed by server."  # redis-py's words for it
+_UNCANCEL = sys.version_info >= (3, 11)  # Task.cancelling() and Task.uncancel()
+
+
+class ReadDeadlines:
+    """One event loop's lean reads waiting for a reply, each with its socket timeout's
+    deadline, under one timer: at a deadline the waiting task is cancelled and its read raises
+    ``asyncio.TimeoutError``, as ``asyncio.timeout`` would (a cancellation from anyone else
+    stays one).
+
+    Why: ``asyncio.timeout`` per read makes, schedules and cancels a timer each time, a tenth
+    of an ``aget_many``'s CPU; here a read that waits adds and removes a dict entry, and the
+    one timer, armed at the earliest deadline, fires about once per socket timeout while reads
+    keep coming. A read whose reply is already there waits for nothing and is not entered."""
+
+    __slots__ = ("_loop", "waiting", "_at", "_handle", "__weakref__")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)  # connections hold this; the loop must stay collectable
+        # task -> [deadline (-1 once fired), its cancellation count when it began waiting]
+        self.waiting: dict[asyncio.Task[Any], list[Any]] = {}
+        self._at = math.inf
+        self._handle: asyncio.TimerHandle | None = None
+
+    def enter(self, timeout: float) -> asyncio.Task[Any] | None:
+        """The running task, now waiting until ``timeout`` from now (None outside a task: the
+        caller waits under its own timer)."""
+        loop = self._loop()
+        task = asyncio.current_task(loop)
+        if task is None or loop is None:
+            return None
+        deadline = loop.time() + timeout
+        cancelling = task.cancelling() if _UNCANCEL else 0  # type: ignore[attr-defined]
+        self.waiting[task] = [deadline, cancelling]
+        if deadline < self._at:
+            self._arm(loop, deadline)
+        return task
+
+    def timed_out(self, task: asyncio.Task[Any]) -> bool:
+        """Whether the cancellation ``task`` is handling came from its deadline alone (it is
+        then taken back, as ``asyncio.timeout`` does)."""
+        entry = self.waiting.get(task)
+        if entry is None or entry[0] >= 0:
+            return False
+        return not _UNCANCEL or task.uncancel() <= entry[1]  # type: ignore[attr-defined]
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._at = when
+        self._handle = loop.call_at(when, self._check)
+
+    def _check(self) -> None:
+        self._handle, self._at = None, math.inf
+        loop = self._loop()
+        if loop is None:
+            return
+        now = loop.time()
+        following = math.inf
+        for task, entry in self.waiting.items():
+            deadline = entry[0]
+            if deadline < 0:  # fired, its cancellation not delivered yet
+                continue
+            if deadline <= now:
+                entry[0] = -1
+                task.cancel()
+            elif deadline < following:
+                following = deadline
+        if following < math.inf:
+            self._arm(loop, following)
+
+
+_deadlines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ReadDeadlines]
+_deadlines = weakref.WeakKeyDictionary()
+
+
+def read_deadlines(loop: asyncio.AbstractEventLoop) -> ReadDeadlines:
+    """The loop's :class:`ReadDeadlines` (made on first use)."""
+    found = _deadlines.get(loop)
+    if found is None:
+        found = _deadlines[loop] = ReadDeadlines(loop)
+    return found
 
 
 class AsyncLeanIO(redis.asyncio.connection.AbstractConnection):
@@ -113,8 +196,10 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
     Why: redis.asyncio wraps every write in ``asyncio.wait_for`` (a task per write before
     Python 3.12) and every read in a timeout (a timer per read), and each layer is a coroutine
     more. A batch per shard pays all of it per shard touched: most of an ``aget_many``'s CPU.
-    Here a write the transport takes whole waits for nothing, and a read arms the socket
-    timeout only when the reply has not arrived yet. Failures are redis-py's: the same
+    Here a write the transport takes whole waits for nothing, a reply already arrived is fed
+    from the stream's buffer to the parser in place, and only a read that must wait for its
+    reply is given its socket timeout, under the loop's one timer (:class:`ReadDeadlines`).
+    Failures are redis-py's: the same
     exceptions, the socket dropped; a RESP3 push is handed to redis-py's handler, as its parser
     does. Anything else (a health check interval, a per-read timeout, raw replies, no hiredis)
     takes redis-py's own path, through the shard's rules of the mixin.
@@ -156,11 +241,19 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
             response = parser.gets()
             while True:
                 while response is pending:
-                    if stream._buffer:  # type: ignore[attr-defined]  # arrived: no timer
+                    buffer = stream._buffer  # type: ignore[attr-defined]
+                    if buffer and stream._exception is None:  # type: ignore[attr-defined]
+                        # arrived: taken as stream.read() would, without a coroutine or a copy
+                        parser.feed(buffer)
+                        buffer.clear()
+                        if stream._paused:  # type: ignore[attr-defined]
+                            stream._maybe_resume_transport()  # type: ignore[attr-defined]
+                        response = parser.gets()
+                        continue
+                    if self.socket_timeout is None:
                         data = await stream.read(_READ_SIZE)
                     else:
-                        async with async_timeout(self.socket_timeout):
-                            data = await stream.read(_READ_SIZE)
+                        data = await self._read_waiting(stream)  # the one timer of the loop
                     if not data:
                         raise RedisConnectionError(_CLOSED)
                     parser.feed(data)
@@ -188,6 +281,27 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
             await self.disconnect()
             raise untrusted  # type: ignore[misc]
         return response
+
+    # The running loop's ReadDeadlines (a connection lives in the loop of its pool).
+    _deadlines: ReadDeadlines | None = None
+
+    async def _read_waiting(self, stream: asyncio.StreamReader) -> bytes:
+        """Read what arrives within the socket timeout (:class:`ReadDeadlines`)."""
+        deadlines = self._deadlines
+        if deadlines is None:
+            deadlines = self._deadlines = read_deadlines(asyncio.get_running_loop())
+        task = deadlines.enter(self.socket_timeout)  # type: ignore[arg-type]
+        if task is None:
+            async with async_timeout(self.socket_timeout):
+                return await stream.read(_READ_SIZE)
+        try:
+            return await stream.read(_READ_SIZE)
+        except asyncio.CancelledError:
+            if deadlines.timed_out(task):
+                raise asyncio.TimeoutError from None
+            raise
+        finally:
+            deadlines.waiting.pop(task, None)
 
     async def connect(self) -> None:
         """Every checkout connects: nothing to do while connected to the shard's current
