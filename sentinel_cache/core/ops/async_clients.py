@@ -323,7 +323,8 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
             or self._generation != self._shard.state.generation  # ShardBound._stale
         ):
             return False
-        return not (state[0].has_data() or stream.at_eof() or stream._buffer)  # type: ignore[attr-defined]
+        # stream.at_eof() is "_eof and not _buffer": with _buffer asked too, _eof says it
+        return not (stream._buffer or stream._eof or state[0].has_data())  # type: ignore[attr-defined]
 
 
 class AsyncShardPool(AsyncFairBlockingConnectionPool):

@@ -434,17 +434,22 @@ class ClientBase:
         found: dict[Any, Any] = {}
         metrics = self.core.metrics
         counts: list[tuple[str, int, int]] = []  # recorded once for the call
-        loads = self.codec.loads  # decode's, without a call more per value
+        loads, loads_all = self.codec.loads, self.codec.loads_all
         for shard, shard_replies in replies.items():
             if shard_replies is None:
                 continue
             before = len(found)
-            for key, data in zip(groups[shard], shard_replies[0], strict=True):
-                if data is not None:
-                    try:
-                        found[key] = loads(data)
-                    except InvalidValueError as exc:
-                        self.unreadable(key, exc)
+            keys, values = groups[shard], shard_replies[0]
+            try:  # all at once, without a call per value
+                decoded = zip(keys, loads_all(values, MISS), strict=True)
+                found.update({key: value for key, value in decoded if value is not MISS})
+            except InvalidValueError:  # one at a time: each unreadable one a miss
+                for key, data in zip(keys, values, strict=True):
+                    if data is not None:
+                        try:
+                            found[key] = loads(data)
+                        except InvalidValueError as exc:
+                            self.unreadable(key, exc)
             if metrics is not None:
                 hits = len(found) - before
                 counts.append((shard.name, hits, len(groups[shard]) - hits))
