@@ -430,32 +430,35 @@ class ClientBase:
         return groups, {shard: [("MGET", *group)] for shard, group in groups.items()}
 
     def found(self, groups: Groups, replies: Mapping[Shard, list[Any] | None]) -> dict[Any, Any]:
-        """The values found (a shard skipped by IGNORE_EXCEPTIONS found nothing)."""
-        found: dict[Any, Any] = {}
-        metrics = self.core.metrics
-        counts: list[tuple[str, int, int]] = []  # recorded once for the call
-        loads, loads_all = self.codec.loads, self.codec.loads_all
+        """The values found (a shard skipped by IGNORE_EXCEPTIONS found nothing), every shard's
+        decoded in one call (``Codec.loads_all``); one at a time only if one is unreadable,
+        that one a miss."""
+        keys: list[Any] = []
+        values: list[Any] = []
         for shard, shard_replies in replies.items():
-            if shard_replies is None:
-                continue
-            before = len(found)
-            keys, values = groups[shard], shard_replies[0]
-            try:  # all at once, without a call per value
-                decoded = zip(keys, loads_all(values, MISS), strict=True)
-                found.update({key: value for key, value in decoded if value is not MISS})
-            except InvalidValueError:  # one at a time: each unreadable one a miss
-                for key, data in zip(keys, values, strict=True):
-                    if data is not None:
-                        try:
-                            found[key] = loads(data)
-                        except InvalidValueError as exc:
-                            self.unreadable(key, exc)
-            if metrics is not None:
-                hits = len(found) - before
-                counts.append((shard.name, hits, len(groups[shard]) - hits))
-        if metrics is not None:
+            if shard_replies is not None:
+                keys += groups[shard]
+                values += shard_replies[0]
+        try:
+            decoded = self.codec.loads_all(values, MISS)
+        except InvalidValueError:
+            decode = self.decode
+            decoded = [
+                MISS if data is None else decode(data, key)
+                for key, data in zip(keys, values, strict=True)
+            ]
+        metrics = self.core.metrics
+        if metrics is not None:  # recorded once for the call
+            counts: list[tuple[str, int, int]] = []
+            start = 0
+            for shard, shard_replies in replies.items():
+                if shard_replies is not None:
+                    end = start + len(groups[shard])
+                    hits = sum(1 for value in decoded[start:end] if value is not MISS)
+                    counts.append((shard.name, hits, end - start - hits))
+                    start = end
             metrics.lookups(counts)
-        return found
+        return {key: value for key, value in zip(keys, decoded, strict=True) if value is not MISS}
 
     def set_plan(self, groups: Groups, mapping: Mapping[Any, Any], timeout: float | None) -> Plan:
         """One command per shard, whatever the number of keys: ``MSET`` without a timeout;
