@@ -250,10 +250,21 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
                             stream._maybe_resume_transport()  # type: ignore[attr-defined]
                         response = parser.gets()
                         continue
-                    if self.socket_timeout is None:
-                        data = await stream.read(_READ_SIZE)
-                    else:
-                        data = await self._read_waiting(stream)  # the one timer of the loop
+                    limit = self.socket_timeout
+                    deadlines = self._deadlines or self._loop_deadlines()
+                    task = None if limit is None else deadlines.enter(limit)
+                    if task is None:  # no timeout, or outside a task: under a timer of its own
+                        async with async_timeout(limit):
+                            data = await stream.read(_READ_SIZE)
+                    else:  # under the loop's one timer (ReadDeadlines)
+                        try:
+                            data = await stream.read(_READ_SIZE)
+                        except asyncio.CancelledError:
+                            if deadlines.timed_out(task):
+                                raise asyncio.TimeoutError from None
+                            raise
+                        finally:
+                            deadlines.waiting.pop(task, None)
                     if not data:
                         raise RedisConnectionError(_CLOSED)
                     parser.feed(data)
@@ -285,23 +296,9 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
     # The running loop's ReadDeadlines (a connection lives in the loop of its pool).
     _deadlines: ReadDeadlines | None = None
 
-    async def _read_waiting(self, stream: asyncio.StreamReader) -> bytes:
-        """Read what arrives within the socket timeout (:class:`ReadDeadlines`)."""
-        deadlines = self._deadlines
-        if deadlines is None:
-            deadlines = self._deadlines = read_deadlines(asyncio.get_running_loop())
-        task = deadlines.enter(self.socket_timeout)  # type: ignore[arg-type]
-        if task is None:
-            async with async_timeout(self.socket_timeout):
-                return await stream.read(_READ_SIZE)
-        try:
-            return await stream.read(_READ_SIZE)
-        except asyncio.CancelledError:
-            if deadlines.timed_out(task):
-                raise asyncio.TimeoutError from None
-            raise
-        finally:
-            deadlines.waiting.pop(task, None)
+    def _loop_deadlines(self) -> ReadDeadlines:
+        self._deadlines = read_deadlines(asyncio.get_running_loop())
+        return self._deadlines
 
     async def connect(self) -> None:
         """Every checkout connects: nothing to do while connected to the shard's current
