@@ -25,17 +25,10 @@ from typing import Any
 import redis.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.topology._sync.connection import ShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
-
-try:
-    import hiredis
-
-    _HIREDIS_READER: Any = hiredis.Reader
-except ImportError:  # pragma: no cover - without hiredis every call takes redis-py's path
-    _HIREDIS_READER = None
+from sentinel_cache.core.topology.lean_rules import lean_reader, socket_failure
 
 _CLOSED = "Connection closed by server."  # redis-py's words for it
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
@@ -81,35 +74,35 @@ class LeanIO(redis.connection.AbstractConnection):
         reader = getattr(self._parser, "_reader", None)
         seen, lean = self._lean_state
         if seen is not reader:  # connected again: a new reader (the old one is held here)
-            lean = self._lean_for(reader)
+            lean = self._lean_for()
             self._lean_state = (reader, lean)
         if lean is None or lean.sock is not self._sock:
             return None
         self._lean_now = lean
         return lean
 
-    def _lean_for(self, reader: Any) -> _Lean | None:
-        sock = self._sock
-        if (
-            type(reader) is not _HIREDIS_READER
-            or sock is None
-            or reader.has_data()
-            or self.health_check_interval
-        ):
-            return None
-        parser = self._parser
+    def _lean_for(self) -> _Lean | None:
+        """The lean path's state for the socket and parser of the moment, or None: the rules of
+        :func:`~sentinel_cache.core.topology.lean_rules.lean_reader`, with a socket and the
+        parser's read buffer to read into."""
+        sock, parser = self._sock, self._parser
         buffer = getattr(parser, "_buffer", None)
-        if type(buffer) is not bytearray or not buffer:
+        if sock is None or type(buffer) is not bytearray or not buffer:
             return None
-        # Empty, the reader answers with its "not enough data" value: what reads wait on
-        # (redis-py's own sentinel; False before redis-py 5.1, a RESP3 reply too).
-        pending = reader.gets()
-        push = None
-        if self.protocol in (3, "3"):  # pushes told apart by hiredis >= 3.2 only
-            push = getattr(parser, "_hiredis_PushNotificationType", None)
-            if push is None or not hasattr(parser, "handle_push_response") or pending is False:
-                return None
-        return _Lean(reader, pending, buffer, sock, push)
+        found = lean_reader(parser, self.protocol, self.health_check_interval)
+        if found is None:
+            return None
+        return _Lean(found.reader, found.pending, buffer, sock, found.push)
+
+    def _failed(self, exc: BaseException, writing: bool) -> BaseException:
+        """Drop the socket after ``exc`` (whatever was under way leaves it out of step) and
+        return redis-py's error for it, as redis-py's own path raises it."""
+        self.disconnect()
+        timed_out = isinstance(exc, TimeoutError)
+        host = "" if writing or timed_out else self._host_error()
+        return socket_failure(
+            exc, writing=writing, timed_out=timed_out, host=host, timeout_from="socket"
+        )
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         sock: Any = self._sock
@@ -122,18 +115,8 @@ class LeanIO(redis.connection.AbstractConnection):
         try:
             for item in command:
                 sock.sendall(item)
-        except TimeoutError:
-            self.disconnect()
-            raise RedisTimeoutError("Timeout writing to socket") from None
-        except OSError as exc:
-            self.disconnect()
-            errno, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
-            raise RedisConnectionError(
-                f"Error {errno} while writing to socket. {message}."
-            ) from exc
-        except BaseException:
-            self.disconnect()
-            raise
+        except BaseException as exc:
+            raise self._failed(exc, writing=True)  # noqa: B904 - _failed chains it
 
     def read_response(self, disable_decoding: bool = False, **kwargs: Any) -> Any:
         lean = self._lean_now
@@ -167,17 +150,8 @@ class LeanIO(redis.connection.AbstractConnection):
                 return response
             if isinstance(response, RedisConnectionError):
                 raise response
-        except TimeoutError:
-            self.disconnect()
-            raise RedisTimeoutError("Timeout reading from socket") from None
-        except OSError as exc:
-            self.disconnect()
-            raise RedisConnectionError(
-                f"Error while reading from {self._host_error()} : {exc.args}"
-            ) from exc
-        except BaseException:
-            self.disconnect()
-            raise
+        except BaseException as exc:
+            raise self._failed(exc, writing=False)  # noqa: B904 - _failed chains it
         if isinstance(response, ResponseError):
             raise response from None
         return response

@@ -1,0 +1,76 @@
+"""When a connection may take the lean path, and redis-py's error when its socket fails: the
+rules :class:`~sentinel_cache.core.topology.lean.LeanIO` (sync) and
+:class:`~sentinel_cache.core.ops.async_clients.AsyncLeanIO` (asyncio) share, decided once.
+
+Why here, without a socket or an event loop: both paths read replies with the parser's own
+``hiredis.Reader`` and must refuse the same cases (anything that reader cannot be trusted
+with alone) and fail with redis-py's errors; two copies of that drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+try:
+    import hiredis
+
+    _HIREDIS_READER: Any = hiredis.Reader
+except ImportError:  # pragma: no cover - without hiredis every call takes redis-py's path
+    _HIREDIS_READER = None
+
+
+class LeanReader(NamedTuple):
+    """A parser's ``hiredis.Reader`` fit for the lean path, its "no reply yet" value and the
+    RESP3 push type (None for RESP2)."""
+
+    reader: Any
+    pending: Any
+    push: Any
+
+
+def lean_reader(parser: Any, protocol: Any, health_check_interval: Any) -> LeanReader | None:
+    """The parser's reader for the lean path, or None where redis-py's own path must read: no
+    hiredis reader, one holding data already (redis-py's parser owns it), a health check to run
+    before commands, or RESP3 without what tells a push from a reply (hiredis >= 3.2 and
+    redis-py's push handler; before redis-py 5.1 "no reply yet" was ``False``, a RESP3 reply)."""
+    reader: Any = getattr(parser, "_reader", None)
+    if type(reader) is not _HIREDIS_READER or reader.has_data() or health_check_interval:
+        return None
+    # Empty, the reader answers with its "not enough data" value: what reads wait on.
+    pending = reader.gets()
+    if protocol not in (3, "3"):
+        return LeanReader(reader, pending, None)
+    push = getattr(parser, "_hiredis_PushNotificationType", None)
+    if push is None or not hasattr(parser, "handle_push_response") or pending is False:
+        return None
+    return LeanReader(reader, pending, push)
+
+
+def socket_failure(
+    exc: BaseException, *, writing: bool, timed_out: bool, host: str, timeout_from: str
+) -> BaseException:
+    """redis-py's error for ``exc``, raised by the socket while writing a command or reading a
+    reply (``exc`` itself if the socket did not raise it): a timeout (``timed_out``, asyncio's
+    being a class of its own before Python 3.11) reading from ``timeout_from``, an ``OSError``
+    while reading from ``host``, with redis-py's words and chaining."""
+    error: BaseException
+    if timed_out:
+        error = RedisTimeoutError(
+            "Timeout writing to socket" if writing else f"Timeout reading from {timeout_from}"
+        )
+        error.__cause__ = None
+    elif isinstance(exc, OSError):
+        if writing:
+            args = exc.args
+            errno, message = ("UNKNOWN", args[0] if args else exc) if len(args) < 2 else args[:2]
+            error = RedisConnectionError(f"Error {errno} while writing to socket. {message}.")
+        else:
+            error = RedisConnectionError(f"Error while reading from {host} : {exc.args}")
+        error.__cause__ = exc
+    else:
+        return exc
+    error.__suppress_context__ = True
+    return error
