@@ -61,3 +61,35 @@ def test_replica_answers_in_an_outage_are_served_not_kept_as_near_copies(
         wait_until(lambda: pool.near.get(keys[0]) is not None, 5, "a near copy from the master")
     finally:
         pool.close()
+
+
+def test_the_near_read_that_finds_the_master_unreachable_is_answered_by_the_replica(
+    make_cluster: ClusterFactory,
+) -> None:
+    """The first read of an outage, a near-cache miss (a read the master alone may answer, for
+    its copy is kept): it is sent again to the replica, as a read without a near cache is."""
+    cluster = make_cluster(shards=1, replicas=1, sentinels=1, down_after_ms=60000)
+    pool = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, near_cache=True, socket_timeout=1.0
+    )
+    try:
+        pool.discover()
+        shard = pool.shards[0]
+        wait_until(lambda: pool.near.status(0)["tracked"], 10, "shard 0 to be tracked")
+        wait_until(lambda: shard.outage_replicas(shard.generation), 5, "a replica in step")
+        codec = Codec()
+        client = CacheClient(pool, codec)
+        key = key_on(pool, 0, "near-first")
+        with cluster.node_client(shard.address) as master:
+            master.set(key, codec.dumps("stored"))
+            assert master.execute_command("WAIT", 1, 5000) == 1
+        served = shard.outage_reads
+        cluster.freeze_node(shard.address)
+        try:
+            assert client.get(key) == "stored"
+            assert shard.in_outage(shard.generation) and shard.outage_reads == served + 1
+            assert pool.near.get(key) is None and pool.near.status(0)["in_flight"] == 0
+        finally:
+            cluster.thaw_node(shard.address)
+    finally:
+        pool.close()

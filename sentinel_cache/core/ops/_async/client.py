@@ -64,6 +64,7 @@ from sentinel_cache.exceptions import (
     ArgumentValueError,
     IncrementError,
     InvalidValueError,
+    ShardUnavailableError,
 )
 
 SCAN_COUNT = 1000
@@ -95,10 +96,20 @@ class AsyncCacheOperations(AsyncRunner):
             elif ticket is None:
                 (data,), _ = await self.keyed(key, [("GET", key)], [None], READ)
             else:  # read on the master (the node tracked), with the time the copy may live
-                (data, pttl), _ = await self.keyed(
-                    key, [("GET", key), ("PTTL", key)], [None, -2], READ, replicas=False
-                )
-                near.fill(shard, key, ticket, data, pttl)  # type: ignore[union-attr]
+                try:
+                    (data, pttl), _ = await self.keyed(
+                        key, [("GET", key), ("PTTL", key)], [None, -2], READ, replicas=False
+                    )
+                except ShardUnavailableError:
+                    # This read found the master unreachable: a replica in step answers it
+                    # (OUTAGE_READS), as without a near cache, and its reply is not kept.
+                    if not (core.config.outage_reads and shard.in_outage(shard.generation)):
+                        raise
+                    near.release(key, ticket)  # type: ignore[union-attr]
+                    ticket = None
+                    (data,), _ = await self.keyed(key, [("GET", key)], [None], READ)
+                else:
+                    near.fill(shard, key, ticket, data, pttl)  # type: ignore[union-attr]
         except BaseException as exc:
             if ticket is not None:  # a failed read leaves no ticket behind
                 near.release(key, ticket)  # type: ignore[union-attr]
