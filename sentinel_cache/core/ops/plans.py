@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sentinel_cache.core.arguments import distinct
+from sentinel_cache.core.metrics import command_name as command_name
+from sentinel_cache.core.metrics import outcome as outcome
 from sentinel_cache.core.ops.scripts import CLEARED as CLEARED
 from sentinel_cache.core.ops.scripts import CLOCK_MARGIN_MS as CLOCK_MARGIN_MS
 from sentinel_cache.core.ops.scripts import COPY_MISSING as COPY_MISSING
@@ -502,19 +504,6 @@ class ClientBase:
     def del_plan(self, keys: Iterable[Any]) -> Plan:
         groups = self.core.group_by_shard(distinct(keys))
         return {shard: self.del_commands(group) for shard, group in groups.items()}
-
-
-def command_name(commands: Sequence[Command]) -> str:
-    """A batch's metrics label: its first command, lower case (``get``, ``mget``, ``eval``)."""
-    return str(commands[0][0]).lower()
-
-
-def outcome(commands: Sequence[Command], replies: Sequence[Any]) -> str:
-    """A successful batch's metrics outcome: ``hit`` or ``miss`` for a single-key read, else
-    ``ok`` (multi-key reads count their keys with ``Metrics.lookups``)."""
-    if commands[0][0] == "GET":
-        return "miss" if replies[0] is None else "hit"
-    return "ok"
 
 
 def short_key(key: Any, limit: int = 200) -> str:

@@ -33,7 +33,6 @@ from sentinel_cache.core.ops.plans import (
     command_name,
     is_ok,
     logger,
-    outcome,
     pack,
 )
 from sentinel_cache.core.serializers import Codec
@@ -111,12 +110,7 @@ class AsyncRunner(AsyncMoves):
             except BaseException:
                 metrics.call(shard.name, command_name(commands), "error", perf_counter() - started)
                 raise
-            metrics.call(
-                shard.name,
-                command_name(commands),
-                outcome(commands, replies),
-                perf_counter() - started,
-            )
+            metrics.sent(shard.name, commands, replies, perf_counter() - started)
             return replies
         with observed(core, shard, commands) as call:
             call.replies = await self.run(

@@ -34,7 +34,6 @@ from sentinel_cache.core.ops.plans import (
     command_name,
     is_ok,
     logger,
-    outcome,
     pack,
 )
 from sentinel_cache.core.serializers import Codec
@@ -112,12 +111,7 @@ class Runner(Moves):
             except BaseException:
                 metrics.call(shard.name, command_name(commands), "error", perf_counter() - started)
                 raise
-            metrics.call(
-                shard.name,
-                command_name(commands),
-                outcome(commands, replies),
-                perf_counter() - started,
-            )
+            metrics.sent(shard.name, commands, replies, perf_counter() - started)
             return replies
         with observed(core, shard, commands) as call:
             call.replies = self.run(
