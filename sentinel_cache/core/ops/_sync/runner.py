@@ -86,13 +86,14 @@ class Runner(Moves):
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run` (``client``: see there)."""
+        operation = functools.partial(send, commands=commands)  # called with no Python frame
         core = self.core
         if core.tracer is None:
             metrics = core.metrics
             if metrics is None:
                 return self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    operation,
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -102,7 +103,7 @@ class Runner(Moves):
             try:
                 replies = self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    operation,
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -116,7 +117,7 @@ class Runner(Moves):
         with observed(core, shard, commands) as call:
             call.replies = self.run(
                 shard,
-                lambda client: send(client, commands),
+                operation,
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
