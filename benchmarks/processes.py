@@ -191,24 +191,30 @@ def run(
                 process.close()
 
 
-def summary(results: Mapping[str, Mapping[str, Any]], reference: str) -> str:
+def summary(results: Mapping[str, Mapping[str, Any]], references: Sequence[str]) -> str:
     """A table: per contender the median ops/s (and the rounds' range), CPU µs per call, and
-    its ratio to ``reference``'s throughput, round by round (median, range)."""
+    its throughput as a ratio to each of ``references``', round by round (median, range): a
+    round's contenders ran one after the other, so its ratios are paired."""
     lines = [
-        "| contender | ops/s median (min-max) | CPU µs per call | x " + reference
-        + " per round: median (min-max) | errors |",
-        "| --- | ---: | ---: | --- | ---: |",
-    ]  # fmt: skip
-    ref = [r["ops"] / r["wall"] for r in results[reference]["rounds"]]
+        "| contender | ops/s median (min-max) | CPU µs per call | "
+        + " | ".join(f"x {ref} per round: median (min-max)" for ref in references)
+        + " | errors |",
+        "| --- | ---: | ---: | " + " | ".join("---" for _ in references) + " | ---: |",
+    ]
+
+    def rates(name: str) -> list[float]:
+        return [r["ops"] / r["wall"] for r in results[name]["rounds"]]
+
     for name, result in results.items():
-        rounds = result["rounds"]
-        rates = [r["ops"] / r["wall"] for r in rounds]
+        rounds, mine = result["rounds"], rates(name)
         cpu = statistics.median(r["cpu"] / r["ops"] * 1e6 for r in rounds)
-        ratios = [a / b for a, b in zip(rates, ref, strict=True)]
+        cells = []
+        for ref in references:
+            ratios = [a / b for a, b in zip(mine, rates(ref), strict=True)]
+            cells.append(f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f})")
         lines.append(
-            f"| {name} | {statistics.median(rates):,.0f} ({min(rates):,.0f}-{max(rates):,.0f})"
-            f" | {cpu:.1f} | {statistics.median(ratios):.3f}x ({min(ratios):.3f}-"
-            f"{max(ratios):.3f}) | {sum(r['errors'] for r in rounds)} |"
+            f"| {name} | {statistics.median(mine):,.0f} ({min(mine):,.0f}-{max(mine):,.0f})"
+            f" | {cpu:.1f} | {' | '.join(cells)} | {sum(r['errors'] for r in rounds)} |"
         )
     return "\n".join(lines)
 
@@ -248,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(results, indent=2))
     print(f"{args.processes} processes per contender, 90/10 get/set, {args.rounds} rounds of "
           f"{args.duration:g} s" + (f"; base: {args.base}" if args.base else ""))  # fmt: skip
-    print(summary(results, "raw" if "raw" in results else cids[0]))
+    references = [name for name in ("raw", *checkouts) if name in results] or cids[:1]
+    print(summary(results, references))
     return 0
 
 
