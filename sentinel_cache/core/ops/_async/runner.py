@@ -85,14 +85,13 @@ class AsyncRunner(AsyncMoves):
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run` (``client``: see there)."""
-        operation = functools.partial(send, commands=commands)  # called with no Python frame
         core = self.core
         if core.tracer is None:
             metrics = core.metrics
             if metrics is None:
                 return await self.run(
                     shard,
-                    operation,
+                    lambda client: send(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -102,7 +101,7 @@ class AsyncRunner(AsyncMoves):
             try:
                 replies = await self.run(
                     shard,
-                    operation,
+                    lambda client: send(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -116,7 +115,7 @@ class AsyncRunner(AsyncMoves):
         with observed(core, shard, commands) as call:
             call.replies = await self.run(
                 shard,
-                operation,
+                lambda client: send(client, commands),
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,

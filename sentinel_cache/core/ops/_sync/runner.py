@@ -86,14 +86,13 @@ class Runner(Moves):
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run` (``client``: see there)."""
-        operation = functools.partial(send, commands=commands)  # called with no Python frame
         core = self.core
         if core.tracer is None:
             metrics = core.metrics
             if metrics is None:
                 return self.run(
                     shard,
-                    operation,
+                    lambda client: send(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -103,7 +102,7 @@ class Runner(Moves):
             try:
                 replies = self.run(
                     shard,
-                    operation,
+                    lambda client: send(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -117,7 +116,7 @@ class Runner(Moves):
         with observed(core, shard, commands) as call:
             call.replies = self.run(
                 shard,
-                operation,
+                lambda client: send(client, commands),
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
