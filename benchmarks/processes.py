@@ -10,18 +10,28 @@ is system-wide) and stop ``duration`` seconds later. Figures per round: calls of
 processes / wall time, and the processes' CPU time (``time.process_time``, their background
 threads included) per call: on 2 cores shared with the servers, the client's CPU per call is
 what bounds the throughput.
+
+``make bench`` runs it (``benchmarks.run``); on its own, ``python -m benchmarks.processes
+[--rounds 6] [--duration 1] [--base REF]`` starts the same topology (4 masters with a replica
+each, 3 sentinels), measures ours (the Django backend) and redis-py, and with ``--base`` ours at
+another commit too (a detached worktree, its workers importing that checkout), all in the same
+rounds: the 4 processes share 2 cores with the servers, so only figures of one run compare.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import os
 import random
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +91,13 @@ def _worker() -> None:
 
 
 class _Process:
-    def __init__(self, order: dict[str, Any]) -> None:
+    def __init__(self, order: dict[str, Any], checkout: Path = ROOT) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.processes", "--worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            cwd=str(ROOT),
+            cwd=str(checkout),
+            env={**os.environ, "PYTHONPATH": str(checkout)},  # that checkout's sentinel_cache
             text=True,
         )
         self.send(order)
@@ -122,9 +133,13 @@ def run(
     duration: float,
     seed: int,
     progress: Callable[[str], None] = lambda s: None,
+    checkouts: Mapping[str, tuple[str, Path]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{cid: {"rounds": [{"ops", "wall", "cpu", "errors"}, ...]}}``, one entry per round
-    (``ops`` and ``cpu`` summed over the contender's processes, ``wall`` the longest)."""
+    (``ops`` and ``cpu`` summed over the contender's processes, ``wall`` the longest).
+    ``checkouts``: names in ``cids`` that are a contender of another checkout, ``name ->
+    (cid, checkout)``."""
+    where = dict(checkouts or {})
     rng = random.Random(seed + 3)
     topology = {
         "sentinels": topo.sentinels,
@@ -133,16 +148,18 @@ def run(
     }
     groups: dict[str, list[_Process]] = {}
     try:
-        for cid in cids:  # all started at once: their imports overlap
-            groups[cid] = [
+        for name in cids:  # all started at once: their imports overlap
+            cid, checkout = where.get(name, (name, ROOT))
+            groups[name] = [
                 _Process(
                     {
                         "topology": topology,
                         "cid": cid,
-                        "prefix": f"bench:mp:{cid}",
+                        "prefix": f"bench:mp:{name}",
                         "fill": i == 0,
                         "seed": seed * 10 + i,
-                    }
+                    },
+                    checkout,
                 )
                 for i in range(processes)
             ]
@@ -174,8 +191,76 @@ def run(
                 process.close()
 
 
+def summary(results: Mapping[str, Mapping[str, Any]], references: Sequence[str]) -> str:
+    """A table: per contender the median ops/s (and the rounds' range), CPU µs per call, and
+    its throughput as a ratio to each of ``references``', round by round (median, range): a
+    round's contenders ran one after the other, so its ratios are paired."""
+    lines = [
+        "| contender | ops/s median (min-max) | CPU µs per call | "
+        + " | ".join(f"x {ref} per round: median (min-max)" for ref in references)
+        + " | errors |",
+        "| --- | ---: | ---: | " + " | ".join("---" for _ in references) + " | ---: |",
+    ]
+
+    def rates(name: str) -> list[float]:
+        return [r["ops"] / r["wall"] for r in results[name]["rounds"]]
+
+    for name, result in results.items():
+        rounds, mine = result["rounds"], rates(name)
+        cpu = statistics.median(r["cpu"] / r["ops"] * 1e6 for r in rounds)
+        cells = []
+        for ref in references:
+            ratios = [a / b for a, b in zip(mine, rates(ref), strict=True)]
+            cells.append(f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f})")
+        lines.append(
+            f"| {name} | {statistics.median(mine):,.0f} ({min(mine):,.0f}-{max(mine):,.0f})"
+            f" | {cpu:.1f} | {' | '.join(cells)} | {sum(r['errors'] for r in rounds)} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.compare import checkout
+    from sentinel_cache.testing import LocalSentinelCluster
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.processes")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--duration", type=float, default=1.0, help="seconds per contender")
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--contenders", default="ours_django,raw", help="ids, comma-separated")
+    parser.add_argument("--base", help="also ours_django at this git ref (or checkout path)")
+    parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--json", type=Path, help="also write every round's figures here")
+    args = parser.parse_args(argv)
+    cids = args.contenders.split(",")
+    with contextlib.ExitStack() as stack:
+        checkouts: dict[str, tuple[str, Path]] = {}
+        if args.base:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-mp-")))
+            path = stack.enter_context(checkout(args.base, workdir, "base"))
+            checkouts["ours_django@base"] = ("ours_django", path)
+        cluster = stack.enter_context(LocalSentinelCluster(shards=4, replicas=1, sentinels=3))
+        results = run(
+            Topology.of(cluster),
+            [*cids, *checkouts],
+            processes=args.processes,
+            rounds=args.rounds,
+            duration=args.duration,
+            seed=args.seed,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            checkouts=checkouts,
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    print(f"{args.processes} processes per contender, 90/10 get/set, {args.rounds} rounds of "
+          f"{args.duration:g} s" + (f"; base: {args.base}" if args.base else ""))  # fmt: skip
+    references = [name for name in ("raw", *checkouts) if name in results] or cids[:1]
+    print(summary(results, references))
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--worker"]:
         _worker()
     else:
-        sys.exit("run by benchmarks.run (make bench); --worker is its worker half")
+        sys.exit(main())

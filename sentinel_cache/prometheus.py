@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from sentinel_cache.core.metrics import Metrics
+from sentinel_cache.core.metrics import Metrics, command_name, outcome
 from sentinel_cache.core.topology.registry import on_fork_in_child
 from sentinel_cache.core.topology.sharded_pool import live_cores
 
@@ -47,6 +47,7 @@ __all__ = ["MultiprocessMetrics", "PrometheusMetrics", "shared_metrics"]
 _LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 )  # fmt: skip
+_FASTEST = _LATENCY_BUCKETS[0]  # most calls: their bucket found by one comparison
 _FENCE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
@@ -195,6 +196,7 @@ class PrometheusMetrics(_Events):
         local = self._local
         table = local.table = _table()
         local.calls = {}
+        local.sent = {}
         local.lookups = {}
         with self._lock:
             self._prune()
@@ -237,6 +239,31 @@ class PrometheusMetrics(_Events):
             row = rows[labels] = _histogram_row(_LATENCY_BUCKETS)
         calls.setdefault(shard, {}).setdefault(command, {})[outcome] = row
         return row
+
+    def sent(
+        self, shard: str, commands: Sequence[Any], replies: Sequence[Any], seconds: float
+    ) -> None:
+        # Every single-key call's one event: its rows found by the shard and the first command
+        # as sent (no label derived per call), the outcome by whether the first reply is None.
+        try:
+            rows = self._local.sent[shard][commands[0][0]]
+        except (AttributeError, KeyError):
+            rows = self._sent_rows(shard, commands[0][0])
+        row = rows[replies[0] is None]
+        row[0 if seconds <= _FASTEST else bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        row[-2] += seconds
+
+    def _sent_rows(self, shard: str, first: Any) -> tuple[list[Any], list[Any]]:
+        """A first command's two rows on the shard (when its first reply is not None, when it
+        is), labelled as :meth:`Metrics.sent` says, made on its first call in this thread."""
+        batch = ((first,),)
+        command = command_name(batch)
+        rows = (
+            self._call_row(shard, command, outcome(batch, (b"",))),
+            self._call_row(shard, command, outcome(batch, (None,))),
+        )
+        self._local.sent.setdefault(shard, {})[first] = rows
+        return rows
 
     def lookups(self, counts: Iterable[tuple[str, int, int]]) -> None:
         try:

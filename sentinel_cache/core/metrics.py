@@ -16,7 +16,7 @@ Django loads a cache ``BACKEND``, and never imports it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sentinel_cache.exceptions import ConfigurationError
@@ -37,6 +37,14 @@ class Metrics:
     def call(self, shard: str, command: str, outcome: str, seconds: float) -> None:
         """One batch on one shard; ``command`` is its first command (``get``, ``mget``, ...),
         ``outcome`` ``hit`` or ``miss`` (a single-key ``get``), ``ok`` or ``error``."""
+
+    def sent(
+        self, shard: str, commands: Sequence[Any], replies: Sequence[Any], seconds: float
+    ) -> None:
+        """One batch on one shard that succeeded: :meth:`call` with the labels its commands and
+        replies give (:func:`command_name`, :func:`outcome`). A backend may derive them its own
+        way, as long as it records the same: this is the call of every single-key operation."""
+        self.call(shard, command_name(commands), outcome(commands, replies), seconds)
 
     def lookups(self, counts: Iterable[tuple[str, int, int]]) -> None:
         """Keys read by one multi-key read, recorded once for the call: per shard, its name and
@@ -64,6 +72,19 @@ class Metrics:
 
     def restart(self, shard: str) -> None:
         """The shard's master restarted without a switch (its data is gone unless it persists)."""
+
+
+def command_name(commands: Sequence[Any]) -> str:
+    """A batch's metrics label: its first command, lower case (``get``, ``mget``, ``eval``)."""
+    return str(commands[0][0]).lower()
+
+
+def outcome(commands: Sequence[Any], replies: Sequence[Any]) -> str:
+    """A successful batch's metrics outcome: ``hit`` or ``miss`` for a single-key read, else
+    ``ok`` (multi-key reads count their keys with ``Metrics.lookups``)."""
+    if commands[0][0] == "GET":
+        return "miss" if replies[0] is None else "hit"
+    return "ok"
 
 
 _SOURCE_KINDS = (

@@ -17,7 +17,8 @@ from time import perf_counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from sentinel_cache.core.ops.plans import Command, command_name, outcome
+from sentinel_cache.core.metrics import command_name
+from sentinel_cache.core.ops.plans import Command
 
 if TYPE_CHECKING:
     from sentinel_cache.core.topology.shard import Shard
@@ -80,8 +81,10 @@ class Observed:
         elapsed = perf_counter() - self.started
         shard, metrics = self.shard, self.core.metrics
         if shard is not None and metrics is not None and self.commands is not None:
-            result = "error" if exc is not None else outcome(self.commands, self.replies or [None])
-            metrics.call(shard.name, self.name, result, elapsed)
+            if exc is not None:
+                metrics.call(shard.name, self.name, "error", elapsed)
+            else:
+                metrics.sent(shard.name, self.commands, self.replies or [None], elapsed)
         span = self.span
         if span is None:
             return

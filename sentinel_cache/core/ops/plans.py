@@ -530,19 +530,6 @@ def _pairs(keys: Sequence[Any], values: Sequence[Any]) -> list[Any]:
     return pairs
 
 
-def command_name(commands: Sequence[Command]) -> str:
-    """A batch's metrics label: its first command, lower case (``get``, ``mget``, ``eval``)."""
-    return str(commands[0][0]).lower()
-
-
-def outcome(commands: Sequence[Command], replies: Sequence[Any]) -> str:
-    """A successful batch's metrics outcome: ``hit`` or ``miss`` for a single-key read, else
-    ``ok`` (multi-key reads count their keys with ``Metrics.lookups``)."""
-    if commands[0][0] == "GET":
-        return "miss" if replies[0] is None else "hit"
-    return "ok"
-
-
 def short_key(key: Any, limit: int = 200) -> str:
     """A key for a log line: a 1 MB key must not make a 1 MB log line."""
     text = repr(key)

@@ -148,6 +148,10 @@ class SharedResync:
             self._core.recheck(source=source)
 
 
+#: How far past a deadline a listener wakes (a wait that ends on it might find it not passed).
+_PAST = 0.01
+
+
 class SentinelListener:
     """Subscribes to one sentinel and forwards failover events to the core."""
 
@@ -245,21 +249,34 @@ class SentinelListener:
         has nothing left to read: a process starved of CPU (many processes on few cores, all
         woken by one failover) finds the answer and the events waiting in its buffer, where
         counting from the last message read would drop a healthy subscription, with what it
-        had not read yet, and make it resubscribe and ask every sentinel again."""
+        had not read yet, and make it resubscribe and ask every sentinel again.
+
+        Subscribed, it waits for a message until the next ``PING`` is due or the silence would
+        pass its bound, whichever comes first: about two wake-ups a second when idle (the
+        ``PING`` and its answer), not one every 0.2 s, in each process and for each sentinel.
+        :meth:`stop` closes the socket, which ends the wait at once."""
         last_ping = 0.0
         unanswered: float | None = None  # when the oldest PING not answered yet was sent
         subscribed = 0
+        interval, bound = self._ping_interval, self._ping_interval + 1.0
         while not self._stop.is_set():
             now = time.monotonic()
-            if now - last_ping >= self._ping_interval and subscribed:
+            if now - last_ping >= interval and subscribed:
                 pubsub.ping()
                 last_ping = now
                 if unanswered is None:
                     unanswered = now
-            message = pubsub.get_message(timeout=min(0.2, self._ping_interval))
+            if subscribed:
+                until = last_ping + interval
+                if unanswered is not None:
+                    until = min(until, unanswered + bound + _PAST)
+                wait = min(max(until - now, _PAST), interval)
+            else:  # the subscriptions' confirmations, due at once
+                wait = min(0.2, interval)
+            message = pubsub.get_message(timeout=wait)
             if message is None:
                 silent = 0.0 if unanswered is None else time.monotonic() - unanswered
-                if silent > self._ping_interval + 1.0:
+                if silent > bound:
                     raise TimeoutError(f"no answer for {silent:.1f}s")
                 continue
             unanswered = None  # anything from the sentinel shows the link alive

@@ -23,6 +23,7 @@ from redis.exceptions import MasterDownError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.config import Address
+from sentinel_cache.core.metrics import command_name
 from sentinel_cache.core.ops._async.moves import AsyncMoves
 from sentinel_cache.core.ops.async_io import AsyncShardIO, run_blocking, wait_fence, wait_switch
 from sentinel_cache.core.ops.observe import Observed, note, observed
@@ -30,10 +31,8 @@ from sentinel_cache.core.ops.plans import (
     REPLY_SKIP,
     Access,
     Command,
-    command_name,
     is_ok,
     logger,
-    outcome,
     pack,
 )
 from sentinel_cache.core.serializers import Codec
@@ -111,12 +110,7 @@ class AsyncRunner(AsyncMoves):
             except BaseException:
                 metrics.call(shard.name, command_name(commands), "error", perf_counter() - started)
                 raise
-            metrics.call(
-                shard.name,
-                command_name(commands),
-                outcome(commands, replies),
-                perf_counter() - started,
-            )
+            metrics.sent(shard.name, commands, replies, perf_counter() - started)
             return replies
         with observed(core, shard, commands) as call:
             call.replies = await self.run(
