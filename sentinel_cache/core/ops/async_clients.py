@@ -30,7 +30,6 @@ import asyncio
 import itertools
 import logging
 import math
-import os
 import sys
 import threading
 import weakref
@@ -50,6 +49,7 @@ from sentinel_cache.core.config import (
     connection_class_and_kwargs,
     connection_parameters,
 )
+from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._async.connection import AsyncShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import AsyncFairBlockingConnectionPool
 from sentinel_cache.core.topology.lean_rules import lean_reader, socket_failure
@@ -343,7 +343,7 @@ class AsyncShardPool(AsyncFairBlockingConnectionPool):
         """The fair pool's checkout; an idle connection ready to send is handed out at once
         (idle ones exist only while nobody waits, so this never jumps the queue)."""
         ledger = self._ledger
-        if ledger.idle and self.pid == os.getpid():
+        if ledger.idle and self.pid == PROCESS.pid:
             connection = ledger.take()
             if connection.ready_to_send():
                 return connection

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from collections.abc import Iterable
 from typing import Any, Final
@@ -33,6 +32,7 @@ import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology.fair_ledger import (
     EMPTY,
     SLOT,
@@ -96,7 +96,7 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
         self._lock = threading.RLock()
         self._new_ledger()
         # Last, as in redis-py: other threads compare pids without the lock.
-        self.pid = os.getpid()
+        self.pid = PROCESS.pid
 
     # -- borrowing ----------------------------------------------------------------------------
     def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
@@ -104,7 +104,7 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
 
         Arguments are accepted and ignored (redis-py < 5.3 passes the command name).
         """
-        if self.pid != os.getpid():  # forked: redis-py's reset (the check it makes first)
+        if self.pid != PROCESS.pid:  # forked: redis-py's reset (the check it makes first)
             self._checkpid()
         waiter = None
         with self._lock:
@@ -208,7 +208,7 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
     # -- giving back --------------------------------------------------------------------------
     def release(self, connection: Any) -> None:
         """Hand the connection to the oldest waiter, or keep it idle if nobody waits."""
-        if self.pid != os.getpid():
+        if self.pid != PROCESS.pid:
             self._checkpid()
         if connection not in self._ledger.checked_out:
             return  # not ours (made before a fork, or another pool's), or released twice
@@ -310,10 +310,10 @@ class AsyncFairBlockingConnectionPool(FairPool, redis.asyncio.ConnectionPool):
     def reset(self) -> None:
         """Start empty (also in a forked child: the parent's sockets are not ours)."""
         self._new_ledger()
-        self.pid = os.getpid()
+        self.pid = PROCESS.pid
 
     def _checkpid(self) -> None:
-        if self.pid != os.getpid():
+        if self.pid != PROCESS.pid:
             self.reset()
 
     def can_get_connection(self) -> bool:

@@ -9,7 +9,6 @@ method names, which the operations and the listeners call."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -20,6 +19,7 @@ import redis
 from sentinel_cache.core.arguments import check_key
 from sentinel_cache.core.config import Address, PoolConfig
 from sentinel_cache.core.metrics import metrics_backend, tracer
+from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.ring import HashRing
 from sentinel_cache.core.topology import registry
 from sentinel_cache.core.topology.discovery import (
@@ -118,7 +118,7 @@ class ShardedSentinelPool:
 
     def _reset_process_state(self) -> None:
         """State that must not cross a fork: locks, sentinel sockets, threads."""
-        self._pid = os.getpid()
+        self._pid = PROCESS.pid
         self._lock = threading.Lock()
         self._started = False
         self.closed = False  # read on every call: an attribute, not a property
@@ -153,7 +153,7 @@ class ShardedSentinelPool:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _ensure_started(self) -> None:
-        if self._pid != os.getpid():
+        if self._pid != PROCESS.pid:
             self._after_fork()
         if self._started:
             return
@@ -166,7 +166,7 @@ class ShardedSentinelPool:
                 self._started = True
 
     def _after_fork(self) -> None:
-        logger.debug("fork detected (pid %s -> %s)", self._pid, os.getpid())
+        logger.debug("fork detected (pid %s -> %s)", self._pid, PROCESS.pid)
         self._reset_process_state()
 
     def _start_listeners(self) -> None:
@@ -200,7 +200,7 @@ class ShardedSentinelPool:
         discovers again and restarts them. The near cache is left as it is: its copies and
         trackers go on serving this process (a child starts its own, empty), as emptying it
         would cost this process a cold cache and a reconnection per fork."""
-        if self._started and self._pid == os.getpid():
+        if self._started and self._pid == PROCESS.pid:
             self._started = False
             self._stop_background(wait=False, near=False)
             # Idle sockets would be inherited by every child and never used there.
@@ -331,7 +331,7 @@ class ShardedSentinelPool:
 
     def discover(self) -> dict[str, Address]:
         """Resolve every shard now; raise the first shard's error if any shard failed."""
-        if self._started and self._pid == os.getpid():
+        if self._started and self._pid == PROCESS.pid:
             results = self._discover_all()
         else:
             self._ensure_started()
@@ -368,7 +368,7 @@ class ShardedSentinelPool:
     @property
     def started(self) -> bool:
         """Discovery done in this process (a forked child starts again)."""
-        return self._started and self._pid == os.getpid()
+        return self._started and self._pid == PROCESS.pid
 
     def __enter__(self) -> ShardedSentinelPool:
         return self
@@ -422,7 +422,7 @@ class ShardedSentinelPool:
     def ready(self, shard: Shard, write: bool) -> None:
         """Before a call: the core started, the shard's master known, and (for a write) its
         fence open."""
-        if not self._started or self._pid != os.getpid():
+        if not self._started or self._pid != PROCESS.pid:
             self._ensure_started()
             # The first call ends with the discovery's error, not one more round's after it.
             self.safety.need_master(shard, ask=False)
