@@ -73,6 +73,9 @@ except ImportError:  # pragma: no cover - older redis-py
     EventDispatcher = None  # type: ignore[assignment, misc]
 
 _READ_SIZE = 65536
+#: The ``asyncio.StreamReader`` internals the lean read uses (Python 3.10 to 3.13 have them);
+#: a connection whose stream lacks one is left to redis-py's own path.
+STREAM_INTERNALS = ("_buffer", "_exception", "_paused", "_eof", "_maybe_resume_transport")
 _CLOSED = "Connection closed by server."  # redis-py's words for it
 _UNCANCEL = sys.version_info >= (3, 11)  # Task.cancelling() and Task.uncancel()
 
@@ -171,9 +174,12 @@ class AsyncLeanIO(redis.asyncio.connection.AbstractConnection):
         reader: Any = getattr(self._parser, "_reader", None)
         state = self._lean_state
         if state is None or state[0] is not reader:  # connected again: a new reader
-            state = self._lean_state = lean_reader(
-                self._parser, self.protocol, self.health_check_interval
-            )
+            state = lean_reader(self._parser, self.protocol, self.health_check_interval)
+            if state is not None and not all(
+                hasattr(self._reader, name) for name in STREAM_INTERNALS
+            ):
+                state = None  # an asyncio without them: redis-py's own path reads
+            self._lean_state = state
         return None if state is None or self._writer is None else state
 
     async def _failed(self, exc: BaseException, writing: bool) -> BaseException:

@@ -1,0 +1,71 @@
+"""The asyncio lean read uses ``asyncio.StreamReader`` internals (``_buffer``, ``_paused``, ...).
+A Python whose streams lack one of them must not break the calls: such a connection is left to
+redis-py's own path, with the same replies."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from waiting import key_on
+
+from sentinel_cache.core.ops import async_clients
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+from sentinel_cache.testing import LocalSentinelCluster
+
+try:
+    import hiredis  # noqa: F401
+
+    HIREDIS = True
+except ImportError:  # the CI cells without hiredis
+    HIREDIS = False
+
+
+@pytest.fixture
+def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
+    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
+    pool.discover()
+    yield pool
+    pool.close()
+
+
+def lean_paths(core: ShardedSentinelPool) -> tuple[dict[str, Any], list[bool]]:
+    client = AsyncCacheClient(core, Codec())
+    keys = [key_on(core, i, "internals") for i in range(len(core.shards))]
+
+    async def main() -> tuple[dict[str, Any], list[bool]]:
+        try:
+            await client.set_many(dict.fromkeys(keys, "v"), 60)
+            found = await client.get_many(keys)
+            lean = []
+            for shard in core.shards:
+                connections = (await client.io.master(shard)).connection_pool
+                connection = await connections.get_connection()
+                try:
+                    lean.append(connection._lean() is not None)
+                finally:
+                    await connections.release(connection)
+            return found, lean
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def test_a_stream_without_the_internals_takes_redis_py_s_path(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found, lean = lean_paths(core)
+    # this Python has them: the lean path reads (with hiredis; without it redis-py's path)
+    assert lean == [HIREDIS] * len(core.shards)
+    assert set(found.values()) == {"v"}
+    monkeypatch.setattr(
+        async_clients, "STREAM_INTERNALS", (*async_clients.STREAM_INTERNALS, "_gone")
+    )
+    found, lean = lean_paths(core)
+    assert lean == [False] * len(core.shards)
+    assert set(found.values()) == {"v"} and len(found) == len(core.shards)
