@@ -20,10 +20,9 @@ pytestmark = pytest.mark.failover
 ClusterFactory = Callable[..., LocalSentinelCluster]
 
 
-def test_replica_answers_in_an_outage_are_served_not_kept_as_near_copies(
-    make_cluster: ClusterFactory,
-) -> None:
-    # down-after 60 s: the frozen master is neither replaced nor demoted during the test.
+def tracked_pool(make_cluster: ClusterFactory) -> tuple[LocalSentinelCluster, ShardedSentinelPool]:
+    """One shard with a replica, its near cache tracking and the replica in step; down-after
+    60 s: the frozen master is neither replaced nor demoted during a test."""
     cluster = make_cluster(shards=1, replicas=1, sentinels=1, down_after_ms=60000)
     pool = ShardedSentinelPool(
         cluster.master_names, cluster.sentinel_addresses, near_cache=True, socket_timeout=1.0
@@ -33,6 +32,18 @@ def test_replica_answers_in_an_outage_are_served_not_kept_as_near_copies(
         shard = pool.shards[0]
         wait_until(lambda: pool.near.status(0)["tracked"], 10, "shard 0 to be tracked")
         wait_until(lambda: shard.outage_replicas(shard.generation), 5, "a replica in step")
+    except BaseException:
+        pool.close()
+        raise
+    return cluster, pool
+
+
+def test_replica_answers_in_an_outage_are_served_not_kept_as_near_copies(
+    make_cluster: ClusterFactory,
+) -> None:
+    cluster, pool = tracked_pool(make_cluster)
+    shard = pool.shards[0]
+    try:
         codec = Codec()
         client = CacheClient(pool, codec)
         keys = [key_on(pool, 0, f"near-outage{i}") for i in range(6)]
@@ -68,15 +79,9 @@ def test_the_near_read_that_finds_the_master_unreachable_is_answered_by_the_repl
 ) -> None:
     """The first read of an outage, a near-cache miss (a read the master alone may answer, for
     its copy is kept): it is sent again to the replica, as a read without a near cache is."""
-    cluster = make_cluster(shards=1, replicas=1, sentinels=1, down_after_ms=60000)
-    pool = ShardedSentinelPool(
-        cluster.master_names, cluster.sentinel_addresses, near_cache=True, socket_timeout=1.0
-    )
+    cluster, pool = tracked_pool(make_cluster)
+    shard = pool.shards[0]
     try:
-        pool.discover()
-        shard = pool.shards[0]
-        wait_until(lambda: pool.near.status(0)["tracked"], 10, "shard 0 to be tracked")
-        wait_until(lambda: shard.outage_replicas(shard.generation), 5, "a replica in step")
         codec = Codec()
         client = CacheClient(pool, codec)
         key = key_on(pool, 0, "near-first")
