@@ -408,13 +408,12 @@ class StampedeOperations(CacheOperations):
         ms = expiry_args(timeout)[1] if timeout is not None else 0
         keys = (key, lock_key(key), delta_key(key), wake_key(key))
         data = self.encode(value)
+        head = ("EVAL", PUBLISH_IF_HELD, 4, *keys, token, data, ms, took, WAKE_MS)
         over: tuple[Any, ...] = ("0",) if replaces is None else ("1", replaces)
+        current = MISS
         for _ in range(2):  # over what it replaces; then once over bytes it cannot read
-            publish: Command = (
-                "EVAL", PUBLISH_IF_HELD, 4, *keys, token, data, ms, took, WAKE_MS, *over
-            )  # fmt: skip
             replies, _ = self.keyed(
-                key, self.durable([publish]), [0], REPLACE, idempotent=False
+                key, self.durable([(*head, *over)]), [0], REPLACE, idempotent=False
             )
             self.check_durable(key, replies)
             written = replies[0]
@@ -422,11 +421,12 @@ class StampedeOperations(CacheOperations):
                 break
             current = self.decode(written, key)  # written meanwhile: it wins if readable
             if current is not MISS:
-                self.keyed(key, [release_command(key, token)], [0], WRITE)
-                return current
+                break
             over = ("1", written)
-        if type(written) is bytes:  # unreadable bytes, written again meanwhile: leave them
+        if type(written) is bytes:  # written meanwhile: the lock is still held, release it
             self.keyed(key, [release_command(key, token)], [0], WRITE)
+            if current is not MISS:
+                return current
             log.warning("get_or_set of key %s: written meanwhile, not stored", short_key(key))
         elif written != 1:
             log.warning(
