@@ -13,222 +13,59 @@ project over real HTTP from a thread of this process with the first 2 masters as
    threads, and reports failed requests (goal: 0), acknowledged writes lost (goal: 0) and
    whether the user is still logged in;
 6. shows ``sentinel_status`` again, with the shard's new master;
-7. near cache (the ``near`` alias): a feature flag read by hundreds of requests is served from
-   this process's memory (hit ratio, and a get timed against the network one), then another
-   writer (a plain ``redis.Redis`` client, as a Java service would) changes it and the next
-   read returns the new value;
-8. online resharding: 30 users log in, the third master is appended (``PREVIOUS_MASTERS``
-   deployed), ``sentinel_reshard --dry-run``, then the migration with its progress while the
-   users keep requesting pages; deployed without ``PREVIOUS_MASTERS``, every key is on its ring
-   owner, no request failed and nobody was logged out;
+7. near cache (:mod:`example_project.demo_near`, the ``near`` alias): a feature flag read by
+   hundreds of requests is served from this process's memory (hit ratio, and a get timed
+   against the network one), then another writer (a plain ``redis.Redis`` client, as a Java
+   service would) changes it and the next read returns the new value;
+8. online resharding (:mod:`example_project.demo_reshard`): 30 users log in, the third master
+   is appended (``PREVIOUS_MASTERS`` deployed), ``sentinel_reshard --dry-run``, then the
+   migration with its progress while the users keep requesting pages; deployed without
+   ``PREVIOUS_MASTERS``, every key is on its ring owner, no request failed and nobody was
+   logged out;
 9. warm adoption (:mod:`example_project.demo_adoption`): a site moved from a django-redis server
    with users logged in (``PREVIOUS_CACHE``), none logged out, no miss, then
    ``sentinel_reshard --from-previous-cache`` empties the old server;
-10. exercises the Flask app (``@cache.cached``, ``@cache.memoize``, ``flask sentinel-status``);
+10. exercises the Flask app (:mod:`example_project.demo_flask`: ``@cache.cached``,
+    ``@cache.memoize``, ``flask sentinel-status``);
 11. runs :mod:`example_project.demo_outage`'s steps: a cold expensive page computed once, and a
     crash (SIGKILL) of the session's master under logged-in traffic, nobody logged out;
 
-then stops everything it started. Exit code 0 when every step passed, 1 otherwise.
+then stops everything it started. Exit code 0 when every step passed, 1 otherwise. What every
+step uses (output, browser, traffic, commands) is in :mod:`example_project.demo_tools`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import http.cookiejar
 import io
 import json
 import os
 import re
 import sys
 import tempfile
-import threading
 import time
 import traceback
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from example_project import demo_outage
 from example_project.demo_adoption import adoption
+from example_project.demo_flask import flask
+from example_project.demo_near import near_cache
+from example_project.demo_reshard import reshard
+from example_project.demo_tools import (
+    PASSWORD,
+    USERNAME,
+    Browser,
+    DemoFailure,
+    Output,
+    Traffic,
+    log_in,
+    sentinel_status,
+)
 
 SPREAD_KEYS = 4000
-USERNAME = "demo"
-PASSWORD = "sharded-sentinel-demo"  # a throwaway account on a throwaway sqlite database
-HOT_READS = 200  # requests that read the feature flag through the near cache
-TIMED_READS = 1000  # gets timed with and without the near cache
-STALE_LIMIT = 2.0  # seconds an outside write may take to reach the near cache
-RESHARD_USERS = 30
-RESHARD_RATE = 1000  # keys/s: slow on purpose, so the users' traffic runs through the migration
-
-
-class DemoFailure(Exception):
-    """A step did not do what it should; the message says what and why."""
-
-
-class Output:
-    """Progress lines with the time since the start."""
-
-    def __init__(self, stream: Any = None) -> None:
-        self.stream = stream or sys.stdout
-        self.began = time.monotonic()
-        self.steps = 0
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.began
-
-    def step(self, title: str) -> None:
-        self.steps += 1
-        self.line(f"\n== {self.steps}. {title}  [{self.elapsed():5.1f}s]")
-
-    def line(self, text: str = "") -> None:
-        print(text, file=self.stream, flush=True)
-
-    def say(self, text: str) -> None:
-        self.line(f"   {text}")
-
-    def block(self, text: str) -> None:
-        for row in text.rstrip("\n").splitlines():
-            self.line(f"   | {row}")
-
-
-# -- a tiny HTTP client (urllib with cookies) ---------------------------------------------------
-
-
-class Browser:
-    """One user agent: a cookie jar and a base URL; returns (status, body) and never raises on
-    an HTTP error status."""
-
-    def __init__(self, base: str, timeout: float = 10.0) -> None:
-        self.base = base
-        self.timeout = timeout
-        self.jar = http.cookiejar.CookieJar()
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
-
-    def request(self, path: str, data: dict[str, str] | None = None) -> tuple[int, bytes]:
-        body = None if data is None else urllib.parse.urlencode(data).encode()
-        req = urllib.request.Request(self.base + path, data=body)
-        try:
-            with self.opener.open(req, timeout=self.timeout) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, exc.read()
-
-    def json(self, path: str) -> Any:
-        status, body = self.request(path)
-        if status != 200:
-            raise DemoFailure(f"GET {path} answered {status}: {body[:300]!r}")
-        return json.loads(body)
-
-    def cookie(self, name: str) -> str | None:
-        return next((c.value for c in self.jar if c.name == name), None)
-
-
-class Traffic(threading.Thread):
-    """Sends requests back to back until stopped; counts successes, failures and latencies."""
-
-    def __init__(self, name: str, send: Callable[[int], str | None]) -> None:
-        super().__init__(name=f"demo-traffic-{name}", daemon=True)
-        self.label = name
-        self.send = send  # returns None when the request succeeded, else why it failed
-        self.halt = threading.Event()
-        self.ok = 0
-        self.failures: list[str] = []
-        self.slowest = 0.0
-        self.acked: list[int] = []
-
-    def run(self) -> None:
-        n = 0
-        while not self.halt.is_set():
-            n += 1
-            started = time.monotonic()
-            try:
-                problem = self.send(n)
-            except Exception as exc:  # a dropped connection is a failed request too
-                problem = f"{type(exc).__name__}: {exc}"
-            self.slowest = max(self.slowest, time.monotonic() - started)
-            if problem is None:
-                self.ok += 1
-                self.acked.append(n)
-            else:
-                self.failures.append(problem)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(15)
-
-    @property
-    def total(self) -> int:
-        return self.ok + len(self.failures)
-
-
-class ProgressStream(io.TextIOBase):
-    """Where ``sentinel_reshard`` writes its progress: the demo's output, indented like a block,
-    live. On a terminal it says so, and the command draws its bar (redrawn with ``\\r``); on
-    anything else the command prints plain progress lines."""
-
-    def __init__(self, out: Output) -> None:
-        super().__init__()
-        self.out = out
-        self.tty = bool(getattr(out.stream, "isatty", lambda: False)())
-        self.fresh = True
-        self.text: list[str] = []
-
-    def isatty(self) -> bool:
-        return self.tty
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        self.text.append(text)
-        for piece in re.split(r"([\r\n])", text):
-            if piece in ("\r", "\n"):
-                self.out.stream.write(piece)
-                self.fresh = True
-            elif piece:
-                if self.fresh:
-                    self.out.stream.write("   | ")
-                    self.fresh = False
-                self.out.stream.write(piece)
-        self.out.stream.flush()
-        return len(text)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll ``condition`` until it holds; returns the seconds it took, DemoFailure after
-    ``timeout``."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout:
-            raise DemoFailure(f"no {what} after {timeout:g}s")
-        time.sleep(0.005)
-    return time.monotonic() - started
-
-
-def log_in(browser: Browser, username: str) -> dict[str, Any]:
-    """The login form, as a person fills it in; returns ``/api/me/`` afterwards."""
-    status, body = browser.request("/accounts/login/")
-    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', body)
-    if status != 200 or token is None:
-        raise DemoFailure(f"the login page answered {status} without a CSRF token")
-    status, body = browser.request(
-        "/accounts/login/",
-        {
-            "username": username,
-            "password": PASSWORD,
-            "csrfmiddlewaretoken": token.group(1).decode(),
-        },
-    )
-    if status != 200 or f"Hello {username}".encode() not in body:
-        raise DemoFailure(f"{username}'s login did not land on the account page ({status})")
-    me: dict[str, Any] = browser.json("/api/me/")
-    if not me["authenticated"] or me["username"] != username:
-        raise DemoFailure(f"{username} logged in, but /api/me/ says {me['username']!r}")
-    return me
 
 
 # -- the demo ------------------------------------------------------------------------------------
@@ -255,10 +92,10 @@ class Demo:
         self.log_in()
         self.failover()
         self.status_after_failover()
-        self.near_cache()
-        self.reshard()
+        near_cache(self)
+        reshard(self)
         adoption(self)
-        self.flask()
+        flask(self)
         for step in demo_outage.STEPS:  # a cold page computed once; a crash, nobody logged out
             if (problem := step(self)) is not None:
                 raise DemoFailure(problem)
@@ -326,7 +163,7 @@ class Demo:
         started = time.monotonic()
         first = True
         while True:
-            text, code = self._sentinel_status()
+            text, code = sentinel_status()
             if code == 0 or time.monotonic() - started >= wait_healthy:
                 break
             if first:
@@ -350,18 +187,6 @@ class Demo:
             call_command("sentinel_status", "--cache", "default", "--json", stdout=buffer)
         report: dict[str, Any] = json.loads(buffer.getvalue())["default"]
         return report
-
-    @staticmethod
-    def _sentinel_status(alias: str = "default") -> tuple[str, int]:
-        from django.core.management import call_command
-
-        buffer = io.StringIO()
-        try:
-            call_command("sentinel_status", "--cache", alias, stdout=buffer)
-            code = 0
-        except SystemExit as exc:  # 1 degraded, 2 down
-            code = int(exc.code or 0)
-        return buffer.getvalue(), code
 
     def spread_keys(self) -> None:
         from django.core.cache import cache
@@ -556,416 +381,6 @@ class Demo:
                 f"(client {shard['client_address']}), expected {new}"
             )
         self.out.say(f"{name}: master {new}, switches seen by the cache: {shard['switch_count']}")
-
-    def near_cache(self) -> None:
-        import redis
-        from django.conf import settings
-        from django.core.cache import caches
-
-        from example_project.views import FLAG_KEY
-
-        self.out.step("Near cache: a hot feature flag served from this process's memory")
-        near, plain = caches["near"], caches["default"]
-        core = near.core  # type: ignore[attr-defined]
-        key = near.make_key(FLAG_KEY)
-        index = core.shard_index(key)
-        name = self.masters[index]
-
-        def stats() -> dict[str, Any]:
-            counters: dict[str, Any] = core.status()["shards"][index]["near_cache"]
-            return counters
-
-        started = time.monotonic()
-        near.get(FLAG_KEY)  # the first use starts the core, and a tracker per shard
-        wait_for(
-            lambda: all(s["near_cache"]["tracked"] for s in core.status()["shards"]),
-            5,
-            "near-cache tracking on every shard",
-        )
-        prefixes = settings.CACHES["near"]["OPTIONS"]["NEAR_CACHE_PREFIXES"]
-        self.out.say(
-            f"the 'near' cache alias (same servers and keys as 'default', with NEAR_CACHE and "
-            f"NEAR_CACHE_PREFIXES {prefixes}): every master announces changes of those keys "
-            f"to this process (CLIENT TRACKING BCAST), tracked "
-            f"{(time.monotonic() - started) * 1000:.0f} ms after its first use"
-        )
-        before = stats()["invalidations"]
-        near.set(FLAG_KEY, 10)
-        # BCAST tracking tells every client about every write, ours too: wait for the echo of
-        # this one, or it could evict the first copy read after it (one extra miss, harmless).
-        wait_for(lambda: stats()["invalidations"] > before, 2, "echo of our own write")
-        self.out.say(f"{key} = 10 (set through the cache; its key is on shard {index}, {name})")
-
-        assert self.browser is not None
-        reader = Browser(self.browser.base)
-        start = stats()
-        for _ in range(HOT_READS):
-            flag = reader.json("/api/flag/")
-            if flag["percent"] != 10:
-                raise DemoFailure(f"/api/flag/ answered {flag['percent']!r}, expected 10")
-        end = stats()
-        hits, misses = end["hits"] - start["hits"], end["misses"] - start["misses"]
-        self.out.say(
-            f"{HOT_READS} requests to /api/flag/: {hits} reads served from this process's "
-            f"memory, {misses} from {name} (hit ratio {hits / max(1, hits + misses):.1%}); "
-            f"kept: {end['entries']} entry, {end['bytes']} bytes"
-        )
-        if hits < HOT_READS * 0.9:
-            raise DemoFailure(f"only {hits} of {HOT_READS} reads were near-cache hits")
-
-        local, network = [], []
-        for _ in range(TIMED_READS):  # interleaved: both see the same load on this machine
-            started = time.perf_counter_ns()
-            got_near = near.get(FLAG_KEY)
-            middle = time.perf_counter_ns()
-            got_plain = plain.get(FLAG_KEY)
-            local.append(middle - started)
-            network.append(time.perf_counter_ns() - middle)
-            if got_near != 10 or got_plain != 10:
-                raise DemoFailure(f"read {got_near!r} and {got_plain!r}, expected 10")
-        fast, slow = _median(local) / 1000, _median(network) / 1000
-        self.out.say(
-            f"one get() in this process, median of {TIMED_READS}: {fast:.1f} µs from the near "
-            f"cache, {slow:.1f} µs through the 'default' alias (a GET round trip to {name}): "
-            f"{slow / fast:.0f}x"
-        )
-        if fast >= slow:
-            raise DemoFailure("a near-cache hit was not faster than a network get")
-
-        address = core.shard_for(key).address
-        db = core.config.connection_options().get("db", 0)
-        seen = stats()["invalidations"]
-        with redis.Redis(host=address.host, port=address.port, db=db) as other:
-            other.set(key, 50)  # integers are stored as plain decimal: any client can write one
-            written = time.monotonic()
-        stale = 0
-        while (value := near.get(FLAG_KEY)) != 50:
-            if value != 10:
-                raise DemoFailure(f"read {value!r} after the outside write, expected 10 or 50")
-            if time.monotonic() - written > STALE_LIMIT:
-                raise DemoFailure(
-                    f"the near cache still served the old value {STALE_LIMIT:g}s after another "
-                    f"writer changed {key}: no invalidation arrived"
-                )
-            stale += 1
-        took = time.monotonic() - written
-        self.out.say(
-            f"another writer (a plain redis.Redis client on {address.host}:{address.port}, "
-            f"standing for another process or a Java service): SET {key} 50"
-        )
-        self.out.say(
-            f"the cache read 50 {took * 1000:.2f} ms after that write was acknowledged "
-            f"({stale} reads before it still saw 10, while the invalidation was on its way); "
-            f"invalidations received: +{stats()['invalidations'] - seen}"
-        )
-        flag = reader.json("/api/flag/")
-        if flag["percent"] != 50:
-            raise DemoFailure(f"/api/flag/ still answers {flag['percent']!r} after the change")
-        self.out.say("/api/flag/ answers 50 too")
-        text, _ = self._sentinel_status("near")
-        rows = text.splitlines()
-        head = next((i for i, row in enumerate(rows) if row.startswith("near cache")), None)
-        if head is None:
-            raise DemoFailure("sentinel_status --cache near printed no near-cache table")
-        end_row = next((i for i in range(head, len(rows)) if not rows[i].strip()), len(rows))
-        self.out.say("sentinel_status --cache near, its near-cache table:")
-        self.out.block("\n".join(rows[head:end_row]))
-
-    def deploy(self, masters: list[str], previous: list[str] | None) -> None:
-        """Deploy the site with new cache settings, in this process: the environment changes,
-        the settings module computes ``CACHES`` again and they replace the running ones
-        (``override_settings``: Django builds every cache anew on its next use), and the cores
-        of the settings replaced are closed once the requests already running are done, as the
-        old processes of a real deployment would exit."""
-        from django.conf import settings
-        from django.core.cache import caches
-        from django.test.utils import override_settings
-
-        from example_project import settings as site
-        from example_project import topology
-        from example_project.apps import register_switch_callback
-
-        replaced = [caches[alias].core for alias in settings.CACHES]  # type: ignore[attr-defined]
-        topology.export(self.cluster.config()["sentinels"], masters, previous_masters=previous)
-        # Left on until the process exits: the next deployment is applied on top of this one.
-        override_settings(CACHES=site.cache_settings()).enable()
-        self.masters = list(masters)
-        register_switch_callback()
-        time.sleep(0.5)  # the requests that started on the old settings finish
-        current = {id(caches[alias].core) for alias in settings.CACHES}  # type: ignore[attr-defined]
-        for core in replaced:
-            if id(core) not in current:
-                core.close()
-        env = f"SENTINEL_CACHE_MASTERS={','.join(masters)}"
-        if previous:
-            env += f" SENTINEL_CACHE_PREVIOUS_MASTERS={','.join(previous)}"
-        self.out.say(f"deployed: {env}")
-
-    def reshard(self) -> None:
-        from django.core.cache import caches
-
-        from example_project.server import ensure_user
-        from example_project.views import SESSION_KEY_PREFIX
-
-        assert self.browser is not None
-        before = list(self.masters)
-        added = next(name for name in self.cluster.master_names if name not in before)
-        after = [*before, added]
-        self.out.step(
-            f"Online resharding: append {added} while {RESHARD_USERS} users are logged in"
-        )
-        started = time.monotonic()
-        users: list[tuple[str, Browser]] = []
-        for n in range(RESHARD_USERS):
-            name = f"user{n:02d}"
-            ensure_user(name, PASSWORD)
-            browser = Browser(self.browser.base)
-            log_in(browser, name)
-            users.append((name, browser))
-        stored = {
-            name: caches["default"].make_key(SESSION_KEY_PREFIX + str(browser.cookie("sessionid")))
-            for name, browser in users
-        }
-
-        def per_shard() -> str:
-            core = caches["default"].core  # type: ignore[attr-defined]
-            counts = [0] * len(self.masters)
-            for key in stored.values():
-                counts[core.shard_index(key)] += 1
-            return ", ".join(f"{m} {c}" for m, c in zip(self.masters, counts, strict=True))
-
-        self.out.say(
-            f"{RESHARD_USERS} users logged in through the login form, each from its own browser, "
-            f"in {time.monotonic() - started:.1f}s; their sessions: {per_shard()}"
-        )
-        active, idle = users[::2], users[1::2]
-
-        def as_users(group: list[tuple[str, Browser]]) -> Callable[[int], str | None]:
-            def send(n: int) -> str | None:
-                name, browser = group[n % len(group)]
-                path = "/account/" if (n // len(group)) % 2 else "/api/me/"
-                status, body = browser.request(path)
-                if status != 200:
-                    return f"{name}: GET {path} answered {status}: {body[:200]!r}"
-                if path == "/api/me/":
-                    me = json.loads(body)
-                    ok = me["authenticated"] and me["username"] == name
-                else:
-                    ok = f"Hello {name}.".encode() in body
-                return None if ok else f"{name} was logged out (GET {path})"
-
-            return send
-
-        visitor = Browser(self.browser.base)
-
-        def visit(n: int) -> str | None:
-            status, body = visitor.request(f"/api/visit/{n}/")
-            return None if status == 200 else f"/api/visit/ {status}: {body[:200]!r}"
-
-        traffic = [
-            Traffic("users-1", as_users(active[0::2])),
-            Traffic("users-2", as_users(active[1::2])),
-            Traffic("visits", visit),
-        ]
-        self.out.say(
-            f"background traffic: {len(active)} of the users request /api/me/ and /account/ "
-            f"in turn, and /api/visit/<n>/ writes keys; the other {len(idle)} stay idle until "
-            "the end"
-        )
-        self.out.say(
-            f"{added} is already monitored by the sentinels (runbook step 1 in "
-            "docs/resharding.md): the demo started it with the others, as the local harness "
-            "cannot add a master to running sentinels"
-        )
-        idle_moving: list[str] = []
-        for thread in traffic:
-            thread.start()
-        try:
-            time.sleep(0.5)
-            self.out.say(
-                f"deploy the site with {added} appended and PREVIOUS_MASTERS (here: its CACHES "
-                "computed again from the environment and swapped in, in this process, with "
-                "override_settings; the cores of the old settings are then closed)"
-            )
-            self.deploy(after, previous=before)
-            core = caches["default"].core  # type: ignore[attr-defined]
-            idle_moving = [n for n, _ in idle if core.previous_shard_for(stored[n]) is not None]
-            self.out.say(
-                f"of the {len(idle)} idle users' sessions, {len(idle_moving)} are on keys the "
-                f"append moves to {added}: nobody reads them during the migration, so only the "
-                "migration can move them"
-            )
-            self.out.say(
-                "the plan: sentinel_reshard --cache default --dry-run (the 'near' alias has the "
-                "same servers and keys: the default cache's migration moves them for both)"
-            )
-            code, text, _ = self._command("sentinel_reshard", "--cache", "default", "--dry-run")
-            self.out.block(text)
-            if code != 0:
-                raise DemoFailure(f"sentinel_reshard --dry-run exited {code}")
-            progress = ProgressStream(self.out)
-            shown = "its progress bar" if progress.tty else "its progress lines (not a terminal)"
-            self.out.say(
-                f"the migration: sentinel_reshard --cache default --rate {RESHARD_RATE} "
-                f"(throttled so that the users' traffic runs through it), {shown}:"
-            )
-            code, text, _ = self._command(
-                "sentinel_reshard",
-                "--cache",
-                "default",
-                "--rate",
-                str(RESHARD_RATE),
-                stderr=progress,
-            )
-            self.out.block(text)
-            if code != 0:
-                raise DemoFailure(f"sentinel_reshard exited {code}")
-            if not progress.tty and "(done)" not in "".join(progress.text):
-                raise DemoFailure("sentinel_reshard printed no progress")
-            code, text, _ = self._command("sentinel_reshard", "--cache", "default", "--json")
-            again = json.loads(text)["default"]
-            self.out.say(
-                f"run again: moved {again['moved']} of {again['scanned']:,} keys scanned "
-                f"(exit {code}): nothing was left behind"
-            )
-            if code != 0 or again["moved"] != 0:
-                raise DemoFailure(f"a second sentinel_reshard moved {again['moved']} keys")
-            self.out.say("deploy the site without PREVIOUS_MASTERS")
-            self.deploy(after, previous=None)
-            time.sleep(0.5)  # some traffic on the final settings
-        finally:
-            for thread in traffic:
-                thread.stop()
-        total = sum(t.total for t in traffic)
-        failed = [f for t in traffic for f in t.failures]
-        self.out.say(
-            f"requests during the resharding: {total}, failed: {len(failed)} "
-            f"(slowest {max(t.slowest for t in traffic) * 1000:.0f} ms)"
-        )
-        core = caches["default"].core  # type: ignore[attr-defined]
-        keys = misplaced = 0
-        for index, name in enumerate(after):
-            with self.cluster.node_client(self.cluster.master_address(name)) as node:
-                for key in node.scan_iter(count=1000):
-                    keys += 1
-                    misplaced += core.shard_index(key) != index
-        self.out.say(
-            f"SCAN of every master: {keys} keys, {misplaced} off their ring owner; "
-            f"sessions now: {per_shard()}"
-        )
-        flag = self.browser.json("/api/flag/")  # its key may have moved too
-        self.out.say(
-            f"the feature flag through the near cache: {flag['percent']} (shard {flag['shard']})"
-        )
-        logged_out = [
-            name
-            for name, browser in [*users, (USERNAME, self.browser)]
-            if browser.json("/api/me/")["username"] != name
-        ]
-        still = RESHARD_USERS + 1 - len(logged_out)
-        self.out.say(
-            f"still logged in: {still}/{RESHARD_USERS + 1} ({RESHARD_USERS} users and "
-            f"{USERNAME!r}; the {len(idle_moving)} idle users whose sessions moved included)"
-        )
-        self.out.say(
-            f"RESHARD RESULT: {len(failed)} failed requests, {len(logged_out)} logged out, "
-            f"{misplaced} keys off their owner"
-        )
-        self.reshard_failed = len(failed)
-        self.no_failed_requests(failed, total, "the resharding")
-        if logged_out:
-            raise DemoFailure(f"logged out by the resharding: {', '.join(logged_out)}")
-        if misplaced:
-            raise DemoFailure(f"{misplaced} keys are not on their ring owner after the migration")
-        if flag["percent"] != 50:
-            raise DemoFailure(f"/api/flag/ answers {flag['percent']!r} after the resharding")
-
-    @staticmethod
-    def _command(*args: str, stderr: Any = None) -> tuple[int, str, str]:
-        """``call_command(*args)``; returns (exit code, stdout, stderr)."""
-        from django.core.management import call_command
-
-        out = io.StringIO()
-        err = stderr if stderr is not None else io.StringIO()
-        try:
-            call_command(*args, stdout=out, stderr=err)
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        return code, out.getvalue(), err.getvalue() if isinstance(err, io.StringIO) else ""
-
-    def flask(self) -> None:
-        from django.core.cache import cache
-
-        from example_project.flask_app import backend, create_app
-
-        self.out.step("The Flask app: @cache.cached, @cache.memoize, flask sentinel-status")
-        app = create_app()
-        client = app.test_client()
-        with app.app_context():
-            shared = backend().core is cache.core  # type: ignore[attr-defined]
-        self.out.say(
-            "Flask-Caching backend built from CACHE_REDIS_SENTINELS; "
-            + ("it shares the Django cache's core (equal settings)" if shared else "own core")
-        )
-        first, second = client.get("/report").get_json(), client.get("/report").get_json()
-        self.out.say(
-            f"/report (@cache.cached): generated {first['generated_at']}, "
-            f"then {second['generated_at']}"
-        )
-        if first != second:
-            raise DemoFailure("@cache.cached did not serve the second /report")
-        timings = []
-        for _ in range(2):
-            started = time.perf_counter()
-            result = client.get("/square/12").get_json()
-            timings.append((time.perf_counter() - started) * 1000)
-        self.out.say(
-            f"/square/12 (@cache.memoize): {result['square']}, {timings[0]:.0f} ms then "
-            f"{timings[1]:.0f} ms"
-        )
-        if timings[1] > timings[0]:
-            raise DemoFailure("@cache.memoize did not make the second call faster")
-        shards = [0] * len(self.masters)
-        for n in range(200):
-            response = client.get(f"/visit/{n}")
-            if response.status_code != 200:
-                raise DemoFailure(f"Flask /visit/{n} answered {response.status_code}")
-            shards[response.get_json()["shard"]] += 1
-        self.out.say(f"/visit/0..199: all stored and read back; per shard {shards}")
-        status = client.get("/shards").get_json()
-        name, new = self.switched
-        flask_view = {s["name"]: s["address"] for s in status["shards"]}
-        self.out.say(f"/shards: {flask_view}")
-        if flask_view[name] != new:
-            raise DemoFailure(f"the Flask app sees {name} at {flask_view[name]}, expected {new}")
-        runner = app.test_cli_runner()
-        result = runner.invoke(args=["sentinel-status"])
-        # Exit 1 (degraded) can come back for a moment while the sentinels are still
-        # reconfiguring the old master as a replica, 10-20 s after the failover.
-        started, deadline = time.monotonic(), time.monotonic() + 20
-        if result.exit_code == 1:
-            problems = [r.strip() for r in result.output.splitlines() if r.startswith("  - ")]
-            self.out.say(
-                f"flask sentinel-status: exit 1 for now ({problems[0] if problems else '?'}); "
-                "waiting up to 20s: the sentinels are still settling after the failover"
-            )
-        while result.exit_code == 1 and time.monotonic() < deadline:
-            time.sleep(0.25)
-            result = runner.invoke(args=["sentinel-status"])
-        waited = time.monotonic() - started
-        self.out.say(
-            f"flask sentinel-status: exit {result.exit_code}"
-            + (f" (after {waited:.1f}s)" if waited > 0.1 else "")
-        )
-        if result.exit_code != 0:
-            self.out.block(result.output)
-            raise DemoFailure(f"flask sentinel-status exited {result.exit_code}")
-
-
-def _median(values: list[int]) -> float:
-    ordered = sorted(values)
-    return float(ordered[len(ordered) // 2])
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

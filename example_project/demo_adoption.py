@@ -15,6 +15,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from example_project.demo_tools import (
+    PASSWORD,
+    Browser,
+    DemoFailure,
+    ProgressStream,
+    command,
+    log_in,
+)
+
 USERS = 20
 CATALOG = 400  # keys the site cached on the django-redis server
 RATE = 500  # keys/s for the migration: slow enough to show its progress
@@ -26,7 +35,6 @@ def adoption(demo: Any) -> None:
     from django.core.cache import caches
     from django.test.utils import override_settings
 
-    from example_project.demo import PASSWORD, Browser, DemoFailure, ProgressStream, log_in
     from example_project.server import ensure_user
     from example_project.views import SESSION_KEY_PREFIX
     from sentinel_cache.testing import LocalSentinelCluster
@@ -103,7 +111,7 @@ def adoption(demo: Any) -> None:
 
         progress = ProgressStream(out)
         out.say(f"sentinel_reshard --cache default --from-previous-cache --rate {RATE}:")
-        code, text, _ = demo._command(
+        code, text, _ = command(
             "sentinel_reshard",
             "--cache",
             "default",
