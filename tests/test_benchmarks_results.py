@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 
 from benchmarks import run
+from benchmarks.page import CHARTS, GENERATED, SECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "benchmarks-results.md"
@@ -36,7 +37,7 @@ def page() -> str:
 
 def test_the_page_says_it_is_generated_and_carries_a_well_formed_stamp() -> None:
     text = page()
-    assert text.splitlines()[0] == run.GENERATED
+    assert text.splitlines()[0] == GENERATED
     stamps = list(STAMP.finditer(text))
     assert len(stamps) == 1, "exactly one stamp line (commit, tree, UTC time, options)"
     stamp = stamps[0]
@@ -51,7 +52,7 @@ def test_the_page_says_it_is_generated_and_carries_a_well_formed_stamp() -> None
 
 def test_the_page_has_every_section_the_generator_writes_in_order() -> None:
     titles = [line[3:] for line in page().splitlines() if line.startswith("## ")]
-    assert titles == list(run.SECTIONS)
+    assert titles == list(SECTIONS)
 
 
 def stamped_commit() -> str:
@@ -114,7 +115,7 @@ def test_every_place_the_page_cites_in_our_code_exists() -> None:
 
 def test_the_page_shows_every_plot_the_generator_draws_and_each_is_an_svg() -> None:
     shown = re.findall(r"^!\[[^\]]*\]\(img/([\w.-]+\.svg)\)$", page(), re.MULTILINE)
-    assert sorted(shown) == sorted(run.CHARTS), "the page's plots are not the generator's"
+    assert sorted(shown) == sorted(CHARTS), "the page's plots are not the generator's"
     for name in shown:
         path = ROOT / "docs" / "img" / name
         assert path.is_file(), f"docs/img/{name} is missing: commit it with the page"
