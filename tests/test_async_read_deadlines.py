@@ -1,4 +1,4 @@
-"""The asyncio lean reads' socket timeout (``ReadDeadlines`` in core/ops/async_clients.py): one
+"""The asyncio lean reads' socket timeout (``ReadDeadlines`` in core/ops/deadlines.py): one
 timer per event loop for every read waiting for its reply, on real (frozen) servers. Each read
 still times out after its own connection's socket timeout, whatever the other reads' deadlines
 (the timer is moved earlier and re-armed), drops its socket, and a cancellation by the caller
@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from sentinel_cache.core.ops.aio import AsyncCacheClient
-from sentinel_cache.core.ops.async_clients import read_deadlines
+from sentinel_cache.core.ops.deadlines import read_deadlines
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
