@@ -1,7 +1,7 @@
 """The report of ``benchmarks.run``, rendered: its sections in order, the run's stamp and
 environment, the plots, the text printed on stdout and the Markdown page
 (``docs/benchmarks-results.md`` with ``--docs``). No measurement: every figure comes from the
-run's ``data`` and sections."""
+run's ``data`` and sections (:mod:`benchmarks.report` builds their rows)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import failover, measure, plots, report
+from benchmarks import failover, measure, plots
 from benchmarks.contenders import SPEC_BY_ID, SPECS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,6 +259,34 @@ def _stamp_line(data: dict[str, Any]) -> str:
     )
 
 
+def _padded(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Every row as wide as the header (a short row, e.g. a "best peer" row, gets blanks)."""
+    return [[*row, *[""] * (len(header) - len(row))] for row in rows]
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    rows = _padded(header, rows)
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False))]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        cells = [
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=False))
+        ]
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    rows = _padded(header, rows)
+    lines = ["| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
+    for row in rows:
+        lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
 def render_text(data: dict[str, Any], sections: list[Section]) -> str:
     out = ["sentinel_cache benchmarks", _environment_line(data), ""]
     for cid, why in data.get("skipped", {}).items():
@@ -267,7 +296,7 @@ def render_text(data: dict[str, Any], sections: list[Section]) -> str:
         if title != previous:
             out.append(f"== {title} ==")
         previous = title
-        out += [*([note] if note else []), report.text_table(header, rows), ""]
+        out += [*([note] if note else []), text_table(header, rows), ""]
     out.append(f"== {TARGETS} ==")
     for t in data["targets"]:
         out.append(f"{t['result']}: {t['target']} ({t['detail']})")
@@ -321,7 +350,7 @@ def render_markdown(data: dict[str, Any], sections: list[Section], *, defaults: 
             out += [f"## {title}", ""]
         if note:
             out += [note, ""]
-        out += [report.markdown_table(header, rows), ""]
+        out += [markdown_table(header, rows), ""]
         last = i + 1 == len(sections) or sections[i + 1][0] != title
         if last and title in charts:
             path = Path(charts[title])

@@ -1,4 +1,5 @@
-"""Turns the collected figures into tables (plain text and Markdown) and PASS/FAIL targets."""
+"""Turns the collected figures into tables (a header and rows, which :mod:`benchmarks.page`
+renders as plain text and Markdown) and PASS/FAIL targets."""
 
 from __future__ import annotations
 
@@ -570,34 +571,3 @@ def issue27_targets(
 
 def _ordered(ids: Any) -> list[str]:
     return [cid for cid in SPEC_BY_ID if cid in ids]
-
-
-# -- rendering -----------------------------------------------------------------------------------
-
-
-def _padded(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[list[str]]:
-    """Every row as wide as the header (a short row, e.g. a "best peer" row, gets blanks)."""
-    return [[*row, *[""] * (len(header) - len(row))] for row in rows]
-
-
-def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    rows = _padded(header, rows)
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False))]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        cells = [
-            str(c).ljust(w) if i == 0 else str(c).rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=False))
-        ]
-        lines.append("  ".join(cells))
-    return "\n".join(lines)
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    rows = _padded(header, rows)
-    lines = ["| " + " | ".join(header) + " |"]
-    lines.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
-    for row in rows:
-        lines.append("| " + " | ".join(str(c) for c in row) + " |")
-    return "\n".join(lines)
