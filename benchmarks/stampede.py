@@ -14,11 +14,11 @@
    ``STAMPEDE_EARLY_REFRESH`` 1: computations per timeout period, whether two ever ran for one
    stored value, and the misses readers met after the first computation (target: at most one
    computation per stored value, 0 misses).
-4. **Crash under sessions**: a master SIGKILLed under 200 requests/s of Django cache-session
-   reads and writes (4 logged-in users at 50/s, their sessions on that master), sentinels'
-   ``down-after-milliseconds`` 1000; ``OUTAGE_READS`` + ``OUTAGE_HOLD`` 5 against both off,
-   side by side on fresh topologies (target, options on: 0 failed, 0 logged out, no request
-   longer than the switch + 0.5 s).
+4. **Crash under sessions** (:mod:`benchmarks.stampede_sessions`): a master SIGKILLed under
+   200 requests/s of Django cache-session reads and writes (4 logged-in users at 50/s, their
+   sessions on that master), sentinels' ``down-after-milliseconds`` 1000; ``OUTAGE_READS`` +
+   ``OUTAGE_HOLD`` 5 against both off, side by side on fresh topologies (target, options on:
+   0 failed, 0 logged out, no request longer than the switch + 0.5 s).
 
 Each process and topology is a real one on 127.0.0.1. ``python -m benchmarks.stampede`` runs it
 alone (``--parts cold,killed`` some of it, ``--repeats`` times each of those two; ``--json``
@@ -35,9 +35,15 @@ import os
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
+from benchmarks.stampede_sessions import (
+    HOLD_S,
+    SESSION_RATE,
+    SESSION_USERS,
+    sessions_through_a_crash,
+)
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
@@ -52,8 +58,7 @@ KILL_LOCK_TIMEOUT_S = 1.0
 KILL_SLACK_MS = 100.0
 EARLY_TIMEOUT_S, EARLY_READS_PER_S, EARLY_READERS, EARLY_SECONDS = 2, 500, 5, 12.0
 EARLY_COMPUTE_S = 0.1
-SESSION_USERS, SESSION_RATE = 4, 50.0  # 4 x 50 = 200 requests/s
-DOWN_AFTER_MS, HOLD_S, SWITCH_SLACK_S = 1000, 5.0, 0.5
+SWITCH_SLACK_S = 0.5
 
 
 def _pool(masters: list[str], sentinels: list[Any]) -> ShardedSentinelPool:
@@ -277,117 +282,6 @@ def early_refresh(cluster: LocalSentinelCluster) -> dict[str, Any]:
     }  # fmt: skip
 
 
-# -- 4. a master SIGKILLed under Django cache sessions ----------------------------------------
-
-
-@dataclass
-class Sessions:
-    requests: int = 0
-    failed: int = 0  # the save raised: a 500
-    logged_out: int = 0  # the load found no user (Django's cache sessions swallow the error)
-    new_keys: int = 0  # a logged-out user's save made a new session (a new cookie)
-    slowest_s: float = 0.0
-    switch_s: float = 0.0  # from the kill to the cache's switch
-    rate: float = 0.0
-
-
-def _django() -> None:
-    import django
-    from django.conf import settings
-
-    if not settings.configured:
-        settings.configure(USE_TZ=True, INSTALLED_APPS=[], CACHES={})
-        django.setup()
-
-
-def sessions_through_a_crash(options: dict[str, Any]) -> Sessions:
-    _django()
-    from django.contrib.sessions.backends.base import SessionBase
-    from django.contrib.sessions.backends.cache import KEY_PREFIX, SessionStore
-
-    from sentinel_cache.django import ShardedSentinelCache
-
-    cluster = LocalSentinelCluster(shards=2, replicas=1, sentinels=3, down_after_ms=DOWN_AFTER_MS)
-    cluster.start()
-    config = cluster.config()
-    cache = ShardedSentinelCache(
-        config["sentinels"],
-        {"KEY_PREFIX": "bench", "OPTIONS": {"MASTERS": config["masters"], "DB": DB, **options}},
-    )
-    core = cache.core
-
-    def store(key: str | None = None) -> SessionStore:
-        """Django's cache SessionStore on ``cache`` (not on ``caches[SESSION_CACHE_ALIAS]``)."""
-        session = SessionStore.__new__(SessionStore)
-        session._cache = cache  # type: ignore[attr-defined]
-        SessionBase.__init__(session, key)
-        return session
-
-    try:
-        keys: list[str] = []
-        while len(keys) < SESSION_USERS:  # logged-in users whose sessions live on shard 0
-            session = store()
-            session["_auth_user_id"] = str(len(keys))
-            session.save()
-            if core.shard_for(cache.make_key(KEY_PREFIX + session.session_key)).index == 0:
-                keys.append(session.session_key)  # type: ignore[arg-type]
-        shard, name = core.shards[0], cluster.master_names[0]
-        deadline = time.monotonic() + 10
-        while core.config.outage_reads and not shard.outage_replicas(shard.generation):
-            if time.monotonic() > deadline:
-                raise RuntimeError("no replica in step with shard 0's master")
-            time.sleep(0.05)
-        with cluster.node_client(shard.address) as node:
-            node.execute_command("WAIT", 1, 5000)  # the logins reached the replica
-        outcome, lock = Sessions(), threading.Lock()
-        generation, stop = shard.generation, threading.Event()
-
-        def user(n: int, key: str) -> None:
-            due = time.monotonic()
-            while not stop.is_set():
-                began = time.monotonic()
-                request = store(key)  # what SessionMiddleware does per request
-                out = request.get("_auth_user_id") != str(n)
-                request["seen"] = began
-                try:
-                    request.save()
-                    failed = False
-                except Exception:
-                    failed = True
-                took = time.monotonic() - began
-                with lock:
-                    outcome.requests += 1
-                    outcome.failed += failed
-                    outcome.logged_out += out
-                    outcome.slowest_s = max(outcome.slowest_s, took)
-                    if not failed and request.session_key != key:
-                        outcome.new_keys += 1
-                        key = request.session_key  # type: ignore[assignment]
-                due = max(due + 1 / SESSION_RATE, time.monotonic() - 1 / SESSION_RATE)
-                time.sleep(max(0.0, due - time.monotonic()))
-
-        started = time.monotonic()
-        with Workers(timeout=HOLD_S + 30) as workers:
-            for n, key in enumerate(keys):
-                workers.spawn(user, n, key)
-            time.sleep(0.5)
-            old = cluster.kill_master(name)
-            killed = time.monotonic()
-            while shard.generation == generation:
-                if time.monotonic() > killed + 30:
-                    raise RuntimeError("the cache did not switch within 30 s")
-                time.sleep(0.005)
-            outcome.switch_s = time.monotonic() - killed
-            time.sleep(1.0)
-            stop.set()
-        outcome.rate = outcome.requests / (time.monotonic() - started)
-        cluster.wait_for_master_change(name, old, timeout=30)
-        return outcome
-    finally:
-        core.close()
-        cluster.stop()
-
-
 PARTS = ("cold", "killed", "early", "sessions")
 
 
@@ -417,8 +311,8 @@ def run(
     if "sessions" in parts:
         on = {"OUTAGE_READS": True, "OUTAGE_HOLD": HOLD_S}
         results["sessions"] = {
-            "on": asdict(sessions_through_a_crash(on)),
-            "off": asdict(sessions_through_a_crash({"OUTAGE_READS": False, "OUTAGE_HOLD": 0})),
+            "on": asdict(sessions_through_a_crash(on, DB)),
+            "off": asdict(sessions_through_a_crash({"OUTAGE_READS": False, "OUTAGE_HOLD": 0}, DB)),
         }
         log("stampede: sessions through a crash done")
     return results
