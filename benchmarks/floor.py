@@ -25,7 +25,7 @@ from typing import Any
 
 import hiredis
 
-from benchmarks.contenders import NODE_KWARGS, TIMEOUT, Contender, Topology
+from benchmarks.contender import NODE_KWARGS, TIMEOUT, Contender, Topology
 
 _EX = b"$2\r\nEX\r\n$%d\r\n%d\r\n" % (len(str(TIMEOUT)), TIMEOUT)  # "EX 300", packed once
 _GET = b"*2\r\n$3\r\nGET\r\n"
