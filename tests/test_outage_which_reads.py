@@ -1,11 +1,13 @@
-"""What only the master can answer is never sent to a replica, even in an outage
-(``OUTAGE_READS``): a ``SCAN``/``SSCAN`` cursor is one node's, a waiter's read of a computation
-lock must see its holder's lock and not a lagging copy, and the read of incr's read-modify-write
-must come from the node its write goes to. Each is tried while the shard's master hangs
-(SIGSTOP) and the outage is known, so a replica in step would answer if asked: the operation
-fails with the shard's error instead, and the replica's own command counts show it was never
-asked. (The runner's ``outage=False``; ``tests/test_outage_near.py`` has the other side: the
-near cache's tracked read, kept off the read rotation, is answered by the replica.)"""
+"""Which reads a replica answers in an outage (``OUTAGE_READS``), tried while the shard's master
+hangs (SIGSTOP) and the outage is known, so a replica in step would answer if asked.
+
+What only the master can answer is never sent to it: a ``SCAN``/``SSCAN`` cursor is one node's,
+a waiter's read of a computation lock must see its holder's lock and not a lagging copy, and the
+read of incr's read-modify-write must come from the node its write goes to. Each fails with the
+shard's error instead, and the replica's own command counts show it was never asked (the
+runner's ``outage=False``). Reads kept off the read rotation for another reason are answered:
+the early refresh's timed read of a hit, here, and the near cache's tracked read
+(``tests/test_outage_near.py``)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from waiting import key_on, wait_until
 
 from sentinel_cache.core.ops._sync.stampede import lock_key, wait_released
 from sentinel_cache.core.ops.aio import AsyncCacheClient
-from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.ops.client import CacheClient, SingleFlight
 from sentinel_cache.core.ops.plans import past_64_bits
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.shard import Shard
@@ -161,3 +163,23 @@ def test_incr_past_64_bits_reads_the_value_it_swaps_on_the_master(outage: Outage
     client.keyed = keyed  # type: ignore[method-assign]
     wait_until(lambda: not outage.shard.in_outage(outage.shard.generation), 10, "outage end")
     assert client.incr(key, 1) == 2**63  # nothing was written meanwhile
+
+
+def test_the_early_refresh_read_of_a_hit_is_answered_by_the_replica(outage: Outage) -> None:
+    """``get_or_set`` with early refresh, and the pages' single flight, read a hit with its
+    time left and its computation's duration (off the read rotation): in an outage the
+    replica answers it, and a refresh not due yet returns the value."""
+    key = key_on(outage.pool, 0, "refreshed")
+    client = outage.client
+    assert client.get_or_set(key, lambda: "computed", 600, early=1.0) == "computed"
+    outage.replicate()
+    outage.begin()
+    served = outage.shard.outage_reads
+
+    def not_again() -> str:
+        raise AssertionError("computed again: the hit was not read")
+
+    # XFetch with a 600 s timeout and a computation of a few ms: no refresh is due
+    assert client.get_or_set(key, not_again, 600, early=1.0) == "computed"
+    assert SingleFlight(client, 10.0).read(key, 1.0) == ("computed", None)
+    assert outage.shard.outage_reads == served + 2
