@@ -3,7 +3,8 @@ hangs (SIGSTOP) and the outage is known, so a replica in step would answer if as
 
 What only the master can answer is never sent to it: a ``SCAN``/``SSCAN`` cursor is one node's,
 a waiter's read of a computation lock must see its holder's lock and not a lagging copy, and the
-read of incr's read-modify-write must come from the node its write goes to. Each fails with the
+read of a read-modify-write (incr past 64 bits, add over unreadable bytes) must come from the
+node its write goes to. Each fails with the
 shard's error instead, and the replica's own command counts show it was never asked (the
 runner's ``outage=False``). Reads kept off the read rotation for another reason are answered:
 the early refresh's timed read of a hit, here, and the near cache's tracked read
@@ -183,3 +184,32 @@ def test_the_early_refresh_read_of_a_hit_is_answered_by_the_replica(outage: Outa
     assert client.get_or_set(key, not_again, 600, early=1.0) == "computed"
     assert SingleFlight(client, 10.0).read(key, 1.0) == ("computed", None)
     assert outage.shard.outage_reads == served + 2
+
+
+def test_add_over_an_unreadable_value_reads_it_on_the_master(outage: Outage) -> None:
+    """``add`` found the key taken (``SET NX``) by bytes this cache cannot read, which count as
+    absent, and reads them to replace them only if they are still the same. The master hangs
+    between the two: that read is the master's or nothing, as incr's."""
+    key = key_on(outage.pool, 0, "unreadable")
+    unreadable = b"\xffnot this cache's format"
+    with outage.cluster.node_client(outage.master) as master:
+        master.set(key, unreadable)
+    outage.replicate()
+    client = outage.client
+    keyed = client.keyed
+
+    def hang_once_taken(key: Any, commands: Any, *args: Any, **kwargs: Any) -> Any:
+        replies, dropped = keyed(key, commands, *args, **kwargs)
+        if commands[0][0] == "SET" and "NX" in commands[0] and replies[0] is None:
+            outage.cluster.freeze_node(outage.master)  # taken: the master hangs before the read
+        return replies, dropped
+
+    client.keyed = hang_once_taken  # type: ignore[method-assign]
+    never_asked(outage, lambda: client.add(key, "added", None))
+    assert outage.shard.in_outage(outage.shard.generation)
+    outage.cluster.thaw_node(outage.master)
+    client.keyed = keyed  # type: ignore[method-assign]
+    wait_until(lambda: not outage.shard.in_outage(outage.shard.generation), 10, "outage end")
+    with outage.cluster.node_client(outage.master) as master:
+        assert master.get(key) == unreadable  # nothing was written meanwhile
+    assert client.add(key, "added", None) and client.get(key) == "added"
