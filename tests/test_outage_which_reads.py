@@ -1,14 +1,14 @@
 """Which reads a replica answers in an outage (``OUTAGE_READS``), tried while the shard's master
-hangs (SIGSTOP) and the outage is known, so a replica in step would answer if asked.
+hangs (SIGSTOP) and a replica in step would answer if asked: the outage known before the call,
+or found by the read itself when the master hangs between two round trips of one operation.
 
 What only the master can answer is never sent to it: a ``SCAN``/``SSCAN`` cursor is one node's,
 a waiter's read of a computation lock must see its holder's lock and not a lagging copy, and the
 read of a read-modify-write (incr past 64 bits, add over unreadable bytes) must come from the
-node its write goes to. Each fails with the
-shard's error instead, and the replica's own command counts show it was never asked (the
-runner's ``outage=False``). Reads kept off the read rotation for another reason are answered:
-the early refresh's timed read of a hit, here, and the near cache's tracked read
-(``tests/test_outage_near.py``)."""
+node its write goes to. Each fails with the shard's error instead, and the replica's own command
+counts show it was never asked (the runner's ``outage=False``). Reads kept off the read rotation
+for another reason are answered: the early refresh's timed read of a hit, here, and the near
+cache's tracked read (``tests/test_outage_near.py``)."""
 
 from __future__ import annotations
 
