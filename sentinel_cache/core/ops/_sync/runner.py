@@ -377,9 +377,11 @@ class Runner(Moves):
     def _shard_or_none(
         self, shard: Shard, commands: Sequence[Command], write: bool, operation: str
     ) -> list[Any] | None:
-        """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it."""
+        """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it.
+        On the master, as the scatter's batches to several shards: a near-cache read's copies
+        must be the master's (the node tracked), never a replica's in the read rotation."""
         try:
-            return self.execute(shard, commands, write=write)
+            return self.execute(shard, commands, write=write, replicas=False)
         except MASTER_ERRORS as exc:
             if not self.fail_open.skip(shard, exc, operation):
                 raise
