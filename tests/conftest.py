@@ -1,7 +1,8 @@
 """Shared fixtures: real local Sentinel topologies (see ``sentinel_cache.testing``).
 
 ``cluster`` is one shared topology for tests that only read/write keys; anything that kills,
-fails over or reconfigures uses ``make_cluster`` and gets its own. ``SENTINEL_CACHE_SERVER``
+fails over or reconfigures uses ``make_cluster`` and gets its own. ``core`` (or ``make_core``
+for other options) is a pool on ``cluster``. ``SENTINEL_CACHE_SERVER``
 (auto, redis, valkey, embedded or a path) picks the server binary for both.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster, find_server_binary
 
 SERVER_ENV = "SENTINEL_CACHE_SERVER"
@@ -182,3 +184,28 @@ def make_cluster(server_kind: str) -> Iterator[Callable[..., LocalSentinelCluste
     yield factory
     for instance in reversed(made):
         instance.stop()
+
+
+@pytest.fixture
+def make_core(cluster: LocalSentinelCluster) -> Iterator[Callable[..., ShardedSentinelPool]]:
+    """Factory for cores on the shared ``cluster`` (``make_core(metrics=True)``: the pool's
+    options; ``discover=True``: every shard resolved before the test); all closed after."""
+    made: list[ShardedSentinelPool] = []
+
+    def factory(*, discover: bool = False, **options: Any) -> ShardedSentinelPool:
+        pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, **options)
+        made.append(pool)
+        if discover:
+            pool.discover()
+        return pool
+
+    yield factory
+    for pool in reversed(made):
+        pool.close()
+
+
+@pytest.fixture
+def core(make_core: Callable[..., ShardedSentinelPool]) -> ShardedSentinelPool:
+    """A core on the shared ``cluster`` without listeners (nothing fails over under the tests
+    that take it), every shard resolved. A module may define its own ``core``."""
+    return make_core(listeners=False, discover=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,14 +20,6 @@ from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
-
-
-@pytest.fixture
-def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
-    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
-    pool.discover()
-    yield pool
-    pool.close()
 
 
 def test_a_readonly_reply_drops_the_socket(

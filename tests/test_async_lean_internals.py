@@ -5,7 +5,6 @@ redis-py's own path, with the same replies."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ from sentinel_cache.core.ops import async_clients
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
-from sentinel_cache.testing import LocalSentinelCluster
 
 try:
     import hiredis  # noqa: F401
@@ -23,14 +21,6 @@ try:
     HIREDIS = True
 except ImportError:  # the CI cells without hiredis
     HIREDIS = False
-
-
-@pytest.fixture
-def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
-    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
-    pool.discover()
-    yield pool
-    pool.close()
 
 
 def lean_paths(core: ShardedSentinelPool) -> tuple[dict[str, Any], list[bool]]:

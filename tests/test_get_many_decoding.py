@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
-from sentinel_cache.testing import LocalSentinelCluster
 
 CODECS = {
     "default": lambda: Codec(),
@@ -34,14 +32,6 @@ VALUES: dict[str, Any] = {
     "list": [1, "two", 3.5],
     "empty": "",
 }
-
-
-@pytest.fixture
-def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
-    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
-    pool.discover()
-    yield pool
-    pool.close()
 
 
 def _keys(core: ShardedSentinelPool, name: str) -> dict[str, Any]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from prometheus_client import REGISTRY
+from samples import sample
 from waiting import key_on, wait_until
 
 from sentinel_cache import ConfigurationError
@@ -20,15 +20,9 @@ from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 
-def sample(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
 @pytest.fixture
-def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
-    made = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, metrics=True)
-    yield made
-    made.close()
+def core(make_core: Callable[..., ShardedSentinelPool]) -> ShardedSentinelPool:
+    return make_core(metrics=True)
 
 
 def test_calls_lookups_and_gauges(core: ShardedSentinelPool) -> None:

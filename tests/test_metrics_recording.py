@@ -11,12 +11,13 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from samples import sample
 from threads import Workers
 from waiting import key_on
 
@@ -30,15 +31,9 @@ CALLS = "sentinel_cache_command_duration_seconds"
 LOOKUPS = "sentinel_cache_multi_key_lookups_total"
 
 
-def sample(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
 @pytest.fixture
-def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
-    made = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, metrics=True)
-    yield made
-    made.close()
+def core(make_core: Callable[..., ShardedSentinelPool]) -> ShardedSentinelPool:
+    return make_core(metrics=True)
 
 
 def every_event(metrics: Any) -> None:

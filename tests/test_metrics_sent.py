@@ -6,11 +6,12 @@ and sums), on its own and beside prometheus_client's own histograms."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
+from samples import sample
 from waiting import key_on
 
 from sentinel_cache.core.metrics import command_name, outcome
@@ -18,7 +19,6 @@ from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.prometheus import MultiprocessMetrics, PrometheusMetrics
-from sentinel_cache.testing import LocalSentinelCluster
 
 CALLS = "sentinel_cache_command_duration_seconds"
 
@@ -79,15 +79,9 @@ def test_sent_records_what_call_with_the_derived_labels_records() -> None:
     assert through_sent(MultiprocessMetrics) == expected  # prometheus_client's own histograms
 
 
-def sample(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
 @pytest.fixture
-def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
-    made = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, metrics=True)
-    yield made
-    made.close()
+def core(make_core: Callable[..., ShardedSentinelPool]) -> ShardedSentinelPool:
+    return make_core(metrics=True)
 
 
 def test_single_key_calls_on_a_real_shard_count_by_label(core: ShardedSentinelPool) -> None:

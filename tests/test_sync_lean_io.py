@@ -9,7 +9,7 @@ from __future__ import annotations
 import select
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,14 +32,6 @@ except ImportError:  # the CI cells without hiredis: redis-py's path serves ever
     HIREDIS = False
 
 ClusterFactory = Callable[..., LocalSentinelCluster]
-
-
-@pytest.fixture
-def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
-    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
-    pool.discover()
-    yield pool
-    pool.close()
 
 
 def test_the_core_connections_take_the_lean_path_with_hiredis(core: ShardedSentinelPool) -> None:

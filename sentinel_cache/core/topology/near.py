@@ -128,8 +128,9 @@ class NearCache:
         """Empty, untracked state (a new process after a fork starts from here)."""
         self._lock = threading.Lock()
         self._entries: OrderedDict[Any, _Entry] = OrderedDict()
-        # key -> (ticket, shard index, session, generation, when taken: before the request)
-        self._tickets: dict[Any, tuple[object, int, int, int, float]] = {}
+        # key -> (ticket, shard index, session, generation, when taken: before the request,
+        # the shard's count of reads a replica answered in an outage)
+        self._tickets: dict[Any, tuple[object, int, int, int, float, int]] = {}
         self._shards = [_ShardState() for _ in range(self._shard_count)]
         self._bytes = 0
         self._trackers = []
@@ -203,7 +204,14 @@ class NearCache:
             return None
         ticket = object()
         with self._lock:
-            self._tickets[key] = (ticket, shard.index, state.session, generation, monotonic())
+            self._tickets[key] = (
+                ticket,
+                shard.index,
+                state.session,
+                generation,
+                monotonic(),
+                shard.outage_reads,
+            )
         return ticket
 
     def release(self, key: Any, ticket: object | None) -> None:
@@ -255,8 +263,10 @@ class NearCache:
             or held[3] != shard.generation
             or held[3] != state.generation
             # The master was found unreachable since the ticket was taken: a replica may have
-            # answered (OUTAGE_READS), which the master's session hears nothing about.
+            # answered (OUTAGE_READS), which the master's session hears nothing about. Or one
+            # did, and the outage ended before this reply came here (the master answered again).
             or shard.in_outage(held[3])
+            or shard.outage_reads != held[5]
         ):
             return False
         if key in self._entries:

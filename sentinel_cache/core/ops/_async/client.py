@@ -64,12 +64,20 @@ from sentinel_cache.exceptions import (
     ArgumentValueError,
     IncrementError,
     InvalidValueError,
-    ShardUnavailableError,
 )
 
 SCAN_COUNT = 1000
 # An incr past 64 bits writes only if the value is still what it read: tries before giving up.
 INCR_SWAP_TRIES = 10
+
+
+def non_string_miss(exc: BaseException, key: Any) -> bool:
+    """Whether a read's ``exc`` says the key holds no string (a list, a hash, ... that this
+    cache did not write): a read that treats it as a miss says so in the log, once, here."""
+    if not isinstance(exc, ResponseError) or not wrong_type(exc):
+        return False
+    logger.warning("key %s holds a non-string value: treated as a miss", short_key(key))
+    return True
 
 
 class AsyncCacheOperations(AsyncRunner):
@@ -96,26 +104,16 @@ class AsyncCacheOperations(AsyncRunner):
             elif ticket is None:
                 (data,), _ = await self.keyed(key, [("GET", key)], [None], READ)
             else:  # read on the master (the node tracked), with the time the copy may live
-                try:
-                    (data, pttl), _ = await self.keyed(
-                        key, [("GET", key), ("PTTL", key)], [None, -2], READ, replicas=False
-                    )
-                except ShardUnavailableError:
-                    # This read found the master unreachable: a replica in step answers it
-                    # (OUTAGE_READS), as without a near cache, and its reply is not kept.
-                    if not (core.config.outage_reads and shard.in_outage(shard.generation)):
-                        raise
-                    near.release(key, ticket)  # type: ignore[union-attr]
-                    ticket = None
-                    (data,), _ = await self.keyed(key, [("GET", key)], [None], READ)
-                else:
-                    near.fill(shard, key, ticket, data, pttl)  # type: ignore[union-attr]
+                # (in an outage a replica in step may answer: the near cache keeps none of that)
+                (data, pttl), _ = await self.keyed(
+                    key, [("GET", key), ("PTTL", key)], [None, -2], READ, replicas=False
+                )
+                near.fill(shard, key, ticket, data, pttl)  # type: ignore[union-attr]
         except BaseException as exc:
             if ticket is not None:  # a failed read leaves no ticket behind
                 near.release(key, ticket)  # type: ignore[union-attr]
-            if not isinstance(exc, ResponseError) or not wrong_type(exc):
+            if not non_string_miss(exc, key):
                 raise
-            logger.warning("key %s holds a non-string value: treated as a miss", short_key(key))
             return default
         return self.value_of(data, key, default)
 
@@ -159,7 +157,9 @@ class AsyncCacheOperations(AsyncRunner):
         """An ``add`` that found the key taken: a value this cache cannot read counts as absent,
         as ``get`` and ``has_key`` say, so it is replaced, and only if it is still the same
         (:data:`~sentinel_cache.core.ops.plans.SWAP_IF_SAME`). False for a readable value."""
-        (found,), _ = await self.keyed(key, [("GET", key)], [SKIPPED], READ, replicas=False)
+        (found,), _ = await self.keyed(
+            key, [("GET", key)], [SKIPPED], READ, replicas=False, outage=False
+        )
         if type(found) is not bytes or self.decode(found, key) is not MISS:
             return False  # readable (the add lost fairly), skipped, or gone since
         ms = 0 if timeout is None else expiry_args(timeout)[1]
@@ -245,7 +245,9 @@ class AsyncCacheOperations(AsyncRunner):
         was read (:data:`~sentinel_cache.core.ops.plans.SWAP_IF_SAME`), else it is read again.
         The new value, None for a missing key, ``SKIPPED`` for a skipped shard."""
         for _ in range(INCR_SWAP_TRIES):
-            (data,), _ = await self.keyed(key, [("GET", key)], [SKIPPED], READ, replicas=False)
+            (data,), _ = await self.keyed(
+                key, [("GET", key)], [SKIPPED], READ, replicas=False, outage=False
+            )
             if data is None or data is SKIPPED:
                 return data
             value = self.decode(data, key)
@@ -408,7 +410,9 @@ class AsyncCacheOperations(AsyncRunner):
         scan = ShardScan(shard, pattern, count, operation=operation)
         while not scan.done:
             command = scan.command()
-            (reply,) = await self.execute(shard, [command], write=write, replicas=False)
+            (reply,) = await self.execute(
+                shard, [command], write=write, replicas=False, outage=False
+            )
             for key in scan.take(reply):
                 yield key
 

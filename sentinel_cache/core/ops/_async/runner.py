@@ -81,6 +81,7 @@ class AsyncRunner(AsyncMoves):
         write: bool,
         idempotent: bool = True,
         replicas: bool = True,
+        outage: bool = True,
         client: Any = None,
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
@@ -95,6 +96,7 @@ class AsyncRunner(AsyncMoves):
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
+                    outage=outage,
                     client=client,
                 )
             started = perf_counter()  # metrics alone: no span, no context object
@@ -105,6 +107,7 @@ class AsyncRunner(AsyncMoves):
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
+                    outage=outage,
                     client=client,
                 )
             except BaseException:
@@ -119,6 +122,7 @@ class AsyncRunner(AsyncMoves):
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
+                outage=outage,
                 client=client,
             )
         return list(call.replies)
@@ -131,11 +135,19 @@ class AsyncRunner(AsyncMoves):
         write: bool,
         idempotent: bool = True,
         replicas: bool = True,
+        outage: bool = True,
         client: Any = None,
     ) -> T:
         """``operation(client)`` on the shard's master (or, for a read, a replica in rotation;
         or first on ``client``, a connection to the master given by the caller) with the
         pull-path safety net; the one definition of it.
+
+        Which replicas a read (``write`` false, no ``client``) may be sent to, two questions:
+        ``replicas``, one in the read rotation (``READ_FROM_REPLICAS``), false for a reply the
+        master alone gives in normal times (a near copy's, which its tracking session covers);
+        ``outage``, one in step while the master is unreachable (``OUTAGE_READS``), false for
+        what only the node that runs the operation can answer even then: a cursor (``SCAN``),
+        a lock read, the read of a read-modify-write.
 
         A connection error, timeout or READONLY reply makes the shard re-resolve its master
         (rate-limited, never waiting on the node that just failed); an idempotent operation is
@@ -155,25 +167,26 @@ class AsyncRunner(AsyncMoves):
         if not core.started or state.address is None or (write and state.fenced):
             await self.ready(shard, write)
             state = shard.state
-        reader = client is None and not write and replicas  # a replica in rotation may serve
+        reader = client is None and not write
+        outage_readable = reader and outage  # a replica in step may answer it in an outage
         if shard.in_outage(state.generation):
             # Known unreachable: a call's re-resolve found no other master. Its failure is not
             # paid again per call (a hung master's SOCKET_TIMEOUT): a read asks a replica in
             # step first, and with OUTAGE_HOLD a write waits for the switch before it is sent.
-            if reader and core.config.outage_reads:
+            if outage_readable and core.config.outage_reads:
                 served, reply = await self.outage_read(shard, operation, state.generation)
                 if served:
                     return reply
             elif write and self.outage_hold:
                 await self.hold(shard, state.generation, None)
                 state = shard.state
-        if reader and self.replica_reads:
+        if reader and replicas and self.replica_reads:  # a replica in rotation may serve
             replica, chosen = await self.io.reader(shard)
         else:
             replica, chosen = None, client
         client = chosen if chosen is not None else await self.io.master(shard)
         address, generation = state.address, state.generation
-        read = operation if reader else None  # what a replica in step may answer in an outage
+        read = operation if outage_readable else None  # what a replica in step may answer
         for retry in (False, True):
             try:
                 return await operation(await self.io.master(shard) if retry else client)
@@ -363,9 +376,11 @@ class AsyncRunner(AsyncMoves):
     async def _shard_or_none(
         self, shard: Shard, commands: Sequence[Command], write: bool, operation: str
     ) -> list[Any] | None:
-        """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it."""
+        """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it.
+        On the master, as the scatter's batches to several shards: a near-cache read's copies
+        must be the master's (the node tracked), never a replica's in the read rotation."""
         try:
-            return await self.execute(shard, commands, write=write)
+            return await self.execute(shard, commands, write=write, replicas=False)
         except MASTER_ERRORS as exc:
             if not self.fail_open.skip(shard, exc, operation):
                 raise
@@ -408,13 +423,15 @@ class AsyncRunner(AsyncMoves):
         *,
         idempotent: bool = True,
         replicas: bool = True,
+        outage: bool = True,
         keep: tuple[bytes, float | None] | None = None,
     ) -> tuple[list[Any], int]:
         """The one way a single-key operation runs: ``commands`` on the key's shard, with the
         rules its ``access`` calls for (:class:`~sentinel_cache.core.ops.plans.Access`). The
         replies, and how many copies its previous owner deleted (a ``delete`` while resharding).
         With IGNORE_EXCEPTIONS an unavailable shard answers ``absent``: the replies as if the
-        key did not exist (the one fail-open rule).
+        key did not exist (the one fail-open rule). ``replicas``, ``outage``: which replicas
+        may answer a read (see :meth:`run`).
 
         ``keep``: the stored data and timeout of a write the near cache may keep. It goes on
         the shard's writer connection when that is free (the server does not echo it to us),
@@ -445,6 +462,7 @@ class AsyncRunner(AsyncMoves):
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
+                outage=outage,
                 client=writer,
             )
             kept = ticket is not None and is_ok(replies[0])
@@ -499,7 +517,9 @@ class AsyncRunner(AsyncMoves):
             if shard.allows(feature) is not None:
                 continue
             try:
-                (reply,) = await self.execute(shard, [command], write=False, replicas=False)
+                (reply,) = await self.execute(
+                    shard, [command], write=False, replicas=False, outage=False
+                )
             except ResponseError:  # refused (ACL) or renamed away
                 reply = None
             except MASTER_ERRORS:  # unknown still: the operation that follows meets the error

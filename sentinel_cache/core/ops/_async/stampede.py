@@ -50,7 +50,7 @@ from sentinel_cache.core.arguments import (
     number_problem,
     valid_timeout,
 )
-from sentinel_cache.core.ops._async.client import AsyncCacheOperations
+from sentinel_cache.core.ops._async.client import AsyncCacheOperations, non_string_miss
 from sentinel_cache.core.ops._async.runner import SKIPPED
 from sentinel_cache.core.ops.async_io import pause
 from sentinel_cache.core.ops.plans import (
@@ -62,7 +62,6 @@ from sentinel_cache.core.ops.plans import (
     expiry_args,
     is_ok,
     short_key,
-    wrong_type,
 )
 from sentinel_cache.core.ops.plans import logger as log
 from sentinel_cache.exceptions import ArgumentValueError
@@ -196,7 +195,9 @@ async def wait_released(
     """Wait for ``key``'s computation lock (``ms_left`` its time left, as ``PTTL`` says) to be
     gone, or for ``monotonic()`` to pass ``deadline``; with ``decode``, return the key's value
     as soon as a readable one is stored (MISS: none). Blocks on the key's wake key, each block
-    followed by reads of the lock and the value in the same round trip (see the module)."""
+    followed by reads of the lock and the value in the same round trip (see the module). On
+    the master only, even in an outage: a replica's copy of the lock may lag its holder's, and
+    nothing announces a lock's end on a replica whose master is gone."""
     core = client.core
     timeout = core.config.connection_options().get("socket_timeout")
     longest = LONGEST_BLOCK if not timeout else min(LONGEST_BLOCK, timeout / 2)
@@ -214,7 +215,7 @@ async def wait_released(
                 xread: Command = ("XREAD", "BLOCK", block - TIMER_SLACK_MS, "STREAMS", wake, seen)
                 try:
                     replies, _ = await client.keyed(
-                        key, [xread, *reads], [None, -2, None], READ, replicas=False
+                        key, [xread, *reads], [None, -2, None], READ, replicas=False, outage=False
                     )
                 except ResponseError as exc:  # UNBLOCKED: the node changed role mid-block
                     if not str(exc).startswith("UNBLOCKED"):
@@ -225,7 +226,9 @@ async def wait_released(
             else:  # the lock ends within the server's timer slack, or no slot: sleep here
                 await pause(block / 1000 if blocking else min(poll, block / 1000))
                 poll = min(poll * 2, LONGEST_WAIT)
-                replies, _ = await client.keyed(key, reads, [-2, None], READ, replicas=False)
+                replies, _ = await client.keyed(
+                    key, reads, [-2, None], READ, replicas=False, outage=False
+                )
         if decode is not None and replies[1] is not None:
             value = decode(replies[1], key)
             if value is not MISS:  # an unreadable one is absent: wait on for the lock
@@ -332,9 +335,8 @@ class AsyncStampedeOperations(AsyncCacheOperations):
         try:
             (data,), _ = await self.keyed(key, [("GET", key)], [None], READ)
         except ResponseError as exc:
-            if not wrong_type(exc):
+            if not non_string_miss(exc, key):
                 raise
-            log.warning("key %s holds a non-string value: treated as a miss", short_key(key))
             data = None
         if data is not None:
             return Stored(data)

@@ -82,6 +82,7 @@ class Runner(Moves):
         write: bool,
         idempotent: bool = True,
         replicas: bool = True,
+        outage: bool = True,
         client: Any = None,
     ) -> list[Any]:
         """Send ``commands`` to the shard in one round trip and return their replies, with the
@@ -96,6 +97,7 @@ class Runner(Moves):
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
+                    outage=outage,
                     client=client,
                 )
             started = perf_counter()  # metrics alone: no span, no context object
@@ -106,6 +108,7 @@ class Runner(Moves):
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
+                    outage=outage,
                     client=client,
                 )
             except BaseException:
@@ -120,6 +123,7 @@ class Runner(Moves):
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
+                outage=outage,
                 client=client,
             )
         return list(call.replies)
@@ -132,11 +136,19 @@ class Runner(Moves):
         write: bool,
         idempotent: bool = True,
         replicas: bool = True,
+        outage: bool = True,
         client: Any = None,
     ) -> T:
         """``operation(client)`` on the shard's master (or, for a read, a replica in rotation;
         or first on ``client``, a connection to the master given by the caller) with the
         pull-path safety net; the one definition of it.
+
+        Which replicas a read (``write`` false, no ``client``) may be sent to, two questions:
+        ``replicas``, one in the read rotation (``READ_FROM_REPLICAS``), false for a reply the
+        master alone gives in normal times (a near copy's, which its tracking session covers);
+        ``outage``, one in step while the master is unreachable (``OUTAGE_READS``), false for
+        what only the node that runs the operation can answer even then: a cursor (``SCAN``),
+        a lock read, the read of a read-modify-write.
 
         A connection error, timeout or READONLY reply makes the shard re-resolve its master
         (rate-limited, never waiting on the node that just failed); an idempotent operation is
@@ -156,25 +168,26 @@ class Runner(Moves):
         if not core.started or state.address is None or (write and state.fenced):
             self.ready(shard, write)
             state = shard.state
-        reader = client is None and not write and replicas  # a replica in rotation may serve
+        reader = client is None and not write
+        outage_readable = reader and outage  # a replica in step may answer it in an outage
         if shard.in_outage(state.generation):
             # Known unreachable: a call's re-resolve found no other master. Its failure is not
             # paid again per call (a hung master's SOCKET_TIMEOUT): a read asks a replica in
             # step first, and with OUTAGE_HOLD a write waits for the switch before it is sent.
-            if reader and core.config.outage_reads:
+            if outage_readable and core.config.outage_reads:
                 served, reply = self.outage_read(shard, operation, state.generation)
                 if served:
                     return reply
             elif write and self.outage_hold:
                 self.hold(shard, state.generation, None)
                 state = shard.state
-        if reader and self.replica_reads:
+        if reader and replicas and self.replica_reads:  # a replica in rotation may serve
             replica, chosen = self.io.reader(shard)
         else:
             replica, chosen = None, client
         client = chosen if chosen is not None else self.io.master(shard)
         address, generation = state.address, state.generation
-        read = operation if reader else None  # what a replica in step may answer in an outage
+        read = operation if outage_readable else None  # what a replica in step may answer
         for retry in (False, True):
             try:
                 return operation(self.io.master(shard) if retry else client)
@@ -364,9 +377,11 @@ class Runner(Moves):
     def _shard_or_none(
         self, shard: Shard, commands: Sequence[Command], write: bool, operation: str
     ) -> list[Any] | None:
-        """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it."""
+        """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it.
+        On the master, as the scatter's batches to several shards: a near-cache read's copies
+        must be the master's (the node tracked), never a replica's in the read rotation."""
         try:
-            return self.execute(shard, commands, write=write)
+            return self.execute(shard, commands, write=write, replicas=False)
         except MASTER_ERRORS as exc:
             if not self.fail_open.skip(shard, exc, operation):
                 raise
@@ -409,13 +424,15 @@ class Runner(Moves):
         *,
         idempotent: bool = True,
         replicas: bool = True,
+        outage: bool = True,
         keep: tuple[bytes, float | None] | None = None,
     ) -> tuple[list[Any], int]:
         """The one way a single-key operation runs: ``commands`` on the key's shard, with the
         rules its ``access`` calls for (:class:`~sentinel_cache.core.ops.plans.Access`). The
         replies, and how many copies its previous owner deleted (a ``delete`` while resharding).
         With IGNORE_EXCEPTIONS an unavailable shard answers ``absent``: the replies as if the
-        key did not exist (the one fail-open rule).
+        key did not exist (the one fail-open rule). ``replicas``, ``outage``: which replicas
+        may answer a read (see :meth:`run`).
 
         ``keep``: the stored data and timeout of a write the near cache may keep. It goes on
         the shard's writer connection when that is free (the server does not echo it to us),
@@ -446,6 +463,7 @@ class Runner(Moves):
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
+                outage=outage,
                 client=writer,
             )
             kept = ticket is not None and is_ok(replies[0])
@@ -500,7 +518,9 @@ class Runner(Moves):
             if shard.allows(feature) is not None:
                 continue
             try:
-                (reply,) = self.execute(shard, [command], write=False, replicas=False)
+                (reply,) = self.execute(
+                    shard, [command], write=False, replicas=False, outage=False
+                )
             except ResponseError:  # refused (ACL) or renamed away
                 reply = None
             except MASTER_ERRORS:  # unknown still: the operation that follows meets the error

@@ -214,7 +214,9 @@ class SetOperations(CacheOperations):
         scan = ShardScan(self.core.shard_for(key), "*", count, operation="sscan_iter", key=key)
         while not scan.done:
             command = scan.command()
-            (reply,), _ = self.keyed(key, [command], [[0, []]], READ_MOVED, replicas=False)
+            (reply,), _ = self.keyed(
+                key, [command], [[0, []]], READ_MOVED, replicas=False, outage=False
+            )
             for data in scan.take(reply):
                 member = self.decode(data, key)
                 if member is not MISS and (
