@@ -46,3 +46,25 @@ def test_near_reads_go_to_the_master_not_the_read_rotation(
     # master: one GET, one MGET; the replica: none
     assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 0, 0]
     assert all(core.near.get(key) is not None for key in keys)  # kept: the master's replies
+
+
+def test_without_a_near_cache_a_one_shard_get_many_reads_the_rotation(
+    make_core: Callable[..., ShardedSentinelPool], cluster: LocalSentinelCluster
+) -> None:
+    """The master-only rule is the near cache's: without one, READ_FROM_REPLICAS still sends a
+    get_many whose keys all live on one shard to the read rotation."""
+    core = make_core(read_from_replicas=True, db=12, discover=True)
+    client = CacheClient(core, Codec())
+    shard = core.shards[0]
+    wait_until(lambda: shard.serving_replicas, 10, "a replica in the read rotation")
+    (replica,) = shard.serving_replicas
+    master = shard.address
+    assert master is not None
+    keys = [key_on(core, 0, f"rotation-off{i}") for i in range(3)]
+    client.set_many(dict.fromkeys(keys, "v"), None)
+    with cluster.node_client(master) as node:
+        assert node.execute_command("WAIT", 1, 5000) == 1
+    before = [calls(cluster, a, "mget") for a in (master, replica)]
+    assert client.get_many(keys) == dict.fromkeys(keys, "v")
+    after = [calls(cluster, a, "mget") for a in (master, replica)]
+    assert [b - a for a, b in zip(before, after, strict=True)] == [0, 1]

@@ -377,10 +377,11 @@ class AsyncRunner(AsyncMoves):
         self, shard: Shard, commands: Sequence[Command], write: bool, operation: str
     ) -> list[Any] | None:
         """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it.
-        On the master, as the scatter's batches to several shards: a near-cache read's copies
-        must be the master's (the node tracked), never a replica's in the read rotation."""
+        With a near cache, on the master: the copies a read makes must be the master's (the node
+        tracked), never a replica's in the read rotation."""
         try:
-            return await self.execute(shard, commands, write=write, replicas=False)
+            replicas = self.core.near is None
+            return await self.execute(shard, commands, write=write, replicas=replicas)
         except MASTER_ERRORS as exc:
             if not self.fail_open.skip(shard, exc, operation):
                 raise
