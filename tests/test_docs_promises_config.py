@@ -87,9 +87,7 @@ CASES: dict[str, Callable[[], object]] = {
     ),
     "sentinel_kwargs: unknown redis connection option": core(sentinel_kwargs={"bogus": 1}),
     "max_connections: must be an integer >= 1": core(max_connections=0),
-    "max_connections: must be at most 10000 (per shard and process)": core(
-        max_connections=10_001
-    ),
+    "max_connections: must be at most 10000 (per shard and process)": core(max_connections=10_001),
     "pool_timeout: must be a finite number >= 0": core(pool_timeout=-1),
     "read_from_replicas: must be True or False": core(read_from_replicas=1),
     "outage_hold: must be a finite number >= 0": core(outage_hold=-0.5),
