@@ -102,6 +102,7 @@ CASES: dict[str, Callable[[], object]] = {
     ),
     "at least one sentinel address is required": location([]),
     "sentinel 10.0.0.1:26379 is listed twice": location(["10.0.0.1:26379", "10.0.0.1:26379"]),
+    'expected "host:port"': location(["10.0.0.1"]),
     "the port must be an integer from 1 to 65535": location(["10.0.0.1:65536"]),
     'a URL must use the "sentinel://" scheme': location("redis://10.0.0.1:6379/shard_a"),
 }
