@@ -7,6 +7,7 @@ constant it states; the test fails if the page no longer says it or the code cha
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from sentinel_cache.core.ops.scripts import CLOCK_MARGIN_MS, TOMBSTONE_MS
 from sentinel_cache.core.ring import NODES_PER_WEIGHT
 from sentinel_cache.core.topology.discovery import CONFLICT_LOG_INTERVAL
 from sentinel_cache.core.topology.housekeeping import CHECK_TIMEOUT
+from sentinel_cache.core.topology.listener import CHANNELS
 from sentinel_cache.core.topology.near import WRITER_WAIT
 from sentinel_cache.core.topology.sentinels import IDLE_SOCKET_SECONDS, MAX_SENTINELS
 from sentinel_cache.core.topology.shard import STALE_FENCE_SECONDS
@@ -59,6 +61,7 @@ STATED: list[tuple[str, str, str, float]] = [
     ("operations.md", "fewer than {} sentinels configured", "3", MIN_SENTINELS),
     ("operations.md", "do not answer ({} s timeouts, all at once)", "0.4", DEPLOY_PING_TIMEOUT),
     ("operations.md", "closed after {} s without one", "10", IDLE_SOCKET_SECONDS),
+    ("operations.md", "subscribed to {} event channels", "16", len(CHANNELS)),
     ("observability.md", "**The budget** is {} seconds", "0.5", HEALTH_TIMEOUT),
     (
         "resharding.md",
@@ -102,3 +105,17 @@ def test_the_page_states_the_code_constant(
     assert float(written.replace(",", "")) == pytest.approx(value, rel=1e-12), (
         f"{page} says {written}, the code has {value}"
     )
+
+
+def test_the_listener_table_names_every_channel_subscribed() -> None:
+    """docs/failover.md's table of what a listener subscribes to, ``-failover-abort-*`` read as
+    every channel so named, is the listener's ``CHANNELS``."""
+    text = (DOCS / "failover.md").read_text(encoding="utf-8")
+    table = text[text.index("| Channel | What the listener does |") :].split("\n\n", 1)[0]
+    named: set[str] = set()
+    for row in table.splitlines()[2:]:
+        named.update(re.findall(r"`([+-][a-z*-]+)`", row.split(" | ")[0]))
+    aborts = {c for c in CHANNELS if c.startswith("-failover-abort-")}
+    if "-failover-abort-*" in named:
+        named = (named - {"-failover-abort-*"}) | aborts
+    assert sorted(named) == sorted(CHANNELS)
