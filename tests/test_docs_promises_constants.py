@@ -19,6 +19,13 @@ from sentinel_cache.core.admin.reshard.migration import DEFAULT_DELETE_DELAY
 from sentinel_cache.core.admin.states import HEALTH_TIMEOUT
 from sentinel_cache.core.arguments import MAX_TIMEOUT
 from sentinel_cache.core.config import MAX_CONNECTIONS_LIMIT, PoolConfig
+from sentinel_cache.core.ops._sync.stampede import (
+    FIRST_WAIT,
+    LONGEST_BLOCK,
+    LONGEST_WAIT,
+    TIMER_SLACK_MS,
+    WAKE_MS,
+)
 from sentinel_cache.core.ops.scripts import CLOCK_MARGIN_MS, TOMBSTONE_MS
 from sentinel_cache.core.ring import NODES_PER_WEIGHT
 from sentinel_cache.core.topology.discovery import CONFLICT_LOG_INTERVAL
@@ -87,6 +94,12 @@ STATED: list[tuple[str, str, str, float]] = [
     ("failover.md", "(once per {} s per master and node)", "10", CONFLICT_LOG_INTERVAL),
     ("failover.md", "about once a second (with a {} s timeout)", "0.5", CHECK_TIMEOUT),
     ("near-cache.md", "`WRITER_WAIT` ({} ms)", "10", WRITER_WAIT * 1000),
+    ("stampede.md", "it expires {} s after the lock's end", "1", WAKE_MS / 1000),
+    ("stampede.md", "A block lasts at most {} s, half the socket", "1", LONGEST_BLOCK),
+    ("stampede.md", "the lock's time left less {} ms", "100", TIMER_SLACK_MS),
+    ("stampede.md", "poll the lock and the value every {} to 50 ms", "5", FIRST_WAIT * 1000),
+    ("stampede.md", "poll the lock and the value every 5 to {} ms", "50", LONGEST_WAIT * 1000),
+    ("migration.md", "mark every shard cleared for {} s", "10", TOMBSTONE_MS / 1000),
 ]
 
 
