@@ -132,3 +132,22 @@ def test_the_listener_table_names_every_channel_subscribed() -> None:
     if "-failover-abort-*" in named:
         named = (named - {"-failover-abort-*"}) | aborts
     assert sorted(named) == sorted(CHANNELS)
+
+
+def test_the_extras_table_is_the_packages_extras() -> None:
+    """docs/install.md's table of extras names each extra of pyproject.toml (but ``dev``, the
+    contributors' own), and the package each installs."""
+    pyproject = (DOCS.parent / "pyproject.toml").read_text(encoding="utf-8")
+    section = pyproject.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    extras = {
+        name: re.findall(r'"([A-Za-z0-9_.-]+)', packages)[0]
+        for name, packages in re.findall(r"^(\w+) = \[([^\]]*)", section, re.M)
+        if name != "dev"
+    }
+    install = (DOCS / "install.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", install, re.M))
+    assert sorted(rows) == sorted(extras)
+    wrong = [
+        f"{e}: {rows[e]!r} vs {p}" for e, p in extras.items() if p.lower() not in rows[e].lower()
+    ]
+    assert wrong == []
