@@ -15,6 +15,7 @@ import pytest
 
 from sentinel_cache.core.admin import commands
 from sentinel_cache.core.admin.health.check import RESTART_WARNING_SECONDS
+from sentinel_cache.core.admin.health.probe import PROBE_TTL_MS
 from sentinel_cache.core.admin.reshard.migration import DEFAULT_DELETE_DELAY
 from sentinel_cache.core.admin.states import HEALTH_TIMEOUT
 from sentinel_cache.core.arguments import MAX_TIMEOUT
@@ -70,6 +71,7 @@ STATED: list[tuple[str, str, str, float]] = [
     ("operations.md", "closed after {} s without one", "10", IDLE_SOCKET_SECONDS),
     ("operations.md", "subscribed to {} event channels", "16", len(CHANNELS)),
     ("observability.md", "**The budget** is {} seconds", "0.5", HEALTH_TIMEOUT),
+    ("observability.md", "a unique token and a {}-second expiry", "10", PROBE_TTL_MS / 1000),
     (
         "resharding.md",
         "(`--batch`, default {} keys)",
