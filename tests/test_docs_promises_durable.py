@@ -1,6 +1,6 @@
 """``DURABLE_REPLICAS`` as docs/configuration.md describes it, on real servers: after each
-``set``, ``add`` and ``set_many`` the write is followed by ``WAIT`` for that many replicas, so a
-write that returned is on a replica; deletes, ``incr`` and ``touch`` do not wait; a replica that
+``set``, ``add`` and ``set_many`` (and the value ``get_or_set`` stores) the write is followed by
+``WAIT`` for that many replicas, so a write that returned is on a replica; deletes, ``incr`` and ``touch`` do not wait; a replica that
 does not acknowledge within ``DURABLE_TIMEOUT_MS`` is logged and the write still succeeds."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_writes_wait_for_a_replica_and_deletes_do_not(cluster: LocalSentinelClus
         cluster.wait_for_replication(name)
         (host, port) = cluster.replica_addresses(name)[0]
         replica = redis.Redis(host, port, socket_timeout=5)
-        keys = [key_on(pool, 0, f"docs-durable-{i}") for i in range(4)]
+        keys = [key_on(pool, 0, f"docs-durable-{i}") for i in range(5)]
         client.delete_many(keys)
 
         before = waits_sent(pool)
@@ -41,14 +41,16 @@ def test_writes_wait_for_a_replica_and_deletes_do_not(cluster: LocalSentinelClus
         assert client.add(keys[1], "two", 60)
         assert replica.get(keys[1]) is not None
         assert client.set_many({keys[2]: "three", keys[3]: "four"}, 60) == []
-        assert None not in replica.mget(keys[2:])
-        assert waits_sent(pool) == before + 3  # one WAIT per write, set_many's one batch too
+        assert None not in replica.mget(keys[2:4])
+        assert client.get_or_set(keys[4], lambda: "five", 60) == "five"
+        assert replica.get(keys[4]) is not None
+        assert waits_sent(pool) == before + 4  # one WAIT per write, set_many's one batch too
 
         assert client.incr(keys[0] + ":n", create=True) == 1
         assert client.touch(keys[1], 120)
         assert client.delete(keys[0])
-        assert client.delete_many(keys[1:] + [keys[0] + ":n"]) == 4
-        assert waits_sent(pool) == before + 3  # none of these waited
+        assert client.delete_many(keys[1:] + [keys[0] + ":n"]) == 5
+        assert waits_sent(pool) == before + 4  # none of these waited
         replica.close()
     finally:
         pool.close()
