@@ -126,3 +126,23 @@ def test_the_code_refuses_with_the_quoted_message(quote: str) -> None:
         assert quote in message, message
     # The message starts with the setting it names (the page's promise for every error).
     assert message.startswith(f"{raised.value.option}: "), message
+
+
+@pytest.mark.parametrize(
+    ("word", "value"),
+    [("true", True), ("yes", True), ("on", True), ("false", False), ("no", False), ("off", False)],
+)
+def test_url_query_words_are_booleans(word: str, value: bool) -> None:
+    """The page: query parameters are option names (case-insensitive; true/false/yes/no/on/off
+    and numbers are converted); the path holds MASTERS, the credentials are the data nodes'."""
+    pool, _ = parse_cache_config(
+        f"sentinel://app:pw@10.0.0.1:26379/shard_a,shard_b?Read_From_Replicas={word.upper()}"
+        f"&socket_timeout=1.5&MAX_CONNECTIONS=7",
+        {},
+    )
+    assert pool.read_from_replicas is value
+    assert pool.masters == ("shard_a", "shard_b") and pool.max_connections == 7
+    data = pool.connection_options()
+    assert data["socket_timeout"] == 1.5
+    assert (data["username"], data["password"]) == ("app", "pw")
+    assert "password" not in pool.sentinel_options()
