@@ -146,3 +146,22 @@ def test_url_query_words_are_booleans(word: str, value: bool) -> None:
     assert data["socket_timeout"] == 1.5
     assert (data["username"], data["password"]) == ("app", "pw")
     assert "password" not in pool.sentinel_options()
+
+
+@pytest.mark.parametrize(
+    ("given", "connect"),
+    [
+        ({}, 2.0),  # the default
+        ({"SOCKET_TIMEOUT": 0.5}, 0.5),  # only SOCKET_TIMEOUT, smaller: used for connecting too
+        ({"SOCKET_TIMEOUT": 10}, 2.0),  # larger: the default stays
+        ({"SOCKET_TIMEOUT": 0.5, "SOCKET_CONNECT_TIMEOUT": 3}, 3),  # both given: as given
+    ],
+)
+def test_the_connect_timeout_follows_a_smaller_socket_timeout(
+    given: dict[str, Any], connect: float
+) -> None:
+    """The page's SOCKET_CONNECT_TIMEOUT row (and operations.md: "defaults to the smaller of 2 s
+    and SOCKET_TIMEOUT"): a black-holed master never holds a new connection longer than an
+    established one."""
+    pool, _ = parse_cache_config(SENTINELS, {"MASTERS": ["shard_a"], **given})
+    assert pool.connection_options()["socket_connect_timeout"] == connect
