@@ -59,7 +59,8 @@ def test_more_listed_sentinels_than_the_cap_are_all_kept(
     cluster: LocalSentinelCluster, flooding: FakeSentinel
 ) -> None:
     listed = [flooding.address, *cluster.sentinel_addresses]
-    listed += [("127.0.0.1", 41000 + i) for i in range(MAX_SENTINELS + 2 - len(listed))]
+    # Ports below 20 on loopback: nothing listens there, so nothing answers (refused at once).
+    listed += [("127.0.0.1", 1 + i) for i in range(MAX_SENTINELS + 2 - len(listed))]
     pool = ShardedSentinelPool(
         cluster.master_names[:1], listed, sentinel_kwargs=SHORT, listeners=False
     )
