@@ -19,10 +19,11 @@ SHORT = {"socket_timeout": 0.3, "socket_connect_timeout": 0.3}
 
 @pytest.fixture
 def flooding(cluster: LocalSentinelCluster) -> Iterator[FakeSentinel]:
-    """A sentinel naming shard 0's true master and listing 500 peers (none of them there)."""
+    """A sentinel naming shard 0's true master and listing 500 peers, on loopback ports 20 to
+    519, where nothing listens (the servers of test runs take ports from 20000)."""
     master = cluster.master_address(cluster.master_names[0])
     peers = [
-        ["name", f"p{i}", "ip", "127.0.0.1", "port", str(40000 + i), "flags", "sentinel"]
+        ["name", f"p{i}", "ip", "127.0.0.1", "port", str(20 + i), "flags", "sentinel"]
         for i in range(500)
     ]
     fake = FakeSentinel(
