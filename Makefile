@@ -42,7 +42,9 @@ pytest: venv
 		tests/test_outage.py tests/test_outage_hung.py tests/test_outage_near.py \
 		tests/django/test_django_outage_sessions.py tests/test_sync_lean_io.py tests/test_async_lean_io.py \
 		tests/test_listener_load.py tests/test_safety_net_retry.py tests/test_async_read_deadlines.py \
-		tests/test_outage_which_reads.py tests/test_outage_near_fill.py tests/test_near_replica_rotation.py
+		tests/test_outage_which_reads.py tests/test_outage_near_fill.py tests/test_near_replica_rotation.py \
+		tests/test_docs_promises_acl.py tests/test_docs_promises_durable.py tests/test_docs_promises_sentinels.py \
+		tests/test_docs_promises_options.py tests/test_docs_promises_metrics.py
 
 # Every network-fault scenario, the long heal-at-switch rounds included (not part of `make test`).
 chaos: venv
@@ -56,7 +58,7 @@ chaos-ci: venv
 		-m slow --durations=0 tests/chaos/test_scenarios.py::test_heal_at_switch_rounds $(PYTEST_ARGS)
 
 docs: venv
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir .cache/site
+	$(VENV)/bin/mkdocs build --strict --site-dir .cache/site
 
 test: lint typecheck docs pytest
 

@@ -226,6 +226,11 @@ class ClientBase:
         self.codec = codec
         self.durable_replicas = durable_replicas
         self.durable_timeout_ms = durable_timeout_ms
+        # Sent after every write when writes must reach replicas (DURABLE_REPLICAS), by the
+        # runner's keyed and planned: the one place the rule is applied.
+        self.durable_wait: Command | None = (
+            ("WAIT", durable_replicas, durable_timeout_ms) if durable_replicas else None
+        )
         self.fail_open = fail_open or FailOpen()
         self.unposted = Throttle(30.0)  # posted writes that failed to go out, logged
 
@@ -408,18 +413,14 @@ class ClientBase:
             near.flush_shard(shard.index, cause)
 
     # -- writes that wait for replicas (DURABLE_REPLICAS) ------------------------------------
-    def durable(self, commands: list[Command]) -> list[Command]:
-        """``commands``, followed by a ``WAIT`` when writes must reach replicas."""
-        if self.durable_replicas:
-            commands.append(("WAIT", self.durable_replicas, self.durable_timeout_ms))
-        return commands
-
-    def check_durable(self, key: Any, replies: Sequence[Any]) -> None:
-        if self.durable_replicas and len(replies) > 1 and replies[-1] < self.durable_replicas:
+    def check_durable(self, what: str, acknowledged: Any) -> None:
+        """Log a write that fewer replicas than DURABLE_REPLICAS acknowledged in time (the
+        write itself succeeded: WAIT cannot undo it)."""
+        if type(acknowledged) is int and acknowledged < self.durable_replicas:
             logger.warning(
                 "write to %s acknowledged by %d of %d replicas within %d ms",
-                short_key(key),
-                replies[-1],
+                what,
+                acknowledged,
                 self.durable_replicas,
                 self.durable_timeout_ms,
             )
@@ -482,7 +483,7 @@ class ClientBase:
                 command = ("MSETEX", len(group), *_pairs(group, values), "PX", ms)
             else:
                 command = ("EVAL", SET_EACH, len(group), *group, ms, *values)
-            plan[shard] = self.durable([command]) if self.durable_replicas else [command]
+            plan[shard] = [command]
         return plan
 
     @staticmethod

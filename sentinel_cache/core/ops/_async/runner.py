@@ -34,6 +34,7 @@ from sentinel_cache.core.ops.plans import (
     is_ok,
     logger,
     pack,
+    short_key,
 )
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
@@ -450,6 +451,10 @@ class AsyncRunner(AsyncMoves):
         shard = core.shard_for(key)
         near = core.near
         write = access.write
+        wait = self.durable_wait if write else None
+        if wait is not None:  # DURABLE_REPLICAS: every write waits for its replicas
+            commands = [*commands, wait]
+            absent = [*absent, self.durable_replicas]
         writer = ticket = None
         if keep is not None and near is not None and not resharding:
             writer = self.io.writer(shard, key)
@@ -480,6 +485,8 @@ class AsyncRunner(AsyncMoves):
                 self.forget([key])
             if resharding and access.replace:
                 await self._drop_previous([key])
+        if wait is not None:
+            self.check_durable(short_key(key), replies.pop())
         return replies, dropped
 
     async def planned(
@@ -501,8 +508,15 @@ class AsyncRunner(AsyncMoves):
                 await self._move(keys)
             if access.delete:  # first: see plans.DELETE_MARKED
                 dropped = await self._drop_previous(keys)
+        wait = self.durable_wait if access.write else None
+        if wait is not None:  # DURABLE_REPLICAS: as in keyed
+            plan = {shard: [*commands, wait] for shard, commands in plan.items()}
         try:
             replies = await self.scatter(plan, write=access.write, operation=operation)
+            if wait is not None:
+                for shard, shard_replies in replies.items():
+                    if shard_replies is not None:
+                        self.check_durable(f"shard {shard.name}", shard_replies.pop())
         finally:
             if access.write and core.near is not None:
                 self.forget(keys)

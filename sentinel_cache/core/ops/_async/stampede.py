@@ -413,11 +413,7 @@ class AsyncStampedeOperations(AsyncCacheOperations):
         over: tuple[Any, ...] = ("0",) if replaces is None else ("1", replaces)
         current = MISS
         for _ in range(2):  # over what it replaces; then once over bytes it cannot read
-            replies, _ = await self.keyed(
-                key, self.durable([(*head, *over)]), [0], REPLACE, idempotent=False
-            )
-            self.check_durable(key, replies)
-            written = replies[0]
+            (written,), _ = await self.keyed(key, [(*head, *over)], [0], REPLACE, idempotent=False)
             if type(written) is not bytes:
                 break
             current = self.decode(written, key)  # written meanwhile: it wins if readable

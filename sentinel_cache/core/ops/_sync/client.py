@@ -141,13 +141,12 @@ class CacheOperations(Runner):
             keep = (data, timeout)
         replies, _ = self.keyed(
             key,
-            self.durable([command]),
+            [command],
             [SKIPPED],
             UPDATE if nx or xx else REPLACE,
             idempotent=not nx,
             keep=keep,
         )
-        self.check_durable(key, replies)
         if nx and replies[0] is None:  # taken: by a value it can read?
             return self._add_over_unreadable(key, data, timeout)
         return is_ok(replies[0])
@@ -165,9 +164,8 @@ class CacheOperations(Runner):
             return False  # readable (the add lost fairly), skipped, or gone since
         ms = 0 if timeout is None else expiry_args(timeout)[1]
         swap: Command = ("EVAL", SWAP_IF_SAME, 1, key, found, data, ms)
-        replies, _ = self.keyed(key, self.durable([swap]), [0], UPDATE, idempotent=False)
-        self.check_durable(key, replies)
-        return replies[0] == 1
+        (swapped,), _ = self.keyed(key, [swap], [0], UPDATE, idempotent=False)
+        return swapped == 1
 
     def add(self, key: Any, value: Any, timeout: float | None) -> bool:
         return self.set(key, value, timeout, nx=True)

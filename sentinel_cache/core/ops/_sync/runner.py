@@ -35,6 +35,7 @@ from sentinel_cache.core.ops.plans import (
     is_ok,
     logger,
     pack,
+    short_key,
 )
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
@@ -451,6 +452,10 @@ class Runner(Moves):
         shard = core.shard_for(key)
         near = core.near
         write = access.write
+        wait = self.durable_wait if write else None
+        if wait is not None:  # DURABLE_REPLICAS: every write waits for its replicas
+            commands = [*commands, wait]
+            absent = [*absent, self.durable_replicas]
         writer = ticket = None
         if keep is not None and near is not None and not resharding:
             writer = self.io.writer(shard, key)
@@ -481,6 +486,8 @@ class Runner(Moves):
                 self.forget([key])
             if resharding and access.replace:
                 self._drop_previous([key])
+        if wait is not None:
+            self.check_durable(short_key(key), replies.pop())
         return replies, dropped
 
     def planned(
@@ -502,8 +509,15 @@ class Runner(Moves):
                 self._move(keys)
             if access.delete:  # first: see plans.DELETE_MARKED
                 dropped = self._drop_previous(keys)
+        wait = self.durable_wait if access.write else None
+        if wait is not None:  # DURABLE_REPLICAS: as in keyed
+            plan = {shard: [*commands, wait] for shard, commands in plan.items()}
         try:
             replies = self.scatter(plan, write=access.write, operation=operation)
+            if wait is not None:
+                for shard, shard_replies in replies.items():
+                    if shard_replies is not None:
+                        self.check_durable(f"shard {shard.name}", shard_replies.pop())
         finally:
             if access.write and core.near is not None:
                 self.forget(keys)
