@@ -178,7 +178,8 @@ class Access:
     it in one place (the clients' ``keyed`` and ``planned``), never written out per operation.
 
     - ``write``: it goes to the master, waits for a raised write fence, and evicts the near-cache
-      copy of its keys once sent, whatever the outcome (an unknown outcome is no copy either).
+      copy of its keys once sent, whatever the outcome (an unknown outcome is no copy either);
+      with DURABLE_REPLICAS it is followed by ``WAIT`` (a shortfall logged).
     - ``move`` (while resharding): it acts on the key where it lives now, whatever its type
       (``add``, ``incr``, ``touch``, ``ttl``, hashes, sets, sorted sets), so a key not moved yet
       is moved first: ``DUMP`` on its previous owner, ``RESTORE`` on its owner where the owner has
