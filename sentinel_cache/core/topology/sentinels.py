@@ -57,6 +57,7 @@ class SentinelSet:
         self._used: dict[Address, float] = {}  # last asked, for the sentinels with open sockets
         self._fanouts: list[Fanout[Address, SentinelReply]] = []  # asking, or done asking
         self._rejected: set[Address] = set()
+        self._no_epoch: set[Address] = set()  # refused SENTINEL MASTER, already reported
         self.secrets = secret_values(self._kwargs)
 
     def __repr__(self) -> str:
@@ -104,9 +105,29 @@ class SentinelSet:
     def config_epoch(self, address: Address, name: str) -> int:
         """The config epoch sentinel ``address`` holds for master ``name``; 0 if it cannot say."""
         try:
-            return config_epoch(self.client(address).execute_command("SENTINEL", "MASTER", name))
+            reply = self.client(address).execute_command("SENTINEL", "MASTER", name)
+        except redis.ResponseError as exc:
+            self.note_epoch_refused(address, exc)
+            return 0
         except (redis.RedisError, OSError):
             return 0
+        return config_epoch(reply)
+
+    def note_epoch_refused(self, address: Address, error: BaseException) -> None:
+        """Warn once per sentinel that refuses ``SENTINEL MASTER`` (an ACL without
+        ``+sentinel|master``): its answers then carry no config epoch, so a switch is ordered by
+        when it was heard, not by the sentinels' epoch (a late answer from a sentinel that missed
+        the failover can then win until the next one)."""
+        with self._lock:
+            if address in self._no_epoch:
+                return
+            self._no_epoch.add(address)
+        logger.warning(
+            "sentinel %s refuses SENTINEL MASTER (%s): switches are ordered by arrival, not by "
+            "config epoch; allow +sentinel|master for this user",
+            address,
+            redact(f"{type(error).__name__}: {error}", self.secrets),
+        )
 
     def note_rejections(self, replies: Sequence[SentinelReply]) -> None:
         """Warn once per sentinel that refuses our credentials (until it accepts them again)."""
@@ -195,7 +216,10 @@ class SentinelSet:
             step = 4 if replicas else 3
             for i, name in enumerate(masters):
                 master, peers = results[i * step], results[i * step + 1]
-                reply.epochs[name] = config_epoch(results[i * step + 2])
+                detail = results[i * step + 2]
+                if isinstance(detail, redis.ResponseError):
+                    self.note_epoch_refused(address, detail)
+                reply.epochs[name] = config_epoch(detail)
                 if isinstance(master, BaseException):
                     raise master
                 if master and not (isinstance(master, (list, tuple)) and len(master) == 2):
