@@ -471,11 +471,16 @@ class ClientBase:
         """One command per shard, whatever the number of keys: ``MSET`` without a timeout;
         with one, ``MSETEX`` where the master has it, else the ``SET_EACH`` script (``MSET``
         takes no expiry). Atomic per shard. Every value is encoded in one call."""
-        encoded = dict(zip(mapping, self.codec.dumps_each(list(mapping.values())), strict=True))
+        # Encoded in the groups' order, then sliced per shard: no key -> value map built.
+        encoded = self.codec.dumps_each(
+            [mapping[key] for group in groups.values() for key in group]
+        )
         ms = 0 if timeout is None else max(1, int(timeout * 1000))
         plan: Plan = {}
+        end = 0
         for shard, group in groups.items():
-            values = list(map(encoded.__getitem__, group))
+            start, end = end, end + len(group)
+            values = encoded[start:end]
             if timeout is None:
                 command: Command = ("MSET", *_pairs(group, values))
             elif shard.allows("MSETEX"):
