@@ -71,6 +71,10 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
     Fork-safe through redis-py's pid check: a child starts with empty state and a new lock.
     """
 
+    #: The connections answer ``ready_to_send()`` (connected to where they should be, nothing
+    #: unread) in one call; True skips redis-py's check at checkout when they say so.
+    lean_checkout = False
+
     def __init__(
         self,
         max_connections: int = 50,
@@ -120,7 +124,8 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
         if connection is SLOT:
             connection = self._create()
         try:
-            self._ensure_connected(connection)
+            if not (self.lean_checkout and connection.ready_to_send()):
+                self._ensure_connected(connection)
         except BaseException:
             self._discard(connection)
             raise
