@@ -26,6 +26,7 @@ import redis.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, ResponseError
 
+from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._sync.connection import ShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
 from sentinel_cache.core.topology.lean_rules import lean_reader, socket_failure
@@ -205,3 +206,26 @@ class ShardPool(FairBlockingConnectionPool):
     check for a connection that is :meth:`~LeanShardIO.ready_to_send`."""
 
     lean_checkout = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Nobody to tell of a release (no event dispatcher of the caller's) and no client-side
+        # caching (whose proxy connections answer for their own reconnects): see release.
+        self._quick_release = self._quiet_releases and getattr(self, "cache", None) is None
+
+    def release(self, connection: Any) -> None:
+        """The fair pool's release; one with nothing to re-authenticate or reconnect for
+        (the usual case) is handed on at once, as the asyncio twin's
+        (:class:`~sentinel_cache.core.ops.async_clients.AsyncShardPool`) is."""
+        if (
+            self._quick_release
+            and self.pid == PROCESS.pid
+            and getattr(connection, "_re_auth_token", None) is None
+            and not getattr(connection, "_should_reconnect", False)  # redis-py >= 6
+        ):
+            with self._lock:
+                ledger = self._ledger
+                if connection in ledger.checked_out and connection.pid == self.pid:
+                    ledger.give_back(connection)
+                    return
+        super().release(connection)
