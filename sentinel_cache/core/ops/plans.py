@@ -437,18 +437,17 @@ class ClientBase:
         is decoded in one call; if one is unreadable they are decoded again one by one, so
         only that one is a miss (logged)."""
         found: dict[Any, Any] = {}
-        answered: list[tuple[Shard, list[Any]]] = []
         keys: list[Any] = []
         datas: list[Any] = []
         for shard, shard_replies in replies.items():
             if shard_replies is not None:
-                group = groups[shard]
-                answered.append((shard, group))
-                keys += group
+                keys += groups[shard]
                 datas += shard_replies[0]
+        decoded = True  # every value at once
         try:
             values = self.codec.loads_each(datas)
         except InvalidValueError:
+            decoded = False
             for key, data in zip(keys, datas, strict=True):
                 if data is not None:
                     value = self.decode(data, key)
@@ -461,9 +460,16 @@ class ClientBase:
         metrics = self.core.metrics
         if metrics is not None:  # recorded once for the call
             counts = []
-            for shard, group in answered:
-                hits = len(found.keys() & group)  # the group's keys found (in C, no generator)
-                counts.append((shard.name, hits, len(group) - hits))
+            for shard, shard_replies in replies.items():
+                if shard_replies is not None:
+                    group = groups[shard]
+                    # Found: every key with data when all decoded, else those kept (in C).
+                    misses = (
+                        shard_replies[0].count(None)
+                        if decoded
+                        else len(group) - len(found.keys() & group)
+                    )
+                    counts.append((shard.name, len(group) - misses, misses))
             metrics.lookups(counts)
         return found
 
