@@ -2,8 +2,8 @@
 
 The core calls a :class:`Metrics` at a few points: each command batch sent to a shard (its
 outcome and latency; a multi-key call's batches in one event), the hits and misses of reads,
-master switches (and how they were learned), write-fence holds, safety-net re-resolves and retries, reads served by a replica during an
-outage, shards skipped by ``IGNORE_EXCEPTIONS``.
+master switches (and how they were learned), write-fence holds, safety-net re-resolves and
+retries, reads served by a replica during an outage, shards skipped by ``IGNORE_EXCEPTIONS``.
 ``METRICS = True`` installs the Prometheus backend (:mod:`sentinel_cache.prometheus`); without
 it the core holds ``None`` and pays one attribute test per call. Gauges (connections, listeners)
 are not pushed: a backend reads them from
