@@ -198,6 +198,7 @@ class PrometheusMetrics(_Events):
         local.calls = {}
         local.sent = {}
         local.lookups = {}
+        local.batches = {}
         with self._lock:
             self._prune()
             self._tables.append((threading.current_thread(), table))
@@ -264,6 +265,33 @@ class PrometheusMetrics(_Events):
         )
         self._local.sent.setdefault(shard, {})[first] = rows
         return rows
+
+    def batches(self, batches: Iterable[tuple[str, Sequence[Any], bool, float]]) -> None:
+        # A multi-key call's batches in one event: each row found by the shard, the first
+        # command as sent and the outcome (no label derived per batch).
+        try:
+            index = self._local.batches
+        except AttributeError:
+            self._mine()
+            index = self._local.batches
+        for shard, commands, ok, seconds in batches:
+            first = commands[0][0]
+            try:
+                row = index[shard][first][ok]
+            except KeyError:
+                row = None
+            if row is None:
+                row = self._batch_row(shard, first, ok)
+            row[0 if seconds <= _FASTEST else bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+            row[-2] += seconds
+
+    def _batch_row(self, shard: str, first: Any, ok: bool) -> list[Any]:
+        """A first command's row on the shard for an outcome (``error``, ``ok``: indexed by
+        success), made on its first batch with it in this thread."""
+        pair = self._local.batches.setdefault(shard, {}).setdefault(first, [None, None])
+        command = command_name(((first,),))
+        row = pair[ok] = self._call_row(shard, command, "ok" if ok else "error")
+        return row
 
     def lookups(self, counts: Iterable[tuple[str, int, int]]) -> None:
         try:

@@ -1,9 +1,9 @@
 """What the core tells a metrics backend and a tracer, and when.
 
 The core calls a :class:`Metrics` at a few points: each command batch sent to a shard (its
-outcome and latency), the hits and misses of reads, master switches (and how they were learned),
-write-fence holds, safety-net re-resolves and retries, reads served by a replica during an
-outage, shards skipped by ``IGNORE_EXCEPTIONS``.
+outcome and latency; a multi-key call's batches in one event), the hits and misses of reads,
+master switches (and how they were learned), write-fence holds, safety-net re-resolves and
+retries, reads served by a replica during an outage, shards skipped by ``IGNORE_EXCEPTIONS``.
 ``METRICS = True`` installs the Prometheus backend (:mod:`sentinel_cache.prometheus`); without
 it the core holds ``None`` and pays one attribute test per call. Gauges (connections, listeners)
 are not pushed: a backend reads them from
@@ -45,6 +45,15 @@ class Metrics:
         replies give (:func:`command_name`, :func:`outcome`). A backend may derive them its own
         way, as long as it records the same: this is the call of every single-key operation."""
         self.call(shard, command_name(commands), outcome(commands, replies), seconds)
+
+    def batches(self, batches: Iterable[tuple[str, Sequence[Any], bool, float]]) -> None:
+        """The batches of one multi-key call (a scatter), recorded once for the call: per shard
+        its name, its commands, whether its replies were read (``ok``) or not (``error``), and
+        the seconds from the call's start to its replies. The same series as a :meth:`call` per
+        batch: the metric is labelled by shard, so each shard's batch is still counted, but the
+        backend is called once, not once per shard."""
+        for shard, commands, ok, seconds in batches:
+            self.call(shard, command_name(commands), "ok" if ok else "error", seconds)
 
     def lookups(self, counts: Iterable[tuple[str, int, int]]) -> None:
         """Keys read by one multi-key read, recorded once for the call: per shard, its name and

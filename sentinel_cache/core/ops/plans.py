@@ -439,18 +439,17 @@ class ClientBase:
         is decoded in one call; if one is unreadable they are decoded again one by one, so
         only that one is a miss (logged)."""
         found: dict[Any, Any] = {}
-        answered: list[tuple[Shard, list[Any]]] = []
         keys: list[Any] = []
         datas: list[Any] = []
         for shard, shard_replies in replies.items():
             if shard_replies is not None:
-                group = groups[shard]
-                answered.append((shard, group))
-                keys += group
+                keys += groups[shard]
                 datas += shard_replies[0]
+        decoded = True  # every value at once
         try:
             values = self.codec.loads_each(datas)
         except InvalidValueError:
+            decoded = False
             for key, data in zip(keys, datas, strict=True):
                 if data is not None:
                     value = self.decode(data, key)
@@ -463,9 +462,16 @@ class ClientBase:
         metrics = self.core.metrics
         if metrics is not None:  # recorded once for the call
             counts = []
-            for shard, group in answered:
-                hits = sum(1 for key in group if key in found)
-                counts.append((shard.name, hits, len(group) - hits))
+            for shard, shard_replies in replies.items():
+                if shard_replies is not None:
+                    group = groups[shard]
+                    # Found: every key with data when all decoded, else those kept (in C).
+                    misses = (
+                        shard_replies[0].count(None)
+                        if decoded
+                        else len(group) - len(found.keys() & group)
+                    )
+                    counts.append((shard.name, len(group) - misses, misses))
             metrics.lookups(counts)
         return found
 
@@ -473,11 +479,16 @@ class ClientBase:
         """One command per shard, whatever the number of keys: ``MSET`` without a timeout;
         with one, ``MSETEX`` where the master has it, else the ``SET_EACH`` script (``MSET``
         takes no expiry). Atomic per shard. Every value is encoded in one call."""
-        encoded = dict(zip(mapping, self.codec.dumps_each(list(mapping.values())), strict=True))
+        # Encoded in the groups' order, then sliced per shard: no key -> value map built.
+        encoded = self.codec.dumps_each(
+            [mapping[key] for group in groups.values() for key in group]
+        )
         ms = 0 if timeout is None else max(1, int(timeout * 1000))
         plan: Plan = {}
+        end = 0
         for shard, group in groups.items():
-            values = list(map(encoded.__getitem__, group))
+            start, end = end, end + len(group)
+            values = encoded[start:end]
             if timeout is None:
                 command: Command = ("MSET", *_pairs(group, values))
             elif shard.allows("MSETEX"):

@@ -71,6 +71,10 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
     Fork-safe through redis-py's pid check: a child starts with empty state and a new lock.
     """
 
+    #: The connections answer ``ready_to_send()`` (connected to where they should be, nothing
+    #: unread) in one call; True skips redis-py's check at checkout when they say so.
+    lean_checkout = False
+
     def __init__(
         self,
         max_connections: int = 50,
@@ -90,6 +94,9 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
             max_connections=max_connections,
             **connection_kwargs,
         )
+        # Read once, not per release: the dispatcher of the release event, if it has one.
+        dispatcher = getattr(self, "_event_dispatcher", None)
+        self._release_dispatcher = None if _RELEASED is None else dispatcher
 
     def reset(self) -> None:
         """Start empty; after a fork nothing (not even a lock held by a parent thread) is shared."""
@@ -117,7 +124,8 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
         if connection is SLOT:
             connection = self._create()
         try:
-            self._ensure_connected(connection)
+            if not (self.lean_checkout and connection.ready_to_send()):
+                self._ensure_connected(connection)
         except BaseException:
             self._discard(connection)
             raise
@@ -215,23 +223,22 @@ class FairBlockingConnectionPool(FairPool, redis.ConnectionPool):
         reconnect = getattr(connection, "should_reconnect", None)  # redis-py >= 6
         if reconnect is not None and reconnect():
             connection.disconnect()
-        dispatcher = getattr(self, "_event_dispatcher", None)
-        if (
-            _RELEASED is not None
-            and dispatcher is not None
-            and not (self._quiet_releases and getattr(connection, "_re_auth_token", 0) is None)
+        dispatcher = self._release_dispatcher
+        if dispatcher is not None and not (
+            self._quiet_releases and getattr(connection, "_re_auth_token", 0) is None
         ):
             # Re-authenticates if a new token is pending: network I/O, so before the lock and
             # while the connection is still ours.
             dispatcher.dispatch(_RELEASED(connection))
         with self._lock:
-            if connection not in self._ledger.checked_out:
+            ledger = self._ledger
+            if connection not in ledger.checked_out:
                 return
-            foreign = not self.owns_connection(connection)
+            foreign = connection.pid != self.pid  # redis-py's owns_connection, inline
             if foreign:
-                self._ledger.drop(connection)
+                ledger.drop(connection)
             else:
-                self._ledger.give_back(connection)
+                ledger.give_back(connection)
         if foreign:
             connection.disconnect()
 

@@ -24,8 +24,9 @@ from typing import Any
 
 import redis.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import ReadOnlyError, ResponseError
 
+from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._sync.connection import ShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
 from sentinel_cache.core.topology.lean_rules import lean_reader, socket_failure
@@ -56,9 +57,10 @@ class _Lean:
 
 
 class LeanIO(redis.connection.AbstractConnection):
-    """redis-py's ``send_packed_command`` and ``read_response`` in a few calls, for a
-    connection that parses with ``hiredis`` (see the module's docstring). A RESP3 push is
-    handed to redis-py's handler, as its parser does."""
+    """What the lean path of :class:`LeanShardIO` needs of a redis-py connection that parses
+    with ``hiredis`` (see the module's docstring): the socket and the parser's reader, told
+    apart from redis-py's own path, and redis-py's failures for what went wrong on the socket.
+    (The asyncio twin is :class:`~sentinel_cache.core.ops.async_clients.AsyncLeanIO`.)"""
 
     # (reader, _Lean or None): what _lean found for the parser's reader of the moment.
     _lean_state: tuple[Any, _Lean | None] = (None, None)
@@ -104,6 +106,16 @@ class LeanIO(redis.connection.AbstractConnection):
             exc, writing=writing, timed_out=timed_out, host=host, timeout_from="socket"
         )
 
+
+class LeanShardIO(ShardConnectionMixin, LeanIO):
+    """A shard's connection (:mod:`~sentinel_cache.core.topology._sync.connection`) on the lean
+    path: redis-py's ``send_packed_command`` and ``read_response`` in a few calls, the shard's
+    rules (the promotions a command was sent under, no acknowledgement from a replaced master,
+    READONLY drops the socket) in the same call, as the asyncio twin
+    (:class:`~sentinel_cache.core.ops.async_clients.AsyncLeanShardIO`) has them. Every shard a
+    call touches pays these calls, so a layer less each is a multi-key call's CPU. Anything
+    that is not the lean path takes redis-py's, through the shard's rules of the mixin."""
+
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         sock: Any = self._sock
         lean = self._lean_now
@@ -112,6 +124,7 @@ class LeanIO(redis.connection.AbstractConnection):
         if lean is None or type(command) is not list:
             super().send_packed_command(command, check_health)
             return
+        self._sent_promotions = self._shard.state.promotions  # ShardBound._note_sent
         try:
             for item in command:
                 sock.sendall(item)
@@ -141,25 +154,24 @@ class LeanIO(redis.connection.AbstractConnection):
                 self._parser.handle_push_response(response)
                 response = reader.gets()
             kind = type(response)
-            if kind is bytes:
-                return response
             # redis-py's parser raises an error reply that means the connection is unusable
             if kind is list:
                 if response and isinstance(response[0], RedisConnectionError):
                     raise response[0]
-                return response
-            if isinstance(response, RedisConnectionError):
+            elif kind is not bytes and isinstance(response, RedisConnectionError):
                 raise response
         except BaseException as exc:
             raise self._failed(exc, writing=False)  # noqa: B904 - _failed chains it
-        if isinstance(response, ResponseError):
+        if kind is not bytes and kind is not list and isinstance(response, ResponseError):
+            if isinstance(response, ReadOnlyError):  # no master: see the mixin
+                self.disconnect()
             raise response from None
+        state = self._shard.state
+        if self._generation != state.generation or self._sent_promotions != state.promotions:
+            untrusted = self._untrusted_reply()  # no acknowledgement from a replaced master
+            self.disconnect()
+            raise untrusted  # type: ignore[misc]
         return response
-
-
-class LeanShardIO(ShardConnectionMixin, LeanIO):
-    """A shard's connection (:mod:`~sentinel_cache.core.topology._sync.connection`) on the lean
-    path."""
 
     def ready_to_send(self) -> bool:
         """Connected to the shard's current master with nothing unread (the reader's buffer,
@@ -169,7 +181,12 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
         lean = self._lean_now
         if lean is None or lean.sock is not self._sock:
             lean = self._lean()
-        if lean is None or lean.poller is None or self._stale() or lean.reader.has_data():
+        if (
+            lean is None
+            or lean.poller is None
+            or self._generation != self._shard.state.generation  # ShardBound._stale
+            or lean.reader.has_data()
+        ):
             return False
         if lean.tls and lean.sock.pending():
             return False
@@ -188,6 +205,27 @@ class ShardPool(FairBlockingConnectionPool):
     """The pool of a shard's master: the fair pool, whose checkout skips redis-py's connection
     check for a connection that is :meth:`~LeanShardIO.ready_to_send`."""
 
-    def _ensure_connected(self, connection: Any) -> None:
-        if not connection.ready_to_send():
-            super()._ensure_connected(connection)
+    lean_checkout = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Nobody to tell of a release (no event dispatcher of the caller's) and no client-side
+        # caching (whose proxy connections answer for their own reconnects): see release.
+        self._quick_release = self._quiet_releases and getattr(self, "cache", None) is None
+
+    def release(self, connection: Any) -> None:
+        """The fair pool's release; one with nothing to re-authenticate or reconnect for
+        (the usual case) is handed on at once, as the asyncio twin's
+        (:class:`~sentinel_cache.core.ops.async_clients.AsyncShardPool`) is."""
+        if (
+            self._quick_release
+            and self.pid == PROCESS.pid
+            and getattr(connection, "_re_auth_token", None) is None
+            and not getattr(connection, "_should_reconnect", False)  # redis-py >= 6
+        ):
+            with self._lock:
+                ledger = self._ledger
+                if connection in ledger.checked_out and connection.pid == self.pid:
+                    ledger.give_back(connection)
+                    return
+        super().release(connection)

@@ -306,23 +306,34 @@ class Runner(Moves):
             return {shard: self._shard_or_none(shard, commands, write, operation)}
         started = perf_counter()
         running = core.started
-        for shard in plan:
+        # Each shard's master and generation, read before its checkout (a switch after that is
+        # the connection's to notice, as in run): in the look that finds it ready, or after
+        # every shard is ready when one had to wait.
+        sent_to: list[tuple[Shard, Sequence[Command], Address | None, int]] = []
+        waited = False
+        for shard, commands in plan.items():
             state = shard.state
-            if running and state.address is not None and not (write and state.fenced):
-                continue  # as in run: ready, nothing to wait for
-            try:
-                self.ready(shard, write)
-            except MASTER_ERRORS as exc:
-                if not self.fail_open.skip(shard, exc, operation):
-                    raise
+            if not running or state.address is None or (write and state.fenced):
+                waited = True
+                try:
+                    self.ready(shard, write)
+                except MASTER_ERRORS as exc:
+                    if not self.fail_open.skip(shard, exc, operation):
+                        raise
+            sent_to.append((shard, commands, state.address, state.generation))
+        if waited:
+            sent_to = [(shard, commands, *shard.current()) for shard, commands in plan.items()]
         replies: dict[Shard, list[Any] | None] = {}
         failed: dict[Shard, tuple[BaseException, Address | None, int]] = {}
         resend: list[Shard] = []
         in_flight: list[tuple[Shard, Any, Any, Sequence[Command], Address | None, int]] = []
+        metrics = core.metrics
+        # With metrics: each batch read (or not), and when; recorded once, for the whole call.
+        batches: list[tuple[str, Sequence[Command], bool, float]] | None = None
+        master = self.io.master
         try:
-            for shard, commands in plan.items():
-                address, generation = shard.current()
-                connections = (self.io.master(shard)).connection_pool
+            for shard, commands, address, generation in sent_to:
+                connections = (master(shard)).connection_pool
                 try:
                     connection = connections.get_connection()
                 except PoolExhaustedError:
@@ -335,8 +346,10 @@ class Runner(Moves):
                     connection.send_packed_command(pack(connection, commands))
                 except MASTER_ERRORS as exc:
                     failed[shard] = (exc, address, generation)
+            if metrics is not None:
+                batches = []
             for shard, _, connection, commands, address, generation in in_flight:
-                if shard in failed:
+                if failed and shard in failed:
                     continue
                 try:
                     if len(commands) == 1:  # the usual batch: one command per shard
@@ -347,15 +360,16 @@ class Runner(Moves):
                     failed[shard] = (exc, address, generation)
                 except ResponseError:
                     resend.append(shard)
-                if core.metrics is not None:
-                    result = "ok" if shard in replies else "error"
-                    elapsed = perf_counter() - started
-                    core.metrics.call(shard.name, command_name(commands), result, elapsed)
+                if batches is not None:
+                    ok = shard in replies
+                    batches.append((shard.name, commands, ok, perf_counter() - started))
         finally:
             for shard, connections, connection, *_ in in_flight:
                 if shard not in replies:  # replies left unread: the socket is out of step
                     connection.disconnect()
                 connections.release(connection)
+            if batches:
+                metrics.batches(batches)  # type: ignore[union-attr]
         for shard, (error, address, generation) in failed.items():
             read = None if write else functools.partial(send, commands=plan[shard])
             try:
