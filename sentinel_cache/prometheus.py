@@ -524,7 +524,8 @@ def _near_cache_metrics() -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     flushes = CounterMetricFamily(
         "sentinel_cache_near_cache_flushes",
         "Times the shard's copies were all dropped, by cause (master switched, tracker "
-        "connection lost, tracker ping unanswered, server flush, clear, stopped).",
+        "connection lost, tracker ping unanswered, server flush, master restarted, clear, "
+        "stopped).",
         labels=["shard", "cause"],
     )
     rows: dict[str, list[int]] = {}  # shard -> tracked, entries, hits, misses, invalidations
