@@ -36,7 +36,7 @@ class ShardReplicas:
     label: str
     client: redis.Redis
     _lock: threading.Lock
-    state: MasterState
+    _state: MasterState
 
     def __init__(
         self,
@@ -148,13 +148,13 @@ class ShardReplicas:
             in_step = self._in_step
             if link == "connected":
                 if (
-                    generation == self.state.generation
+                    generation == self._state.generation
                     and address in self._replica_clients
                     and in_step.get(address) != generation
                 ):
                     self._in_step = {**in_step, address: generation}
             elif address in in_step and (
-                link == "out" or (link == "promoted" and not self.state.fenced)
+                link == "out" or (link == "promoted" and not self._state.fenced)
             ):
                 self._in_step = {a: g for a, g in in_step.items() if a != address}
 

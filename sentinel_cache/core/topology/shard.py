@@ -132,10 +132,7 @@ class Shard(ShardReplicas):
         self.label = f"{index} ({name})"
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a switch, or an outage's end
-        #: Master, generation, promotions, fence and outage in one consistent look: what the
-        #: hot path reads (once per call, once per reply). A plain attribute, not a property
-        #: (a call less per read); read-only outside this class, replaced whole under the lock.
-        self.state: MasterState = UNRESOLVED
+        self._state = UNRESOLVED
         self._agreeing = 0
         self._error: BaseException | None = None
         self._switch_count = 0
@@ -182,13 +179,19 @@ class Shard(ShardReplicas):
 
     # -- the state, read-only from outside ---------------------------------------------------
     @property
+    def state(self) -> MasterState:
+        """Master, generation, promotions, fence and outage in one consistent look: what the
+        hot path reads (once per call, once per reply)."""
+        return self._state
+
+    @property
     def address(self) -> Address | None:
-        return self.state.address
+        return self._state.address
 
     @property
     def generation(self) -> int:
         """Bumped by every switch: what a connection, a scan or a reply was made for."""
-        return self.state.generation
+        return self._state.generation
 
     @property
     def error(self) -> BaseException | None:
@@ -206,7 +209,7 @@ class Shard(ShardReplicas):
 
     @property
     def promotions(self) -> int:
-        return self.state.promotions
+        return self._state.promotions
 
     @property
     def fence_reason(self) -> str | None:
@@ -241,7 +244,7 @@ class Shard(ShardReplicas):
         return self._resolve_failures
 
     def __repr__(self) -> str:
-        state = self.state
+        state = self._state
         fence = f" fenced({self._fence_reason})" if state.fenced else ""
         return (
             f"<Shard {self.label} master={state.address} gen={state.generation} "
@@ -255,7 +258,7 @@ class Shard(ShardReplicas):
         self._resolving = threading.Lock()
         self._resolve_failures.reset_after_fork()
         self._fence_open = threading.Event()
-        if not self.state.fenced:
+        if not self._state.fenced:
             self._fence_open.set()
 
     def allows(self, feature: str) -> bool | None:
@@ -263,13 +266,13 @@ class Shard(ShardReplicas):
         it was asked (after a switch the new master is asked again: a rolling upgrade may mix
         versions, and ACLs are set per server)."""
         known = self._features.get(feature)
-        return known[1] if known is not None and known[0] == self.state.generation else None
+        return known[1] if known is not None and known[0] == self._state.generation else None
 
     def learned(self, feature: str, generation: int, allowed: bool) -> None:
         self._features[feature] = (generation, allowed)
 
     def current(self) -> tuple[Address | None, int]:
-        state = self.state
+        state = self._state
         return state.address, state.generation
 
     def switch(
@@ -285,7 +288,7 @@ class Shard(ShardReplicas):
         if evidence is None:
             evidence = Evidence(0, time.monotonic())
         with self._lock:
-            state = self.state
+            state = self._state
             old = state.address
             if old == address:  # a confirmation: keep the newer evidence
                 if evidence.newer_than(self._evidence):
@@ -296,7 +299,7 @@ class Shard(ShardReplicas):
                 return "stale", old
             self._evidence = evidence
             self._error = None
-            self.state = state._replace(
+            self._state = state._replace(
                 address=address, generation=state.generation + 1, unreachable_since=None
             )
             if old is not None:
@@ -350,7 +353,7 @@ class Shard(ShardReplicas):
         """
         with self._lock:
             seen_generation, seen_at = self._run_id_seen
-            state = self.state
+            state = self._state
             if generation != state.generation or (
                 generation == seen_generation and asked_at < seen_at
             ):
@@ -377,7 +380,7 @@ class Shard(ShardReplicas):
     # -- write fence -------------------------------------------------------------------------
     @property
     def fenced(self) -> bool:
-        return self.state.fenced
+        return self._state.fenced
 
     @property
     def fence_stale(self) -> bool:
@@ -388,9 +391,9 @@ class Shard(ShardReplicas):
 
     def raise_fence(self, reason: str) -> None:
         with self._lock:
-            if not self.state.fenced:
+            if not self._state.fenced:
                 self._fence_since = time.monotonic()
-                self.state = self.state._replace(fenced=True)
+                self._state = self._state._replace(fenced=True)
             self._fence_reason = reason
             self._fence_open.clear()
 
@@ -398,14 +401,14 @@ class Shard(ShardReplicas):
         """The sentinels sent ``SLAVEOF NO ONE`` to a replica of this shard: from now on the old
         master's acknowledgements of commands already in flight prove nothing."""
         with self._lock:
-            self.state = self.state._replace(promotions=self.state.promotions + 1)
+            self._state = self._state._replace(promotions=self._state.promotions + 1)
 
     def lower_fence(self) -> None:
         with self._lock:
             since = self._fence_since
             self._fence_reason = None
             self._fence_since = None
-            self.state = self.state._replace(fenced=False)
+            self._state = self._state._replace(fenced=False)
             self._fence_open.set()
         if since is not None and self._metrics is not None:
             self._metrics.fence(self.name, time.monotonic() - since)
@@ -423,21 +426,21 @@ class Shard(ShardReplicas):
     def unreachable_since(self) -> float | None:
         """Monotonic time the current master was first found unreachable, None if it was not
         (or it answered since, or the shard moved)."""
-        return self.state.unreachable_since
+        return self._state.unreachable_since
 
     def note_unreachable(self, generation: int) -> None:
         """A call found the master of ``generation`` unreachable and the sentinels named no
         other: the outage begins (once; moot if the shard moved meanwhile)."""
         with self._lock:
-            state = self.state
+            state = self._state
             if generation == state.generation and state.unreachable_since is None:
-                self.state = state._replace(unreachable_since=time.monotonic())
+                self._state = state._replace(unreachable_since=time.monotonic())
 
     def reachable_again(self) -> None:
         """The current master answered as a master again (no switch): the outage is over."""
         with self._lock:
-            if self.state.unreachable_since is not None:
-                self.state = self.state._replace(unreachable_since=None)
+            if self._state.unreachable_since is not None:
+                self._state = self._state._replace(unreachable_since=None)
                 self._changed.notify_all()
 
     def wait_change(self, generation: int, timeout: float) -> bool:
@@ -448,7 +451,7 @@ class Shard(ShardReplicas):
 
     def in_outage(self, generation: int) -> bool:
         """Still on the master of ``generation``, and that master found unreachable."""
-        state = self.state
+        state = self._state
         return generation == state.generation and state.unreachable_since is not None
 
     def note_outage_read(self) -> None:
