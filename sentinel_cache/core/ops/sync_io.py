@@ -6,6 +6,7 @@ runs inline; a write fence is waited for on its ``threading.Event``.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 import weakref
@@ -26,12 +27,12 @@ class ShardIO:
         self.core = core
         self.flights = shared_flights(core)
         self.turns = shared_turns(core)
+        #: The client of a shard's master: its own (every shard of every call, so a getter made
+        #: in C, no Python call; the asyncio twin binds the running loop's once as well).
+        self.master: Callable[[Shard], Any] = operator.attrgetter("client")
 
     def __repr__(self) -> str:
         return f"<ShardIO {self.core!r}>"
-
-    def master(self, shard: Shard) -> Any:
-        return shard.client
 
     def reader(self, shard: Shard) -> tuple[Address | None, Any]:
         """A replica in the read rotation (its address and client), or (None, None)."""

@@ -23,6 +23,9 @@ class MasterState(NamedTuple):
     promotions: int
     #: Writes held: a failover was announced and its end not heard yet.
     fenced: bool
+    #: Since when (monotonic) this master is known unreachable with nothing to replace it (an
+    #: outage), else None; a switch starts without it. Here so a call's one look sees it too.
+    unreachable_since: float | None = None
 
 
 UNRESOLVED = MasterState(None, 0, 0, False)

@@ -174,16 +174,14 @@ class Shard(ShardReplicas):
         )
         self.client = redis.Redis(connection_pool=self.pool)
         super().__init__(config, connection_class, kwargs)  # the replicas' part
-        # The outage: (generation, since) of a master found unreachable that nothing replaced
-        # yet; reads replicas served during outages.
-        self._outage: tuple[int, float] | None = None
+        # Reads replicas served during outages (the outage itself is in the state).
         self._outage_reads = 0
 
     # -- the state, read-only from outside ---------------------------------------------------
     @property
     def state(self) -> MasterState:
-        """Master, generation, promotions and fence in one consistent look: what the hot path
-        reads (once per call, once per reply)."""
+        """Master, generation, promotions, fence and outage in one consistent look: what the
+        hot path reads (once per call, once per reply)."""
         return self._state
 
     @property
@@ -301,7 +299,9 @@ class Shard(ShardReplicas):
                 return "stale", old
             self._evidence = evidence
             self._error = None
-            self._state = state._replace(address=address, generation=state.generation + 1)
+            self._state = state._replace(
+                address=address, generation=state.generation + 1, unreachable_since=None
+            )
             if old is not None:
                 self._former = (*self._former, old)[-FORMER_KEPT:]
                 self._switch_count += 1
@@ -426,23 +426,21 @@ class Shard(ShardReplicas):
     def unreachable_since(self) -> float | None:
         """Monotonic time the current master was first found unreachable, None if it was not
         (or it answered since, or the shard moved)."""
-        outage = self._outage
-        return outage[1] if outage is not None and outage[0] == self.generation else None
+        return self._state.unreachable_since
 
     def note_unreachable(self, generation: int) -> None:
         """A call found the master of ``generation`` unreachable and the sentinels named no
         other: the outage begins (once; moot if the shard moved meanwhile)."""
         with self._lock:
-            if generation == self._state.generation and (
-                self._outage is None or self._outage[0] != generation
-            ):
-                self._outage = (generation, time.monotonic())
+            state = self._state
+            if generation == state.generation and state.unreachable_since is None:
+                self._state = state._replace(unreachable_since=time.monotonic())
 
     def reachable_again(self) -> None:
         """The current master answered as a master again (no switch): the outage is over."""
         with self._lock:
-            if self._outage is not None:
-                self._outage = None
+            if self._state.unreachable_since is not None:
+                self._state = self._state._replace(unreachable_since=None)
                 self._changed.notify_all()
 
     def wait_change(self, generation: int, timeout: float) -> bool:
@@ -453,10 +451,8 @@ class Shard(ShardReplicas):
 
     def in_outage(self, generation: int) -> bool:
         """Still on the master of ``generation``, and that master found unreachable."""
-        outage = self._outage
-        return (
-            generation == self._state.generation and outage is not None and outage[0] == generation
-        )
+        state = self._state
+        return generation == state.generation and state.unreachable_since is not None
 
     def note_outage_read(self) -> None:
         with self._lock:

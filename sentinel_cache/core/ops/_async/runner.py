@@ -170,7 +170,7 @@ class AsyncRunner(AsyncMoves):
             state = shard.state
         reader = client is None and not write
         outage_readable = reader and outage  # a replica in step may answer it in an outage
-        if shard.in_outage(state.generation):
+        if state.unreachable_since is not None:  # shard.in_outage, in the same look
             # Known unreachable: a call's re-resolve found no other master. Its failure is not
             # paid again per call (a hung master's SOCKET_TIMEOUT): a read asks a replica in
             # step first, and with OUTAGE_HOLD a write waits for the switch before it is sent.

@@ -116,7 +116,12 @@ class CacheOperations(Runner):
             if not non_string_miss(exc, key):
                 raise
             return default
-        return self.value_of(data, key, default)
+        if data is None:
+            return default
+        try:  # as value_of decodes it, two calls less; an unreadable value is logged there
+            return self.codec.loads(data)
+        except InvalidValueError:
+            return self.value_of(data, key, default)
 
     def set(
         self, key: Any, value: Any, timeout: float | None, *, nx: bool = False, xx: bool = False
@@ -132,7 +137,7 @@ class CacheOperations(Runner):
                 return not self.has_key(key)
             deleted = self.delete(key)
             return deleted if xx else True  # xx: "stored" only where it existed
-        data = self.encode(value)
+        data = self.codec.dumps(value)  # encode's, a call less
         command: Command = ("SET", key, data, *expiry_args(timeout))
         keep = None
         if nx or xx:  # a key not moved yet is on its previous owner: NX/XX must see it
