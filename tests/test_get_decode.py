@@ -1,5 +1,4 @@
-"""``get`` decodes what it read in place and hands an unreadable value to ``value_of``, which
-logs it once and answers the default: each kind of reply (a value, a stored None, a raw
+"""``get`` decodes what it read, and an unreadable value is logged once and answers the default: each kind of reply (a value, a stored None, a raw
 integer, an unreadable value, a miss), sync and asyncio, with and without the near cache (whose
 own hit decodes the same way)."""
 

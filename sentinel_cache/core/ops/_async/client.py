@@ -115,12 +115,7 @@ class AsyncCacheOperations(AsyncRunner):
             if not non_string_miss(exc, key):
                 raise
             return default
-        if data is None:
-            return default
-        try:  # as value_of decodes it, two calls less; an unreadable value is logged there
-            return self.codec.loads(data)
-        except InvalidValueError:
-            return self.value_of(data, key, default)
+        return self.value_of(data, key, default)
 
     async def set(
         self, key: Any, value: Any, timeout: float | None, *, nx: bool = False, xx: bool = False
