@@ -15,13 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from test_docs_promises_acl import EVERY, KEYS, ROWS, SECRET
 
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
-from test_docs_promises_acl import EVERY, KEYS, ROWS, SECRET
 
 TIMEOUT = 60
 
