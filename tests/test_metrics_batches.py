@@ -137,6 +137,7 @@ def test_each_shard_a_multi_key_call_touched_counts_once(core: Any) -> None:
         assert mget == 4  # three reads that found the keys, one that found none
         assert mset == 3
         assert deleted == 3
-        # With a timeout: MSETEX where the master has it (Valkey 9), else SET_EACH.
-        assert sorted([eval_, msetex]) == [0, 3]
+        # With a timeout: MSETEX where the master has it (Valkey 9): the 3 calls and the probe
+        # that asked this new pool's master (once, see FEATURES); else SET_EACH.
+        assert (eval_, msetex) in ((3, 0), (0, 4))
     assert seconds() > spent

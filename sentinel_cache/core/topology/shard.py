@@ -48,13 +48,33 @@ SwitchCallback = Callable[["SwitchEvent"], None]
 #: ``restarted(shard, old_run_id, new_run_id, source)``: the core's report of an empty restart.
 RestartCallback = Callable[["Shard", "str | None", str, str], None]
 
-#: What a master may or may not allow, each asked once per master with one command whose reply
-#: says it: ``MSETEX`` (Valkey 9.1+, Redis 8.4+: ``set_many`` with a timeout in one native
-#: command per shard instead of a script), and ``CLIENT REPLY`` (writes nobody waits for, which
-#: an ACL or a renamed command may forbid).
-FEATURES: dict[str, tuple[tuple[str, ...], Callable[[Any], bool]]] = {
-    "MSETEX": (("COMMAND", "INFO", "MSETEX"), lambda reply: bool(reply and reply[0])),
-    "CLIENT REPLY": (("CLIENT", "REPLY", "ON"), lambda reply: reply in (b"OK", "OK")),
+
+class Feature(NamedTuple):
+    """A command a master may or may not allow: ``probe`` runs it harmlessly and ``allowed``
+    reads the reply; ``without`` says what the cache does where it is not allowed."""
+
+    probe: tuple[Any, ...]
+    allowed: Callable[[Any], bool]
+    without: str
+
+
+#: What a master may or may not allow, each asked once per master by running the command itself
+#: harmlessly, so the answer covers both whether the server has it and whether our ACL user may
+#: run it (``COMMAND INFO`` only says the former): ``MSETEX`` (Valkey 9.1+, Redis 8.4+:
+#: ``set_many`` with a timeout in one native command per shard instead of a script; probed with
+#: ``XX`` on a key of the cache's own namespace that nothing writes, so it sets nothing), and
+#: ``CLIENT REPLY`` (writes nobody waits for, which an ACL or a renamed command may forbid).
+FEATURES: dict[str, Feature] = {
+    "MSETEX": Feature(
+        ("MSETEX", 1, "sentinel_cache:feature-probe", "", "XX", "PX", 1),
+        lambda reply: reply in (0, 1),
+        "set_many with a timeout uses the SET_EACH script instead",
+    ),
+    "CLIENT REPLY": Feature(
+        ("CLIENT", "REPLY", "ON"),
+        lambda reply: reply in (b"OK", "OK"),
+        "the resharding's copies wait for their replies",
+    ),
 }
 
 

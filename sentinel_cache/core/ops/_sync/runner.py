@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from time import perf_counter
 from typing import Any, TypeVar
 
-from redis.exceptions import MasterDownError, ReadOnlyError, ResponseError
+from redis.exceptions import MasterDownError, NoPermissionError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.config import Address
@@ -541,16 +541,27 @@ class Runner(Moves):
 
     def learn(self, shards: Iterable[Shard], feature: str) -> None:
         """Ask the masters not asked yet whether they allow ``feature`` (see
-        :data:`~sentinel_cache.core.topology.shard.FEATURES`): once per master, so not batched."""
-        command, allowed = FEATURES[feature]
+        :data:`~sentinel_cache.core.topology.shard.FEATURES`): once per master, so not batched.
+        A master that has it but refuses it to our user (``NOPERM``) is logged, once per master:
+        a server without it is no misconfiguration, an ACL that forbids it may be."""
+        probe, allowed, without = FEATURES[feature]
         for shard in shards:
             if shard.allows(feature) is not None:
                 continue
             try:
                 (reply,) = self.execute(
-                    shard, [command], write=False, replicas=False, outage=False
+                    shard, [probe], write=False, replicas=False, outage=False
                 )
-            except ResponseError:  # refused (ACL) or renamed away
+            except NoPermissionError:
+                logger.info(
+                    "shard %s: the master at %s refuses %s to this user (NOPERM): %s",
+                    shard.label,
+                    shard.address,
+                    feature,
+                    without,
+                )
+                reply = None
+            except ResponseError:  # absent, renamed away, or refused for another reason
                 reply = None
             except MASTER_ERRORS:  # unknown still: the operation that follows meets the error
                 continue
