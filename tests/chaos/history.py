@@ -65,8 +65,9 @@ class Writers:
     before :meth:`start` (pytest's collected suite, 170,000 objects under ``make chaos``) is
     frozen (``gc.freeze``) until :meth:`stop`, and a call is recorded as a plain tuple, which
     the collector stops tracking, not as a :class:`Call` (25,000 per round). A full collection
-    of both took 100-200 ms, and one in the fault window was a round's slowest call of the
-    other shard. What the library allocates is still collected as usual. One at a time."""
+    of both took 100-290 ms on the 2 shared cores, and one in the fault window was the round's
+    slowest call of the other shard. What the library allocates is still collected as usual.
+    One at a time."""
 
     def __init__(
         self,
