@@ -2,8 +2,9 @@
 (tests/test_outage_hung.py), only the call that finds it unreachable pays its
 ``SOCKET_TIMEOUT``. Once the outage is known, a ``get_many`` over keys on the hung shard and
 another is answered without asking the hung master (its keys by the replica in step, the other
-shard's by its master), and a ``set_many`` with ``OUTAGE_HOLD`` waits before its batch is sent:
-it raises when the hold runs out, and lands on the new master after a switch. With
+shard's by its master), and a ``set_many`` (or ``delete_many``) with ``OUTAGE_HOLD`` waits
+before its batch is sent: it raises when the hold runs out (fail-open: the held shard's keys
+are the ones not set), and lands on the new master after a switch. With
 ``OUTAGE_READS`` off a ``get_many`` still asks the master (its timeout, then the error). ``-s``
 prints the figures."""
 
@@ -167,6 +168,10 @@ def test_set_many_in_a_known_outage_is_held_before_it_is_sent(
                     await aclient.aclose()
 
             aheld = asyncio.run(aset())
+            began = time.monotonic()
+            with pytest.raises(ShardUnavailableError, match=r"OUTAGE_HOLD \(0\.5s\)"):
+                client.delete_many(list(values))  # both shards: a scatter
+            deleted = time.monotonic() - began
             # IGNORE_EXCEPTIONS: the held shard's keys are the ones not set, the other's land.
             newer = {key: f"newer {value}" for key, value in values.items()}
             failed, open_held = timed(lambda: open_client.set_many(newer, None))
@@ -174,11 +179,12 @@ def test_set_many_in_a_known_outage_is_held_before_it_is_sent(
             assert client.get_many(on_other) == {k: newer[k] for k in on_other}
             print(
                 f"\nhung master, set_many over 2 shards held (OUTAGE_HOLD {HOLD:g}): raised after "
-                f"{held:.2f} s (sync), {aheld:.2f} s (asyncio); fail-open {open_held:.2f} s"
+                f"{held:.2f} s (sync), {aheld:.2f} s (asyncio); fail-open {open_held:.2f} s; "
+                f"delete_many {deleted:.2f} s"
             )
             # Sent to the hung master first, each would wait TIMEOUT before the hold.
             assert HOLD <= held < TIMEOUT and HOLD <= aheld < TIMEOUT
-            assert HOLD <= open_held < TIMEOUT
+            assert HOLD <= open_held < TIMEOUT and HOLD <= deleted < TIMEOUT
         finally:
             cluster.thaw_node(master)
     finally:
