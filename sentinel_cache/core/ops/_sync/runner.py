@@ -171,15 +171,13 @@ class Runner(Moves):
             state = shard.state
         reader = client is None and not write
         outage_readable = reader and outage  # a replica in step may answer it in an outage
-        if state.unreachable_since is not None:  # shard.in_outage, in the same look
-            # Known unreachable: a call's re-resolve found no other master. Its failure is not
-            # paid again per call (a hung master's SOCKET_TIMEOUT): a read asks a replica in
-            # step first, and with OUTAGE_HOLD a write waits for the switch before it is sent.
-            if outage_readable and core.config.outage_reads:
+        # A known outage (shard.in_outage, in the same look): the master not asked first.
+        if state.unreachable_since is not None and self.skips_master(outage_readable, write):
+            if outage_readable:
                 served, reply = self.outage_read(shard, operation, state.generation)
                 if served:
                     return reply
-            elif write and self.outage_hold:
+            else:
                 self.hold(shard, state.generation, None)
                 state = shard.state
         if reader and replicas and self.replica_reads:  # a replica in rotation may serve
@@ -219,6 +217,16 @@ class Runner(Moves):
             raise ShardUnavailableError(
                 f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def skips_master(self, outage_readable: bool, write: bool) -> bool:
+        """Whether a call on a shard in a known outage (a call's re-resolve found its master
+        unreachable and no other) is not sent to that master first, so a hung master's
+        SOCKET_TIMEOUT is paid once, not per call: a read a replica in step may answer asks one
+        first (``OUTAGE_READS``), a write waits for the switch (``OUTAGE_HOLD``). :meth:`run`
+        does it; :meth:`scatter` leaves such a shard's batch to it."""
+        if outage_readable:
+            return self.core.config.outage_reads
+        return write and self.outage_hold > 0
 
     def _recover(
         self,
@@ -289,8 +297,11 @@ class Runner(Moves):
 
         A shard whose batch failed goes through the safety net once: re-resolve, then one
         resend only if the shard moved, so a hung master costs one socket timeout, not a second
-        one for the resend. An error reply takes the single-shard path, which raises it. With
-        IGNORE_EXCEPTIONS an unavailable shard's replies are None and the others' are kept.
+        one for the resend. A shard in a known outage is not sent its batch first when a single
+        call would not be (:meth:`skips_master`): the single-shard path answers it after the
+        others, from a replica in step or after the hold. An error reply takes the single-shard
+        path, which raises it. With IGNORE_EXCEPTIONS an unavailable shard's replies are None
+        and the others' are kept.
         """
         if self.core.tracer is None:
             return self._scatter(plan, write, operation)
@@ -311,8 +322,15 @@ class Runner(Moves):
         # every shard is ready when one had to wait.
         sent_to: list[tuple[Shard, Sequence[Command], Address | None, int]] = []
         waited = False
+        # A shard in a known outage whose master is not asked first (a replica in step reads,
+        # a write is held: see skips_master) is sent nothing here: run answers it once the
+        # other shards' replies are read, so the batches in flight wait for no hold.
+        aside: list[Shard] = []
         for shard, commands in plan.items():
             state = shard.state
+            if state.unreachable_since is not None and self.skips_master(not write, write):
+                aside.append(shard)
+                continue
             if not running or state.address is None or (write and state.fenced):
                 waited = True
                 try:
@@ -322,10 +340,10 @@ class Runner(Moves):
                         raise
             sent_to.append((shard, commands, state.address, state.generation))
         if waited:
-            sent_to = [(shard, commands, *shard.current()) for shard, commands in plan.items()]
+            sent_to = [(shard, commands, *shard.current()) for shard, commands, *_ in sent_to]
         replies: dict[Shard, list[Any] | None] = {}
         failed: dict[Shard, tuple[BaseException, Address | None, int]] = {}
-        resend: list[Shard] = []
+        resend = aside
         in_flight: list[tuple[Shard, Any, Any, Sequence[Command], Address | None, int]] = []
         metrics = core.metrics
         # With metrics: each batch read (or not), and when; recorded once, for the whole call.
