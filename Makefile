@@ -39,7 +39,7 @@ pytest: venv
 		tests/django/test_django_hashes.py tests/django/test_django_sets.py tests/django/test_django_sorted_sets.py \
 		tests/django/test_django_redis_extras.py tests/test_stampede.py tests/test_stampede_wake.py \
 		tests/test_stampede_writes_win.py tests/test_stampede_coalesce.py \
-		tests/test_outage.py tests/test_outage_hung.py tests/test_outage_near.py \
+		tests/test_outage.py tests/test_outage_hung.py tests/test_outage_hung_many.py tests/test_outage_near.py \
 		tests/django/test_django_outage_sessions.py tests/test_sync_lean_io.py tests/test_async_lean_io.py \
 		tests/test_listener_load.py tests/test_safety_net_retry.py tests/test_async_read_deadlines.py \
 		tests/test_outage_which_reads.py tests/test_outage_near_fill.py tests/test_near_replica_rotation.py \
