@@ -51,7 +51,7 @@ from sentinel_cache.core.ops.deadlines import ReadDeadlines, read_deadlines
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._async.connection import AsyncShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import AsyncFairBlockingConnectionPool
-from sentinel_cache.core.topology.lean_rules import lean_reader, socket_failure
+from sentinel_cache.core.topology.lean_rules import broken, lean_reader, socket_failure
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
@@ -197,13 +197,9 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
                     break
                 await self._parser.handle_push_response(response)  # type: ignore[attr-defined]
                 response = parser.gets()
-            # redis-py's parser raises an error reply that means the connection is unusable
             kind = type(response)
-            if kind is list:
-                if response and isinstance(response[0], RedisConnectionError):
-                    raise response[0]
-            elif kind is not bytes and isinstance(response, RedisConnectionError):
-                raise response
+            if kind is not bytes and (failure := broken(response)) is not None:
+                raise failure
         except BaseException as exc:
             raise await self._failed(exc, writing=False)  # noqa: B904 - _failed chains it
         if kind is not bytes and kind is not list and isinstance(response, ResponseError):

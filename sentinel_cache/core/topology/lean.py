@@ -29,7 +29,7 @@ from redis.exceptions import ReadOnlyError, ResponseError
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._sync.connection import ShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
-from sentinel_cache.core.topology.lean_rules import lean_reader, socket_failure
+from sentinel_cache.core.topology.lean_rules import broken, lean_reader, socket_failure
 
 _CLOSED = "Connection closed by server."  # redis-py's words for it
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
@@ -154,12 +154,8 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
                 self._parser.handle_push_response(response)
                 response = reader.gets()
             kind = type(response)
-            # redis-py's parser raises an error reply that means the connection is unusable
-            if kind is list:
-                if response and isinstance(response[0], RedisConnectionError):
-                    raise response[0]
-            elif kind is not bytes and isinstance(response, RedisConnectionError):
-                raise response
+            if kind is not bytes and (failure := broken(response)) is not None:
+                raise failure
         except BaseException as exc:
             raise self._failed(exc, writing=False)  # noqa: B904 - _failed chains it
         if kind is not bytes and kind is not list and isinstance(response, ResponseError):

@@ -49,6 +49,16 @@ def lean_reader(parser: Any, protocol: Any, health_check_interval: Any) -> LeanR
     return LeanReader(reader, pending, push)
 
 
+def broken(response: Any) -> BaseException | None:
+    """The error redis-py's hiredis parser hands as a reply when the connection is unusable
+    (alone, or first of a list: a reply it could not parse), to be raised as a socket failure,
+    the socket dropped; None for any other reply (data, an error reply)."""
+    if type(response) is list:
+        first = response[0] if response else None
+        return first if isinstance(first, RedisConnectionError) else None
+    return response if isinstance(response, RedisConnectionError) else None
+
+
 def socket_failure(
     exc: BaseException, *, writing: bool, timed_out: bool, host: str, timeout_from: str
 ) -> BaseException:
