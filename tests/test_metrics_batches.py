@@ -7,12 +7,12 @@ call touched counts once per call, and a core without metrics records nothing.""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from samples import CALLS, LATENCIES, sample, scrape
 from waiting import key_on
 
 from sentinel_cache.core.metrics import Metrics, command_name
@@ -21,8 +21,6 @@ from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.prometheus import MultiprocessMetrics, PrometheusMetrics
 from sentinel_cache.testing import LocalSentinelCluster
-
-CALLS = "sentinel_cache_command_duration_seconds"
 
 # Scatters as the runner records them: per shard its name, its commands, read or not. A batch
 # whose first command is GET (a previous owner's copy plan) is "ok", never a hit or a miss.
@@ -33,14 +31,6 @@ SCATTERS: list[list[tuple[str, list[tuple[Any, ...]], bool]]] = [
     [("shard0", [("MSET", b"a", b"v")], False), ("shard2", [("DEL", b"d")], True)],
     [("shard2", [("GET", b"d"), ("PTTL", b"d")], True)],
 ]
-# On, below and between the first buckets, and past the last: every one of the bucket paths.
-LATENCIES = (0.0001, 0.00005, 0.0003, 0.003, 0.7, 7.0)
-
-
-def scrape(registry: CollectorRegistry) -> str:
-    text = generate_latest(registry).decode()
-    text = re.sub(r"(?m)^(\w+_created\{[^}]*\}) .*$", r"\1 <created>", text)
-    return "\n".join(line for line in text.splitlines() if CALLS in line)
 
 
 def through_batches(metrics_class: type[Any]) -> str:
@@ -89,10 +79,6 @@ def test_the_default_batches_calls_call_once_per_batch() -> None:
     assert seen == [("s0", "mget", "ok", 0.5), ("s1", "del", "error", 1.5)]
 
 
-def sample(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
 @pytest.fixture(params=[True, False], ids=["metrics", "no-metrics"])
 def core(request: pytest.FixtureRequest, cluster: LocalSentinelCluster) -> Iterator[Any]:
     made = ShardedSentinelPool(
@@ -117,7 +103,9 @@ def test_each_shard_a_multi_key_call_touched_counts_once(core: Any) -> None:
         ]
 
     def seconds() -> float:
-        return sum(sample(f"{CALLS}_sum", shard=name, command="mget", outcome="ok") for name in names)
+        return sum(
+            sample(f"{CALLS}_sum", shard=name, command="mget", outcome="ok") for name in names
+        )
 
     client.delete_many(keys)
     before, spent = counts(), seconds()

@@ -5,13 +5,12 @@ and sums), on its own and beside prometheus_client's own histograms."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from samples import sample
+from prometheus_client import CollectorRegistry
+from samples import CALLS, LATENCIES, sample, scrape
 from waiting import key_on
 
 from sentinel_cache.core.metrics import command_name, outcome
@@ -19,8 +18,6 @@ from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.prometheus import MultiprocessMetrics, PrometheusMetrics
-
-CALLS = "sentinel_cache_command_duration_seconds"
 
 # Batches as the runner sends them, with their replies: a get's hit and miss, a get with the
 # near cache's PTTL (more hits than misses), writes and a counter, and a write whose first reply is None (SET NX that
@@ -36,14 +33,6 @@ HISTORY: list[tuple[str, list[tuple[Any, ...]], list[Any]]] = [
     ("shard1", [("INCRBY", b"n", 1)], [3]),
     ("shard0", [("DEL", b"k")], [1]),
 ]
-# On, below and between the first buckets, and past the last: every one of the bucket paths.
-LATENCIES = (0.0001, 0.00005, 0.0003, 0.003, 0.7, 7.0)
-
-
-def scrape(registry: CollectorRegistry) -> str:
-    text = generate_latest(registry).decode()
-    text = re.sub(r"(?m)^(\w+_created\{[^}]*\}) .*$", r"\1 <created>", text)
-    return "\n".join(line for line in text.splitlines() if CALLS in line)
 
 
 def through_sent(metrics_class: type[Any]) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from prometheus_client import REGISTRY
+from samples import sample
 from threads import Workers
 from waiting import key_on
 
@@ -25,7 +25,9 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 def spread(core: ShardedSentinelPool, prefix: str) -> list[str]:
     """Two keys on each shard."""
-    return [key_on(core, index, f"{prefix}-{n}") for index in range(len(core.shards)) for n in (0, 1)]
+    return [
+        key_on(core, index, f"{prefix}-{n}") for index in range(len(core.shards)) for n in (0, 1)
+    ]
 
 
 def test_a_multi_key_call_is_a_fresh_cores_first_call(cluster: LocalSentinelCluster) -> None:
@@ -94,10 +96,6 @@ def test_a_fence_held_too_long_sends_no_batch_to_any_shard(core: ShardedSentinel
         core.shards[0].lower_fence()
     # The shard that was not fenced got nothing either: every shard is ready before any send.
     assert client.get_many(keys) == {}
-
-
-def sample(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 @pytest.mark.parametrize("metrics", [True, False], ids=["metrics", "no-metrics"])
