@@ -7,13 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from spans import EXPORTER, install, ours
 from waiting import key_on
 
 from sentinel_cache.core.ops.client import CacheClient
@@ -22,7 +18,6 @@ from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "observability.md"
-EXPORTER = InMemorySpanExporter()
 
 
 def documented_attributes() -> set[str]:
@@ -36,11 +31,7 @@ def documented_attributes() -> set[str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def provider() -> None:
-    current = trace.get_tracer_provider()
-    if not isinstance(current, TracerProvider):
-        current = TracerProvider()
-        trace.set_tracer_provider(current)
-    current.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    install()
 
 
 @pytest.fixture
@@ -51,10 +42,6 @@ def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
     made.close()
 
 
-def spans(name: str) -> list[Any]:
-    return [s for s in EXPORTER.get_finished_spans() if s.name == f"sentinel_cache {name}"]
-
-
 def test_the_attribute_table_is_what_a_span_carries(core: ShardedSentinelPool) -> None:
     documented = documented_attributes()
     assert {"db.operation.name", "sentinel_cache.shard", "error.type"} <= documented
@@ -63,8 +50,8 @@ def test_the_attribute_table_is_what_a_span_carries(core: ShardedSentinelPool) -
     assert client.set(keys[0], "v", 60)
     assert client.get(keys[0]) == "v"
     assert client.get_many(keys) == {keys[0]: "v"}
-    (single,) = spans("get")
-    (many,) = spans("get_many")
+    (single,) = ours("get")
+    (many,) = ours("get_many")
     for span in (single, many):
         assert set(span.attributes) <= documented, set(span.attributes) - documented
     assert single.attributes["db.operation.name"] == "get"

@@ -5,15 +5,10 @@ own instrumentation keeps working on the core's clients. Real servers, in-memory
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
-    InMemorySpanExporter,
-)
+from spans import EXPORTER, install, ours
 from threads import Workers
 from waiting import key_on
 
@@ -23,20 +18,10 @@ from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
-EXPORTER = InMemorySpanExporter()
-
 
 @pytest.fixture(scope="module", autouse=True)
 def provider() -> None:
-    current = trace.get_tracer_provider()
-    if not isinstance(current, TracerProvider):
-        current = TracerProvider()
-        trace.set_tracer_provider(current)
-    current.add_span_processor(SimpleSpanProcessor(EXPORTER))
-
-
-def ours(name: str) -> list[Any]:
-    return [s for s in EXPORTER.get_finished_spans() if s.name == f"sentinel_cache {name}"]
+    install()
 
 
 @pytest.fixture
