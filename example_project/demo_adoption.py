@@ -16,12 +16,10 @@ import time
 from typing import Any
 
 from example_project.demo_tools import (
-    PASSWORD,
-    Browser,
     DemoFailure,
     ProgressStream,
     command,
-    log_in,
+    logged_in_users,
 )
 
 USERS = 20
@@ -35,7 +33,6 @@ def adoption(demo: Any) -> None:
     from django.core.cache import caches
     from django.test.utils import override_settings
 
-    from example_project.server import ensure_user
     from example_project.views import SESSION_KEY_PREFIX
     from sentinel_cache.testing import LocalSentinelCluster
 
@@ -66,13 +63,7 @@ def adoption(demo: Any) -> None:
             override_settings(CACHES={**site, "legacy": legacy}, SESSION_CACHE_ALIAS="legacy")
         )
         overrides[-1].enable()
-        users: list[tuple[str, Browser]] = []
-        for n in range(USERS):
-            name = f"shopper{n:02d}"
-            ensure_user(name, PASSWORD)
-            browser = Browser(demo.browser.base)
-            log_in(browser, name)
-            users.append((name, browser))
+        users = logged_in_users(demo.browser.base, "shopper", USERS)
         catalog = {f"catalog:{n}": {"item": n, "price": n * 3 + 0.99} for n in range(CATALOG)}
         caches["legacy"].set_many(catalog, timeout=3600)
         out.say(

@@ -11,14 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 from example_project.demo_tools import (
-    PASSWORD,
     USERNAME,
     Browser,
     DemoFailure,
     ProgressStream,
     Traffic,
     command,
-    log_in,
+    logged_in_users,
 )
 
 RESHARD_USERS = 30
@@ -60,7 +59,6 @@ def reshard(demo: Any) -> None:
     """The step, on the running demo."""
     from django.core.cache import caches
 
-    from example_project.server import ensure_user
     from example_project.views import SESSION_KEY_PREFIX
 
     assert demo.browser is not None
@@ -69,13 +67,7 @@ def reshard(demo: Any) -> None:
     after = [*before, added]
     demo.out.step(f"Online resharding: append {added} while {RESHARD_USERS} users are logged in")
     started = time.monotonic()
-    users: list[tuple[str, Browser]] = []
-    for n in range(RESHARD_USERS):
-        name = f"user{n:02d}"
-        ensure_user(name, PASSWORD)
-        browser = Browser(demo.browser.base)
-        log_in(browser, name)
-        users.append((name, browser))
+    users = logged_in_users(demo.browser.base, "user", RESHARD_USERS)
     stored = {
         name: caches["default"].make_key(SESSION_KEY_PREFIX + str(browser.cookie("sessionid")))
         for name, browser in users

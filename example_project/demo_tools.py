@@ -188,6 +188,21 @@ def log_in(browser: Browser, username: str) -> dict[str, Any]:
     return me
 
 
+def logged_in_users(base: str, prefix: str, count: int) -> list[tuple[str, Browser]]:
+    """``count`` users ``<prefix>00``, ... made (or their password reset) and each logged in
+    through the login form in a browser of its own."""
+    from example_project.server import ensure_user
+
+    users: list[tuple[str, Browser]] = []
+    for n in range(count):
+        name = f"{prefix}{n:02d}"
+        ensure_user(name, PASSWORD)
+        browser = Browser(base)
+        log_in(browser, name)
+        users.append((name, browser))
+    return users
+
+
 def sentinel_status(alias: str = "default") -> tuple[str, int]:
     """``call_command("sentinel_status", "--cache", alias)``; returns (its text, exit code)."""
     from django.core.management import call_command
