@@ -194,9 +194,11 @@ def test_client_cut_from_its_master_only(make_cluster: MakeCluster) -> None:
         start, heal = report.fault
         failed = [c for c in report.history if c.shard == 0 and not c.acked]
         assert failed, "the cut did not bite: no call to the cut master failed"
-        # Errors are bounded in time: only while the cut lasted (plus a call in flight at heal).
+        # Errors are bounded in time: a failed call ends while the cut lasts or within one
+        # timeout after the heal. It may have started just before the cut: a writer can be in
+        # a call when the cut begins (CI once saw one start 0.3 ms before it and fail with it).
         end = heal + SOCKET_TIMEOUT + correct_slack(SOCKET_TIMEOUT)
-        late = [c for c in failed if not (start <= c.start and c.end <= end)]
+        late = [c for c in failed if not (start <= c.end <= end)]
         assert not late, [
             (round(c.start - start, 3), round(c.end - heal, 3), c.outcome) for c in late
         ]
