@@ -77,9 +77,9 @@ class TokenBucket:
 
 class Calls:
     """Commands on one shard's master through the core's safety net (re-resolve, one retry after
-        a switch), retried with a backoff while the shard is unavailable (a failover in progress),
-        for at most ``retry_for`` seconds. Credentials refused are raised at once. ``durable_*``: the
-    DURABLE_REPLICAS of the caches on ``core``, for :meth:`written`."""
+    a switch), retried with a backoff while the shard is unavailable (a failover in progress),
+    for at most ``retry_for`` seconds. Credentials refused are raised at once. ``durable_*``:
+    the DURABLE_REPLICAS of the caches on ``core``, for :meth:`written`."""
 
     def __init__(
         self,

@@ -275,8 +275,8 @@ class Migration:
     ) -> None:
         """The owners' half: per owner one ``RESTORE_MISSING`` (and an ``EXISTS`` per key that
         was gone: moved by a reader, or expired), the owners' batches sent together, each
-        followed by the WAIT of DURABLE_REPLICAS; the source's copies of the keys now on their owners (or deleted there) deleted a moment
-        later. A key whose restore came after its deadline stays on the source, for the next
+        followed by the WAIT of DURABLE_REPLICAS; the source's copies of the keys now on their
+        owners (or deleted there) deleted a moment later. A key whose restore came after its deadline stays on the source, for the next
         run (the shard is reported incomplete)."""
         plan: dict[Shard, list[Command]] = {}
         for owner, items in restores.items():
