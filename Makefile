@@ -43,7 +43,7 @@ pytest: venv
 		tests/django/test_django_outage_sessions.py tests/test_sync_lean_io.py tests/test_async_lean_io.py \
 		tests/test_listener_load.py tests/test_safety_net_retry.py tests/test_async_read_deadlines.py \
 		tests/test_outage_which_reads.py tests/test_outage_near_fill.py tests/test_near_replica_rotation.py \
-		tests/test_docs_promises_acl.py tests/test_docs_promises_durable.py tests/test_docs_promises_sentinels.py \
+		tests/test_docs_promises_acl.py tests/test_docs_promises_durable.py tests/test_reshard_durable.py tests/test_docs_promises_sentinels.py \
 		tests/test_docs_promises_options.py tests/test_docs_promises_metrics.py \
 		tests/test_metrics_batches.py tests/test_scatter_ready.py tests/test_sync_quick_release.py tests/test_sentinel_epoch_refused.py \
 		tests/test_shard_outage_state.py tests/test_feature_denied.py

@@ -25,6 +25,7 @@ from flask.cli import ScriptInfo
 
 from sentinel_cache.core.admin import commands, reshard, status
 from sentinel_cache.core.admin.reshard import previous
+from sentinel_cache.core.config import CacheOptions
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import ConfigurationError
 
@@ -50,9 +51,10 @@ EXIT_ERRORS = 1
 
 
 class SentinelBackend(Protocol):
-    """What the commands need of a cache: its core and its key prefix."""
+    """What the commands need of a cache: its core, its options and its key prefix."""
 
     core: ShardedSentinelPool
+    options: CacheOptions
 
     def resolved_prefix(self) -> str: ...
 
@@ -287,6 +289,11 @@ def sentinel_reshard_command(ctx: click.Context, **values: Any) -> None:
                 batch=values["batch"],
                 progress=printer,
                 retry_for=retry_for,
+                **reshard.durability(
+                    b.options
+                    for b in sentinel_backends(current_or_loaded_app(ctx))
+                    if b.core is core
+                ),
             )
         except KeyboardInterrupt:
             if printer is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -222,3 +223,35 @@ def test_a_logged_in_session_stays_logged_in_through_an_append(
     use_caches(sessions, sessions=django_entry(topology, AFTER, KEY_PREFIX="site"))
     assert logged_out(users) == []
     assert caches["sessions"].get_many(list(filler)) == filler
+
+
+def test_the_strongest_durable_replicas_of_the_caches_on_the_core_applies(
+    topology: LocalSentinelCluster, use_caches: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Aliases with equal settings share one core, and the migration moves all their keys: the
+    most DURABLE_REPLICAS among them applies, even with ``--cache`` naming another. (This
+    topology has no replicas: every WAIT falls short, and is logged.)"""
+    place(topology)
+    durable = django_entry(
+        topology,
+        AFTER,
+        PREVIOUS_MASTERS=BEFORE,
+        KEY_PREFIX="durable",
+        DURABLE_REPLICAS=1,
+        DURABLE_TIMEOUT_MS=20,
+    )
+    _deployed(topology, use_caches, durable=durable)
+    assert caches["sessions"].core is caches["durable"].core
+    caplog.set_level(logging.WARNING, logger="sentinel_cache")
+    code, out, err = _run("--cache", "sessions")
+    assert code == 0, out + err
+    shortfalls = {
+        record.getMessage()
+        for record in caplog.records
+        if "acknowledged by 0 of 1 replicas within 20 ms" in record.getMessage()
+    }
+    # the owner's restores and the sources' deletes
+    assert shortfalls == {
+        f"write to shard {name} acknowledged by 0 of 1 replicas within 20 ms" for name in AFTER
+    }
+    assert locations(topology) == {k: [owner(k, AFTER)] for k in KEYS}

@@ -4,6 +4,7 @@ progress, JSON, several caches and exit codes."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -120,3 +121,24 @@ def test_a_shard_given_up_exits_1(topology: LocalSentinelCluster, make_app: Apps
     assert result.exit_code == 1, result.output
     report = json.loads(result.stdout)
     assert report["complete"] is False and report["errors"][0].startswith("ghost: ")
+
+
+def test_durable_replicas_applies_to_the_migration(
+    topology: LocalSentinelCluster, make_app: Apps, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The cache's DURABLE_REPLICAS reaches the migration (no replicas here: every WAIT falls
+    short, and is logged)."""
+    place(topology)
+    app = make_app(AFTER, PREVIOUS_MASTERS=BEFORE, DURABLE_REPLICAS=1, DURABLE_TIMEOUT_MS=20)
+    caplog.set_level(logging.WARNING, logger="sentinel_cache")
+    result = app.test_cli_runner().invoke(args=["sentinel-reshard", "--json"])
+    assert result.exit_code == 0, result.output
+    shortfalls = {
+        record.getMessage()
+        for record in caplog.records
+        if "acknowledged by 0 of 1 replicas within 20 ms" in record.getMessage()
+    }
+    assert shortfalls == {
+        f"write to shard {name} acknowledged by 0 of 1 replicas within 20 ms" for name in AFTER
+    }
+    assert locations(topology) == {k: [owner(k, AFTER)] for k in KEYS}

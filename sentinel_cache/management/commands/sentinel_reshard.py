@@ -23,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from sentinel_cache.core.admin import commands, reshard
 from sentinel_cache.core.admin.reshard import previous
+from sentinel_cache.core.config import CacheOptions
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.django.checks import BACKEND
 from sentinel_cache.django.commands import SentinelCacheCommand, config_error
@@ -73,6 +74,19 @@ class Command(SentinelCacheCommand):
             )
         return cores
 
+    def _options_on(self, core: ShardedSentinelPool) -> list[CacheOptions]:
+        """The options of every cache of ours on ``core`` (the migration moves all their keys:
+        the strongest DURABLE_REPLICAS among them applies)."""
+        found: list[CacheOptions] = []
+        for alias in self.aliases(None):
+            try:
+                backend: Any = caches[alias]
+                if backend.core is core:
+                    found.append(backend.cache_options)
+            except (ConfigurationError, ImproperlyConfigured):
+                continue  # an alias that does not parse has no core, so not this one
+        return found
+
     # -- the two modes --------------------------------------------------------------------
     def _plan(self, cores: dict[str, ShardedSentinelPool], options: dict[str, Any]) -> int:
         plans = {
@@ -113,6 +127,7 @@ class Command(SentinelCacheCommand):
                     batch=options["batch"],
                     progress=printer,
                     retry_for=options["retry_for"],
+                    **reshard.durability(self._options_on(core)),
                 )
             except KeyboardInterrupt:
                 if printer is not None:

@@ -13,7 +13,8 @@ owner is served from the previous owner, and moved). This module empties the pre
   included, still followed through the sentinels) and moves each key whose owner is now another
   shard: ``PTTL`` + ``DUMP`` on the source, the ``RESTORE_MISSING`` script on the owner (never
   over a value written meanwhile through the new ring, nor over a delete since: see
-  :data:`~sentinel_cache.core.ops.plans.DELETE_MARKED`), then ``DEL`` on the source. Batched
+  :data:`~sentinel_cache.core.ops.plans.DELETE_MARKED`), then ``DEL`` on the source (with
+  ``DURABLE_REPLICAS``, the restores and the deletes each followed by ``WAIT``). Batched
   (one round trip per step and batch, the owners' restores sent together), rate-limited,
   resumable (a second run moves nothing; a killed one is simply run again), and it follows a
   failover of any shard in the middle.
@@ -37,6 +38,7 @@ from sentinel_cache.core.admin.reshard.migration import (
     Migration,
     ProgressCallback,
     Tally,
+    durability,
     migrate,
 )
 from sentinel_cache.core.admin.reshard.planning import PLAN_BATCH, Flow, Plan, ShardPlan, plan
@@ -77,6 +79,7 @@ __all__ = [
     "Shift",
     "Tally",
     "TokenBucket",
+    "durability",
     "migrate",
     "movement",
     "movement_of",

@@ -78,17 +78,22 @@ class TokenBucket:
 class Calls:
     """Commands on one shard's master through the core's safety net (re-resolve, one retry after
     a switch), retried with a backoff while the shard is unavailable (a failover in progress),
-    for at most ``retry_for`` seconds. Credentials refused are raised at once."""
+    for at most ``retry_for`` seconds. Credentials refused are raised at once. ``durable_*``:
+    the DURABLE_REPLICAS of the caches on ``core``, for :meth:`written`."""
 
     def __init__(
         self,
         core: ShardedSentinelPool,
         retry_for: float,
         *,
+        durable_replicas: int = 0,
+        durable_timeout_ms: int = 100,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.ops = CacheClient(core, Codec())
+        self.ops = CacheClient(
+            core, Codec(), durable_replicas=durable_replicas, durable_timeout_ms=durable_timeout_ms
+        )
         self.retry_for = retry_for
         self.clock = clock
         self.sleep = sleep
@@ -138,3 +143,10 @@ class Calls:
             shard: replies.get(shard) or self.run(shard, commands)
             for shard, commands in plan.items()
         }
+
+    def written(self, plan: Mapping[Shard, Sequence[Command]]) -> dict[Shard, list[Any]]:
+        """:meth:`scatter` of writes, each shard's batch followed by the WAIT of
+        DURABLE_REPLICAS (the client's rule: a shortfall logged); the replies without it."""
+        replies = self.scatter(self.ops.durable_plan(plan))
+        self.ops.durable_checked(replies)
+        return replies

@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -23,6 +23,7 @@ from sentinel_cache.core.admin.reshard.calls import (
 )
 from sentinel_cache.core.admin.reshard.reports import PairReport, Progress, Report, ShardReport
 from sentinel_cache.core.admin.reshard.rings import require_previous
+from sentinel_cache.core.config import CacheOptions
 from sentinel_cache.core.ops.plans import (
     DUMP_WITH_TTL,
     RESTORE_MISSING,
@@ -40,6 +41,7 @@ __all__ = [
     "Migration",
     "ProgressCallback",
     "Tally",
+    "durability",
     "migrate",
 ]
 
@@ -109,6 +111,8 @@ class Migration:
         progress: ProgressCallback | None,
         retry_for: float,
         delete_delay: float,
+        durable_replicas: int = 0,
+        durable_timeout_ms: int = 100,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -125,7 +129,14 @@ class Migration:
         self.delete_delay = delete_delay
         self.clock = clock
         self.sleep = sleep
-        self.calls = Calls(core, retry_for, clock=clock, sleep=sleep)
+        self.calls = Calls(
+            core,
+            retry_for,
+            durable_replicas=durable_replicas,
+            durable_timeout_ms=durable_timeout_ms,
+            clock=clock,
+            sleep=sleep,
+        )
         self.pairs: dict[tuple[str, str], list[int]] = {}
         # (due, tally, keys): old copies to delete once their restore is old enough.
         self.pending: deque[tuple[float, Tally, list[Any]]] = deque()
@@ -263,9 +274,9 @@ class Migration:
         self, tally: Tally, restores: _Restores, gone: _Gone, deadlines: _Deadlines
     ) -> None:
         """The owners' half: per owner one ``RESTORE_MISSING`` (and an ``EXISTS`` per key that
-        was gone: moved by a reader, or expired), the owners' batches sent together; the
-        source's copies of the keys now on their owners (or deleted there) deleted a moment
-        later. A key whose restore came after its deadline stays on the source, for the next
+        was gone: moved by a reader, or expired), the owners' batches sent together, each
+        followed by the WAIT of DURABLE_REPLICAS; the source's copies of the keys now on their
+        owners (or deleted there) deleted a moment later. A key whose restore came after its deadline stays on the source, for the next
         run (the shard is reported incomplete)."""
         plan: dict[Shard, list[Command]] = {}
         for owner, items in restores.items():
@@ -274,7 +285,7 @@ class Migration:
             plan[owner] = [("EVAL", RESTORE_MISSING, len(items), *keys, deadlines[owner], *args)]
         for owner, lost in gone.items():
             plan.setdefault(owner, []).extend(("EXISTS", key) for key in lost)
-        answers = self.calls.scatter(plan)
+        answers = self.calls.written(plan)  # on the owners' replicas before the source's DEL
         delete: list[Any] = []
         late = 0
         for owner, owner_replies in answers.items():
@@ -342,7 +353,7 @@ class Migration:
                 self.sleep(wait)
             self.pending.popleft()
             try:
-                self.calls.one(tally.shard, ("DEL", *keys))
+                self.calls.written({tally.shard: [("DEL", *keys)]})
             except MASTER_ERRORS as exc:
                 # The moved keys are on their owners; the old copies stay until the next run
                 # (reads and writes go to the owner first, so they are never served).
@@ -400,6 +411,8 @@ def migrate(
     progress: ProgressCallback | None = None,
     retry_for: float = DEFAULT_RETRY_FOR,
     delete_delay: float = DEFAULT_DELETE_DELAY,
+    durable_replicas: int = 0,
+    durable_timeout_ms: int = 100,
 ) -> Report:
     """Move every key matching ``match`` whose owner changed from its previous owner to its
     owner now, with its remaining TTL; never over a value written meanwhile through the new
@@ -411,7 +424,10 @@ def migrate(
     report says which; its keys stay readable; run again). Each old copy is deleted
     ``delete_delay`` seconds after its restore, so a reader that missed on the owner just before
     the restore still finds it on the previous owner. Idempotent: a second run (or a run after a
-    killed one) moves only what is left. Raises :class:`ConfigurationError` without
+    killed one) moves only what is left. ``durable_replicas``, ``durable_timeout_ms``: the
+    caches' ``DURABLE_REPLICAS`` (:func:`durability` of their options): each owner's restores
+    are followed by the same ``WAIT`` as every write, before the source's copies are deleted,
+    and so are those deletes (a shortfall logged). Raises :class:`ConfigurationError` without
     ``PREVIOUS_MASTERS``.
     """
     require_previous(core)
@@ -421,6 +437,11 @@ def migrate(
         raise ValueError(f"rate must be a positive number of keys per second, got {rate}")
     if retry_for < 0 or delete_delay < 0:
         raise ValueError("retry_for and delete_delay must not be negative")
+    if durable_replicas < 0 or durable_timeout_ms < 0:
+        raise ValueError(
+            f"durable_replicas and durable_timeout_ms must not be negative, got "
+            f"{durable_replicas} and {durable_timeout_ms}"
+        )
     return Migration(
         core,
         match=match,
@@ -429,4 +450,19 @@ def migrate(
         progress=progress,
         retry_for=retry_for,
         delete_delay=delete_delay,
+        durable_replicas=durable_replicas,
+        durable_timeout_ms=durable_timeout_ms,
     ).run()
+
+
+def durability(options: Iterable[CacheOptions]) -> dict[str, int]:
+    """:func:`migrate`'s ``durable_replicas`` and ``durable_timeout_ms`` for the caches sharing
+    one core (their keys live on the same servers, and one migration moves them all): the most
+    replicas any of them waits for, and the longest timeout among those that wait."""
+    waiting = [o for o in options if o.durable_replicas > 0]
+    if not waiting:
+        return {"durable_replicas": 0, "durable_timeout_ms": 100}
+    return {
+        "durable_replicas": max(o.durable_replicas for o in waiting),
+        "durable_timeout_ms": max(o.durable_timeout_ms for o in waiting),
+    }
