@@ -19,18 +19,28 @@ SOURCES = sorted((Path(plans.__file__).resolve().parent / "_async").glob("*.py")
 # no declared keys.
 RULE_HOMES = {
     "keyed": {"_move", "_drop_previous", "forget"},
-    "planned": {"_move", "_drop_previous", "forget", "scatter"},
-    "_move": {"scatter", "_drop_previous"},
+    "planned": {"_move", "_drop_previous", "forget", "scatter", "durable_plan"},
+    "_move": {"scatter", "_written", "_drop_previous"},
     "_with_adopted": {"adopt_many"},
     "_get_moving": {"scatter"},
     "adopt_many": {"scatter"},
-    "_restore": {"scatter"},
-    "_drop_previous": {"scatter"},
+    "_restore": {"scatter", "_written"},
+    "_drop_previous": {"_written"},
+    "_written": {"scatter", "durable_plan"},  # resharding's writes, with DURABLE_REPLICAS' WAIT
     "_unlink": {"forget", "scatter"},
     "clear": {"forget_shard", "scatter"},
     "get_many": {"scatter"},  # a read: its near-cache fill and fallback in one round trip
 }
-RULES = {"forget", "forget_shard", "_move", "_drop_previous", "adopt_many", "scatter"}
+RULES = {
+    "forget",
+    "forget_shard",
+    "_move",
+    "_drop_previous",
+    "adopt_many",
+    "scatter",
+    "_written",
+    "durable_plan",
+}
 
 
 def calls_by_method() -> dict[str, set[str]]:

@@ -426,6 +426,25 @@ class ClientBase:
                 self.durable_timeout_ms,
             )
 
+    def durable_plan(
+        self, plan: Mapping[Shard, Sequence[Command]]
+    ) -> Mapping[Shard, Sequence[Command]]:
+        """A batch of writes per shard, each followed by the WAIT of DURABLE_REPLICAS (without
+        the option, ``plan`` as it is): the rule for every batch of writes, the runner's and
+        resharding's; its replies go through :meth:`durable_checked`."""
+        wait = self.durable_wait
+        if wait is None:
+            return plan
+        return {shard: [*commands, wait] for shard, commands in plan.items()}
+
+    def durable_checked(self, replies: Mapping[Shard, list[Any] | None]) -> None:
+        """The replies of a :meth:`durable_plan`: each shard's WAIT reply taken off (in place)
+        and a shortfall logged (a shard skipped by IGNORE_EXCEPTIONS has none)."""
+        if self.durable_wait is not None:
+            for shard, shard_replies in replies.items():
+                if shard_replies is not None:
+                    self.check_durable(f"shard {shard.name}", shard_replies.pop())
+
     # -- multi-key plans and their replies ---------------------------------------------------
     def mget_plan(self, keys: Iterable[Any]) -> tuple[Groups, Plan]:
         groups = self.core.group_by_shard(distinct(keys))

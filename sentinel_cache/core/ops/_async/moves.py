@@ -108,7 +108,7 @@ class AsyncMoves(ClientBase):
         await self.post(posted)
         moved = {key: copies[key][0] for shard in posted for key in owners[shard]}
         newer: list[Any] = []
-        written = await self.scatter(plan, write=True, operation="reshard") if plan else {}
+        written = await self._written(plan) if plan else {}
         for shard, replies in written.items():
             if replies is not None:
                 for key, reply in zip(owners[shard], replies[0], strict=True):
@@ -137,7 +137,7 @@ class AsyncMoves(ClientBase):
         replies = await self.scatter(plan, write=True, operation="reshard")
         restores = self.restore_plan(groups, replies, perf_counter() - began)
         if restores:
-            await self.scatter(restores, write=True, operation="reshard")
+            await self._written(restores)
         await self._drop_previous([key for group in groups.values() for key in group])
 
     async def _drop_previous(self, keys: Iterable[Any]) -> int:
@@ -149,5 +149,14 @@ class AsyncMoves(ClientBase):
         plan = self.previous_del_plan(keys)
         if not plan:
             return 0
-        replies = await self.scatter(plan, write=True, operation="reshard")
+        replies = await self._written(plan)
         return sum(int(r[0]) for r in replies.values() if r is not None)
+
+    async def _written(self, plan: Mapping[Shard, Sequence[Command]]) -> Replies:
+        """A batch of resharding's writes on the masters, each shard's followed by the WAIT of
+        DURABLE_REPLICAS (a shortfall logged, as the runner's): a copy restored on its owner is
+        on the owner's replicas before the previous owner's copy is deleted, and that delete is
+        on the previous owner's replicas before the operation goes on."""
+        replies = await self.scatter(self.durable_plan(plan), write=True, operation="reshard")
+        self.durable_checked(replies)
+        return replies

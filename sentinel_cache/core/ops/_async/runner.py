@@ -540,15 +540,12 @@ class AsyncRunner(AsyncMoves):
                 await self._move(keys)
             if access.delete:  # first: see plans.DELETE_MARKED
                 dropped = await self._drop_previous(keys)
-        wait = self.durable_wait if access.write else None
-        if wait is not None:  # DURABLE_REPLICAS: as in keyed
-            plan = {shard: [*commands, wait] for shard, commands in plan.items()}
+        if access.write:  # DURABLE_REPLICAS: as in keyed
+            plan = self.durable_plan(plan)
         try:
             replies = await self.scatter(plan, write=access.write, operation=operation)
-            if wait is not None:
-                for shard, shard_replies in replies.items():
-                    if shard_replies is not None:
-                        self.check_durable(f"shard {shard.name}", shard_replies.pop())
+            if access.write:
+                self.durable_checked(replies)
         finally:
             if access.write and core.near is not None:
                 self.forget(keys)
