@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 import redis
-from adoption_support import old_keys, old_url, ours, run_scenario, site
+from adoption_support import OUR_DB, migrate, old_keys, old_url, ours, run_scenario, site
 from django.core.cache import caches
 from django.test import override_settings
+from threads import Workers
 
 from sentinel_cache.django.checks import check_previous_cache
 from sentinel_cache.testing import LocalSentinelCluster
@@ -438,3 +439,43 @@ def test_a_stopped_migration_is_simply_run_again(adopting: Any, old_server: redi
     assert report.complete and report.moved == left and report.scanned == left
     assert old_keys(old_server, "") == []
     assert cache.get_many(list(values)) == values
+
+
+@pytest.mark.parametrize("path", ["read", "command"])
+def test_durable_replicas_hold_the_old_copies_until_our_replica_has_them(
+    make_cluster: Any, old: LocalSentinelCluster, old_server: redis.Redis, path: str
+) -> None:
+    """The backend's own DURABLE_REPLICAS reaches the adoption (its client is the adopter's):
+    a read-through and ``sentinel_reshard --from-previous-cache`` remove the old copies only
+    once our frozen replica has the copies (it is thawed 0.5 s later; a 4 s WAIT timeout)."""
+    ours_topology = make_cluster(shards=1, replicas=1, sentinels=1)
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    old_entry = {"BACKEND": REDIS_CACHE, "LOCATION": old_url(old), "KEY_PREFIX": prefix}
+    durable = {"DURABLE_REPLICAS": 1, "DURABLE_TIMEOUT_MS": 4000}
+    keys = [f"k{i}" for i in range(10)]
+    replica = ours_topology.replica_addresses(ours_topology.master_names[0])[0]
+    with site(ours(ours_topology, KEY_PREFIX=prefix, OPTIONS=durable), old_entry):
+        cache, previous = caches["default"], caches["old"]
+        previous.set_many({k: f"old {k}" for k in keys}, timeout=None)
+        stored = [previous.make_key(k) for k in keys]
+        at_thaw: list[int] = []
+
+        def thaw() -> None:
+            at_thaw.append(old_server.exists(*stored))
+            ours_topology.thaw_node(replica)
+
+        try:
+            ours_topology.freeze_node(replica)
+            with Workers(timeout=30) as workers:
+                workers.after(0.5, thaw)
+                if path == "read":
+                    assert cache.get_many(keys) == {k: f"old {k}" for k in keys}
+                else:
+                    (report,) = migrate().values()
+                    assert report["complete"] and report["moved"] == len(keys)
+        finally:
+            ours_topology.thaw_node(replica)
+        assert at_thaw == [len(keys)]  # the removal waited for the copies' WAIT
+        assert old_server.exists(*stored) == 0
+        with ours_topology.node_client(replica, db=OUR_DB) as node:
+            assert node.exists(*[cache.make_key(k) for k in keys]) == len(keys)

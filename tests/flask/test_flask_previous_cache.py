@@ -20,6 +20,7 @@ import redis
 from flask import Flask
 from flask_caching import Cache
 from flask_support import build_app, settings_for
+from threads import Workers
 
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.testing import LocalSentinelCluster
@@ -208,3 +209,46 @@ def test_a_bad_previous_cache_is_named(cluster: LocalSentinelCluster) -> None:
     )
     with pytest.raises(ConfigurationError, match="cannot be combined with PREVIOUS_MASTERS"):
         build_app(settings)
+
+
+def test_durable_replicas_hold_the_old_copies_until_our_replica_has_them(
+    make_cluster: Any, old: LocalSentinelCluster, old_server: redis.Redis
+) -> None:
+    """The backend's DURABLE_REPLICAS reaches its read-through (its client is the adopter's):
+    the old copies are removed only once our frozen replica has the copies (thawed 0.5 s later;
+    a 4 s WAIT timeout)."""
+    ours = make_cluster(shards=1, replicas=1, sentinels=1)
+    host, port = old.master_address(old.master_names[0])
+    prefix = f"app{uuid.uuid4().hex[:8]}_"
+    before = {
+        "CACHE_TYPE": "RedisCache",
+        "CACHE_REDIS_URL": f"redis://{host}:{port}/0",
+        "CACHE_KEY_PREFIX": prefix,
+    }
+    old_app = Flask("before")
+    old_app.config.update(before)
+    previous = Cache(old_app)
+    options = {"PREVIOUS_CACHE": before, "DURABLE_REPLICAS": 1, "DURABLE_TIMEOUT_MS": 4000}
+    settings = settings_for(ours, CACHE_REDIS_DB=DB, CACHE_KEY_PREFIX=prefix, CACHE_OPTIONS=options)
+    _, cache, backend = build_app(settings)
+    keys = [f"k{i}" for i in range(10)]
+    previous.set_many({k: f"old {k}" for k in keys}, timeout=0)
+    stored = [f"{prefix}{k}" for k in keys]
+    replica = ours.replica_addresses(ours.master_names[0])[0]
+    at_thaw: list[int] = []
+
+    def thaw() -> None:
+        at_thaw.append(old_server.exists(*stored))
+        ours.thaw_node(replica)
+
+    try:
+        ours.freeze_node(replica)
+        with Workers(timeout=30) as workers:
+            workers.after(0.5, thaw)
+            assert cache.get_many(*keys) == [f"old {k}" for k in keys]
+    finally:
+        ours.thaw_node(replica)
+    assert at_thaw == [len(keys)]  # the removal waited for the copies' WAIT
+    assert old_server.exists(*stored) == 0
+    with ours.node_client(replica, db=DB) as node:
+        assert node.exists(*[backend._key(k) for k in keys]) == len(keys)

@@ -13,6 +13,8 @@ never over a value there, never over a delete since (its tombstone), never after
 deadline. A delete removes the previous copy, then leaves a tombstone before it deletes ours,
 so a copy of a deleted value that read the previous cache before the delete either lands before
 the delete on ours (which removes it) or is refused (read the protocol in the scripts module).
+With ``DURABLE_REPLICAS`` (the option of the cache whose client the :class:`Adopter` has) each
+shard's copies are followed by its ``WAIT``, and the previous copies are removed only after it.
 
 :func:`migrate_previous` empties the previous cache (``sentinel_reshard --from-previous-cache``,
 ``flask sentinel-reshard --from-previous-cache``): its servers ``SCAN``ned for its keys, each
@@ -32,6 +34,7 @@ from sentinel_cache.core.admin.reshard.calls import TokenBucket
 from sentinel_cache.core.admin.reshard.rendering import render_report
 from sentinel_cache.core.admin.reshard.reports import PairReport, Progress, Report, ShardReport
 from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.ops.plans import Command
 from sentinel_cache.core.ops.scripts import (
     CLEARED,
     COPY_MISSING,
@@ -132,11 +135,12 @@ class Adopter:
         self, previous: PreviousCache, keys: Sequence[Any], *, strict: bool = True
     ) -> tuple[dict[Any, Any], dict[Any, tuple[str, str]]]:
         """Read ``keys`` from the previous cache and copy what it has to their shards with its
-        remaining TTL, then delete the previous copies that are on ours now. Returns the values
-        read (served whatever the copy's outcome) and each key's (shard name, outcome). A
-        shard's error is raised, or with ``strict`` False (a reader: the value is served anyway)
-        logged, that shard's keys left uncopied (:data:`LATE`) and their previous copies kept.
-        A key the previous cache does not have costs its one read, nothing on ours."""
+        remaining TTL (with DURABLE_REPLICAS, each shard's copies followed by its WAIT), then
+        delete the previous copies that are on ours now. Returns the values read (served
+        whatever the copy's outcome) and each key's (shard name, outcome). A shard's error is
+        raised, or with ``strict`` False (a reader: the value is served anyway) logged, that
+        shard's keys left uncopied (:data:`LATE`) and their previous copies kept. A key the
+        previous cache does not have costs its one read, nothing on ours."""
         began = time.monotonic()
         found = previous.read(list(keys))
         if not found:
@@ -174,7 +178,7 @@ class Adopter:
                 if deadline is None:
                     replies = [LATE] * len(items)
                 else:
-                    replies = run(shard, _copier(items, deadline), write=True)
+                    replies = _outcomes(self._written(shard, _copies(items, deadline)))
             except MASTER_ERRORS as exc:
                 if strict:
                     raise
@@ -183,11 +187,22 @@ class Adopter:
             for (_, key, _), outcome in zip(items, replies, strict=True):
                 outcomes[key] = (shard.name, outcome)
         # Deleted or cleared on ours: the delete removed the previous copy already, and a
-        # clear of other keys (the mark is per database) must not lose this one.
+        # clear of other keys (the mark is per database) must not lose this one. With
+        # DURABLE_REPLICAS the copies are on our replicas by now (or the shortfall was logged).
         done = [key for key, (_, outcome) in outcomes.items() if outcome in (COPIED, PRESENT)]
         if done:
             previous.remove(done)
         return found, outcomes
+
+    def _written(self, shard: Shard, commands: Sequence[Command]) -> list[Any]:
+        """One shard's batch of writes followed by the WAIT of DURABLE_REPLICAS (the client's
+        rule, a shortfall logged): the previous copies are removed only once our replicas have
+        theirs. The replies without the WAIT's."""
+        client = self.client
+        plan = client.durable_plan({shard: commands})
+        replies = {shard: client.execute(shard, plan[shard], write=True)}
+        client.durable_checked(replies)
+        return replies[shard]
 
     @staticmethod
     def _not_copied(previous: PreviousCache, shard: Shard, exc: BaseException) -> None:
@@ -266,35 +281,41 @@ def _marker(marks: Sequence[tuple[str, int]]) -> Callable[[Any], Any]:
     return send
 
 
-def _copier(
-    items: Sequence[tuple[str, Any, tuple[Any, int]]], deadline: int
-) -> Callable[[Any], list[str]]:
-    """The copies of one shard and, in the same transaction, why each refused one was refused."""
+def _copies(items: Sequence[tuple[str, Any, tuple[Any, int]]], deadline: int) -> list[Command]:
+    """The copies of one shard and, in the same transaction, why each refused one was refused
+    (read by :func:`_outcomes`)."""
     finals = [final for final, _, _ in items]
     args = [x for _, _, (data, ttl) in items for x in (data, ttl)]
+    checks: list[Command] = []
+    for final in finals:
+        checks += [("EXISTS", final), ("EXISTS", f"{TOMBSTONE_PREFIX}{final}")]
+    return [
+        ("MULTI",),
+        ("EVAL", COPY_MISSING, len(finals), *finals, deadline, *args),
+        *checks,
+        ("EXISTS", CLEARED),
+        ("EXEC",),
+    ]
 
-    def send(redis_client: Any) -> list[str]:
-        pipe = redis_client.pipeline(transaction=True)
-        pipe.eval(COPY_MISSING, len(finals), *finals, deadline, *args)
-        for final in finals:
-            pipe.exists(final)
-            pipe.exists(f"{TOMBSTONE_PREFIX}{final}")
-        pipe.exists(CLEARED)
-        replies = pipe.execute()
-        copied, checks, cleared = replies[0], replies[1:-1], replies[-1]
-        outcomes = []
-        for i, done in enumerate(copied):
-            if done:
-                outcomes.append(COPIED)
-            elif checks[2 * i]:
-                outcomes.append(PRESENT)
-            elif checks[2 * i + 1] or cleared:
-                outcomes.append(DELETED)
-            else:
-                outcomes.append(LATE)
-        return outcomes
 
-    return send
+def _outcomes(replies: Sequence[Any]) -> list[str]:
+    """Each copy's outcome from the replies of :func:`_copies` (its transaction's, last)."""
+    done = replies[-1]
+    for reply in done:
+        if isinstance(reply, Exception):  # an error inside EXEC is a reply, not raised
+            raise reply
+    copied, checks, cleared = done[0], done[1:-1], done[-1]
+    outcomes = []
+    for i, was_copied in enumerate(copied):
+        if was_copied:
+            outcomes.append(COPIED)
+        elif checks[2 * i]:
+            outcomes.append(PRESENT)
+        elif checks[2 * i + 1] or cleared:
+            outcomes.append(DELETED)
+        else:
+            outcomes.append(LATE)
+    return outcomes
 
 
 def _scan(server: Any, pattern: str, batch: int) -> Iterator[list[bytes]]:
