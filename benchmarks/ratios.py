@@ -7,7 +7,11 @@ in one process, and reports medians and their ratio to the scenario's floor:
   redis-py's ``MSET`` of the same 100 pickled values on one server (MSET sets no expiry), and the
   same ``set_many`` without a timeout (one ``MSET`` per shard) to tell the two costs apart;
 * a single-key ``get`` and a ``get_many`` of 10 keys over the 4 shards through the Django
-  backend with ``METRICS = True``, against the same calls with metrics off;
+  backend with ``METRICS = True``, against the same calls with metrics off: one cache whose
+  core's backend is set or unset before each call (the same connections and objects, only the
+  recording differs), beside a second cache with metrics off (what two caches differ by);
+  each sample one call of each, back to back (:func:`paired`: the ratio is the median of the
+  samples' ratios), since the difference looked for is a few percent;
 * one thread's (and one asyncio task's) back-to-back ``GET`` through the core's fair pool,
   against redis-py's ``BlockingConnectionPool`` (target: at least 0.6x its rate);
 * a round trip through the chaos harness's fault proxy to a node that has no fault, while
@@ -46,6 +50,8 @@ SET_MANY_TTL = "Django set_many(timeout=300), 4 shards"
 GET_WALL = "single-key get (wall)"
 METRICS_OFF, METRICS_ON = "Django get, METRICS off", "Django get, METRICS on"
 MANY_OFF, MANY_ON = "Django get_many[10], METRICS off", "Django get_many[10], METRICS on"
+OTHER_CACHE = "Django get, another cache, METRICS off"
+OTHER_CACHE_MANY = "Django get_many[10], another cache, METRICS off"
 GET_MANY_WALL = "get_many of 10 keys (wall)"
 POOL_SYNC, POOL_ASYNC = "one thread's GETs (wall)", "one asyncio task's GETs (wall)"
 REDIS_POOL, FAIR_POOL = (
@@ -97,6 +103,41 @@ def compare(
     return {name: statistics.median(samples) for name, samples in results.items()}
 
 
+def paired(
+    contenders: dict[str, Callable[[], Any]],
+    floor: str,
+    *,
+    samples: int,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> dict[str, float]:
+    """Median µs per contender, and (under ``"<name> ratio"``) the median of its per-sample
+    ratios to ``floor``: each sample one call of every contender, back to back in a new random
+    order. For a difference of a few percent, which :func:`compare`'s rounds (a block of calls
+    per contender) cannot resolve on a shared VM: the machine's state drifts between blocks
+    by more than that, not between two adjacent calls."""
+    names = list(contenders)
+    for call in contenders.values():
+        _timed(call, 20, clock)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    ratios: dict[str, list[float]] = {name: [] for name in names}
+    gc.disable()
+    try:
+        for _ in range(samples):
+            took = {}
+            for name in random.sample(names, len(names)):
+                started = clock()
+                contenders[name]()
+                took[name] = (clock() - started) / 1000
+            for name in names:
+                times[name].append(took[name])
+                ratios[name].append(took[name] / took[floor])
+    finally:
+        gc.enable()
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    medians.update({f"{name} ratio": statistics.median(ratios[name]) for name in names})
+    return medians
+
+
 def run(*, rounds: int = 7, calls: int = 200) -> list[dict[str, Any]]:
     """Every scenario: rows of (scenario, contender, median µs, ratio to the floor)."""
     from sentinel_cache.django import ShardedSentinelCache
@@ -104,13 +145,16 @@ def run(*, rounds: int = 7, calls: int = 200) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
 
     def add(scenario: str, medians: dict[str, float], floor: str) -> None:
+        # A paired comparison's ratio is the median of its samples' ratios (see paired).
         for name, median in medians.items():
+            if name.endswith(" ratio"):
+                continue
             rows.append(
                 {
                     "scenario": scenario,
                     "contender": name,
                     "median_us": median,
-                    "ratio": median / medians[floor],
+                    "ratio": medians.get(f"{name} ratio", median / medians[floor]),
                 }
             )
 
@@ -140,6 +184,10 @@ def run(*, rounds: int = 7, calls: int = 200) -> list[dict[str, Any]]:
             ),
             MSET,
         )
+        # METRICS on and off: one cache (METRICS = True), its core's backend set or unset
+        # before each call, so both sides share the connections and objects and only the
+        # recording differs; a second cache with metrics off shows what two caches differ by
+        # anyway (3.4 % once, with metrics off in both).
         caches = {
             flag: ShardedSentinelCache(
                 config["sentinels"], {"OPTIONS": {"MASTERS": config["masters"], "METRICS": flag}}
@@ -150,21 +198,43 @@ def run(*, rounds: int = 7, calls: int = 200) -> list[dict[str, Any]]:
         for backend in caches.values():
             backend.set("ratio:get", VALUE, None)
             backend.set_many(dict.fromkeys(many, VALUE), None)
+        core = caches[True].core
+        recording = core.metrics
+
+        def metrics(on: bool, call: Callable[[], Any]) -> Callable[[], Any]:
+            backend = recording if on else None
+
+            def timed() -> Any:
+                core.metrics = backend
+                return call()
+
+            return timed
+
+        def get() -> Any:
+            return caches[True].get("ratio:get")
+
+        def get_many() -> Any:
+            return caches[True].get_many(many)
+
         gets = {
-            METRICS_OFF: lambda: caches[False].get("ratio:get"),
-            METRICS_ON: lambda: caches[True].get("ratio:get"),
+            METRICS_OFF: metrics(False, get),
+            METRICS_ON: metrics(True, get),
+            OTHER_CACHE: lambda: caches[False].get("ratio:get"),
         }
-        add(GET_WALL, compare(gets, rounds=rounds, calls=calls * 5), METRICS_OFF)
+        samples = rounds * calls * 5
+        add(GET_WALL, paired(gets, METRICS_OFF, samples=samples), METRICS_OFF)
         add(
             "single-key get (client CPU)",
-            compare(gets, rounds=rounds, calls=calls * 5, clock=time.thread_time_ns),
+            paired(gets, METRICS_OFF, samples=samples, clock=time.thread_time_ns),
             METRICS_OFF,
         )
         reads = {
-            MANY_OFF: lambda: caches[False].get_many(many),
-            MANY_ON: lambda: caches[True].get_many(many),
+            MANY_OFF: metrics(False, get_many),
+            MANY_ON: metrics(True, get_many),
+            OTHER_CACHE_MANY: lambda: caches[False].get_many(many),
         }
-        add(GET_MANY_WALL, compare(reads, rounds=rounds, calls=calls * 2), MANY_OFF)
+        add(GET_MANY_WALL, paired(reads, MANY_OFF, samples=rounds * calls * 2), MANY_OFF)
+        core.metrics = recording
         host, port = cluster.master_address(config["masters"][0])
         node = {"host": host, "port": port, "password": cluster.requirepass}
         add(POOL_SYNC, _pools(node, rounds=rounds, calls=calls * 5), REDIS_POOL)
