@@ -3,6 +3,8 @@ sentinel-reshard``) and a Django session through an append: a private three-mast
 
 from __future__ import annotations
 
+import itertools
+import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -13,6 +15,7 @@ from django.core.cache import caches
 from django.test import override_settings
 from minimal_django import LOCMEM, configure_django
 
+from sentinel_cache.core import throttle
 from sentinel_cache.testing import LocalSentinelCluster
 
 configure_django()
@@ -62,3 +65,12 @@ def _close_cores() -> None:
             continue
         if core is not None:
             core.close()
+
+
+@pytest.fixture
+def every_log_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Log throttles that let every line through (a clock 100 s further at every look): the
+    topology's shards are shared by the tests of a worker, so a line another test logged on a
+    shard moments ago would otherwise hold this test's back."""
+    clock = itertools.count(0.0, 100.0)
+    monkeypatch.setattr(throttle, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))

@@ -226,7 +226,10 @@ def test_a_logged_in_session_stays_logged_in_through_an_append(
 
 
 def test_the_strongest_durable_replicas_of_the_caches_on_the_core_applies(
-    topology: LocalSentinelCluster, use_caches: Any, caplog: pytest.LogCaptureFixture
+    topology: LocalSentinelCluster,
+    use_caches: Any,
+    caplog: pytest.LogCaptureFixture,
+    every_log_line: None,
 ) -> None:
     """Aliases with equal settings share one core, and the migration moves all their keys: the
     most DURABLE_REPLICAS among them applies, even with ``--cache`` naming another. (This

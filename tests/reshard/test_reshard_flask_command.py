@@ -124,7 +124,10 @@ def test_a_shard_given_up_exits_1(topology: LocalSentinelCluster, make_app: Apps
 
 
 def test_durable_replicas_applies_to_the_migration(
-    topology: LocalSentinelCluster, make_app: Apps, caplog: pytest.LogCaptureFixture
+    topology: LocalSentinelCluster,
+    make_app: Apps,
+    caplog: pytest.LogCaptureFixture,
+    every_log_line: None,
 ) -> None:
     """The cache's DURABLE_REPLICAS reaches the migration (no replicas here: every WAIT falls
     short, and is logged)."""

@@ -38,6 +38,7 @@ from sentinel_cache.core.ops.scripts import is_reserved as is_reserved
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.core.topology.near import NearCache
+from sentinel_cache.core.topology.registry import on_fork_in_child
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import IncrementError, InvalidValueError
@@ -110,10 +111,34 @@ def incr_refused(key: Any, exc: BaseException) -> BaseException:
     return exc
 
 
-# One log throttle per shard, shared by every cache object on the core (Django builds one per
-# request under ASGI: a per-object throttle would log every request).
+# One log throttle per shard and kind of message (an ignored failure, a WAIT shortfall), shared
+# by every cache object on the core (Django builds one per request under ASGI: a per-object
+# throttle would log every request).
 _throttles: weakref.WeakKeyDictionary[Shard, Throttle] = weakref.WeakKeyDictionary()
+_shortfalls: weakref.WeakKeyDictionary[Shard, Throttle] = weakref.WeakKeyDictionary()
 _throttles_lock = threading.Lock()
+SHORTFALL_LOG_INTERVAL = 10.0  # seconds between two WAIT shortfall lines of one shard
+
+
+def _shard_throttle(throttles: weakref.WeakKeyDictionary[Shard, Throttle], shard: Shard,
+                    interval: float) -> Throttle:  # fmt: skip
+    with _throttles_lock:
+        throttle = throttles.get(shard)
+        if throttle is None:
+            throttle = throttles[shard] = Throttle(interval)
+    return throttle
+
+
+def _throttles_after_fork() -> None:
+    """A forked child's throttles: new locks (one held by a parent's thread stays held)."""
+    global _throttles_lock
+    _throttles_lock = threading.Lock()
+    for throttles in (_throttles, _shortfalls):
+        for throttle in list(throttles.values()):
+            throttle.reset_after_fork()
+
+
+on_fork_in_child(_throttles_after_fork)
 
 
 class FailOpen:
@@ -155,10 +180,7 @@ class FailOpen:
                 exc,
             )
             return True
-        with _throttles_lock:
-            throttle = _throttles.get(shard)
-            if throttle is None:
-                throttle = _throttles[shard] = Throttle(self.interval)
+        throttle = _shard_throttle(_throttles, shard, self.interval)
         throttle.interval = self.interval
         throttle.warn(
             self.logger,
@@ -414,11 +436,14 @@ class ClientBase:
             near.flush_shard(shard.index, cause)
 
     # -- writes that wait for replicas (DURABLE_REPLICAS) ------------------------------------
-    def check_durable(self, what: str, acknowledged: Any) -> None:
-        """Log a write that fewer replicas than DURABLE_REPLICAS acknowledged in time (the
-        write itself succeeded: WAIT cannot undo it)."""
+    def check_durable(self, shard: Shard, what: str, acknowledged: Any) -> None:
+        """Log a write to ``shard`` that fewer replicas than DURABLE_REPLICAS acknowledged in
+        time (the write itself succeeded: WAIT cannot undo it): once per
+        :data:`SHORTFALL_LOG_INTERVAL` per shard, with how many were held back, since with a
+        replica down every write falls short."""
         if type(acknowledged) is int and acknowledged < self.durable_replicas:
-            logger.warning(
+            _shard_throttle(_shortfalls, shard, SHORTFALL_LOG_INTERVAL).warn(
+                logger,
                 "write to %s acknowledged by %d of %d replicas within %d ms",
                 what,
                 acknowledged,
@@ -443,7 +468,7 @@ class ClientBase:
         if self.durable_wait is not None:
             for shard, shard_replies in replies.items():
                 if shard_replies is not None:
-                    self.check_durable(f"shard {shard.name}", shard_replies.pop())
+                    self.check_durable(shard, f"shard {shard.name}", shard_replies.pop())
 
     # -- multi-key plans and their replies ---------------------------------------------------
     def mget_plan(self, keys: Iterable[Any]) -> tuple[Groups, Plan]:

@@ -518,7 +518,7 @@ class AsyncRunner(AsyncMoves):
             if resharding and access.replace:
                 await self._drop_previous([key])
         if wait is not None:
-            self.check_durable(short_key(key), replies.pop())
+            self.check_durable(shard, short_key(key), replies.pop())
         return replies, dropped
 
     async def planned(

@@ -519,7 +519,7 @@ class Runner(Moves):
             if resharding and access.replace:
                 self._drop_previous([key])
         if wait is not None:
-            self.check_durable(short_key(key), replies.pop())
+            self.check_durable(shard, short_key(key), replies.pop())
         return replies, dropped
 
     def planned(
