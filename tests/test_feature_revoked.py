@@ -4,8 +4,10 @@ user (``ACL SETUSER ... -msetex``) on one master after ``set_many`` learned it w
 What was learned holds for the master's generation, so without a relearn every ``set_many`` with
 a timeout on that shard would fail with ``NOPERM`` until the next switch. The call that meets the
 refusal asks again, logs it once, and is sent again with the script; the next call does not try
-``MSETEX`` there at all, and the other master keeps it. On a server without ``MSETEX`` (Redis 7)
-there is nothing to revoke: the script is used throughout and nothing is logged.
+``MSETEX`` there at all, and the other master keeps it. The same for a master restarted at its
+address without the command (renamed away, as an older server lacks it): "unknown command". A
+refusal about something else is raised as before. On a server without ``MSETEX`` (Redis 7) there
+is nothing to take away: the script is used throughout and nothing is logged.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from redis.exceptions import NoPermissionError
 from test_feature_denied import TIMEOUT, has_msetex, pool_as, user
 
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+from sentinel_cache.exceptions import ShardUnavailableError
 from sentinel_cache.testing import LocalSentinelCluster
 
 REVOKED = "no longer allows MSETEX"
@@ -109,5 +113,86 @@ def test_set_many_recovers_when_msetex_is_revoked(
     if present:  # once, naming the shard, the refusal and what is used instead
         (line,) = lines
         assert f"shard {label}:" in line and "NoPermissionError" in line and "script" in line
+    else:
+        assert lines == []
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_another_refusal_is_raised_and_msetex_kept(
+    topology: LocalSentinelCluster, caplog: pytest.LogCaptureFixture, flavour: str
+) -> None:
+    """A ``NOPERM`` about the keys, not the command: the relearn finds MSETEX still allowed, so
+    the refusal reaches the caller as before and nothing is resent or logged as revoked."""
+    caplog.set_level(logging.INFO, logger="sentinel_cache")
+    present = has_msetex(topology)
+    name = user(topology, f"keys-denied-{flavour}", msetex=True)
+    denied, _ = topology.master_names
+    pool = pool_as(topology, name)
+    call, close = calling(flavour, pool)
+    keys = [f"web:keys-denied:{flavour}:{i}" for i in range(20)]
+    try:
+        shards = {shard.name: shard for shard in pool.shards}
+        assert call("set_many", dict.fromkeys(keys, 0), TIMEOUT) == []
+        with topology.node_client(topology.master_address(denied)) as node:
+            node.execute_command("ACL", "SETUSER", name, "resetkeys", "~sentinel_cache:*")
+        with pytest.raises(NoPermissionError, match="key"):
+            call("set_many", dict.fromkeys(keys, 1), TIMEOUT)
+        assert shards[denied].allows("MSETEX") is present
+    finally:
+        close()
+        pool.close()
+    assert [r for r in caplog.records if REVOKED in r.getMessage()] == []
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_set_many_recovers_when_a_master_comes_back_without_msetex(
+    server_kind: str, caplog: pytest.LogCaptureFixture, flavour: str
+) -> None:
+    """A master restarted at its address without ``MSETEX`` (here renamed away, as an older
+    server lacks it) and no switch: the same generation, so only the refusal can tell."""
+    caplog.set_level(logging.INFO, logger="sentinel_cache")
+    with LocalSentinelCluster(shards=2, replicas=0, sentinels=1) as cluster:
+        present = has_msetex(cluster)
+        gone, kept = cluster.master_names
+        pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses)
+        call, close = calling(flavour, pool)
+        keys = [f"web:restarted:{flavour}:{i}" for i in range(20)]
+        try:
+            shards = {shard.name: shard for shard in pool.shards}
+            assert call("set_many", dict.fromkeys(keys, 0), TIMEOUT) == []
+            assert shards[gone].allows("MSETEX") is present
+            generation = shards[gone].generation
+            lost = pool.group_by_shard(keys)[shards[gone]]
+            address = cluster.master_address(gone)
+            cluster.kill_node(address)
+            rename = ["--rename-command", "MSETEX", ""] if present else []
+            cluster.restart_node(address, extra_args=rename)
+            for attempt in range(3):  # the pooled sockets to the killed process fail once
+                try:
+                    found = call("get_many", keys)
+                    assert not found.keys() & set(lost), "restarted empty"
+                    break
+                except ShardUnavailableError:
+                    assert attempt < 2
+            second = {key: i for i, key in enumerate(keys)}
+            assert call("set_many", second, TIMEOUT) == []
+            assert call("get_many", keys) == second
+            ttls = [call("ttl", key) for key in keys]
+            assert all(TIMEOUT - 5 < (ttl or 0) <= TIMEOUT for ttl in ttls), ttls
+            assert shards[gone].generation == generation, "no switch: the same master"
+            assert shards[gone].allows("MSETEX") is False
+            assert shards[kept].allows("MSETEX") is present
+            with cluster.node_client(address) as node:  # the next call sends no MSETEX there
+                errors = node.info("errorstats")
+                assert call("set_many", second, TIMEOUT) == []
+                assert node.info("errorstats") == errors
+            label = shards[gone].label
+        finally:
+            close()
+            pool.close()
+    lines = [r.getMessage() for r in caplog.records if REVOKED in r.getMessage()]
+    if present:
+        (line,) = lines
+        assert f"shard {label}:" in line and "unknown command" in line, line
     else:
         assert lines == []
