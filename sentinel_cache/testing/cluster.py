@@ -235,7 +235,12 @@ class LocalSentinelCluster(ClusterProcesses):
             return [str(exc)]
 
     def restart_node(
-        self, address: Address | str, *, as_replica: bool = False, timeout: float = 30.0
+        self,
+        address: Address | str,
+        *,
+        as_replica: bool = False,
+        timeout: float = 30.0,
+        extra_args: Sequence[str] = (),
     ) -> None:
         """Start a killed data node again on its port with its original arguments.
 
@@ -245,7 +250,8 @@ class LocalSentinelCluster(ClusterProcesses):
         converting a node that claims the wrong role). ``as_replica=True`` starts it directly in
         the role the sentinels expect (a replica of the current master, linked within
         milliseconds). Returns once the node answers; :meth:`wait_for_replication` waits for
-        its link.
+        its link. ``extra_args``: server arguments added for this start only, e.g. a
+        ``--rename-command`` that takes a command away as an older server would.
         """
         self._require_running()
         proc = self._proc_at(address)
@@ -261,7 +267,7 @@ class LocalSentinelCluster(ClusterProcesses):
                 del argv[at : at + 3]
             if master != proc.address:  # else the sentinels still expect it to be the master
                 argv += ["--replicaof", master[0], str(master[1])]
-        self._respawn(proc, timeout, argv)
+        self._respawn(proc, timeout, [*argv, *extra_args])
 
     def stop_sentinel(self, index: int) -> None:
         """SIGTERM sentinel ``index``; its config file (rewritten by the sentinel) is kept."""

@@ -92,6 +92,11 @@ def wrong_type(exc: BaseException) -> bool:
     return str(exc).startswith("WRONGTYPE")
 
 
+def unknown_command(exc: BaseException) -> bool:
+    """The server does not know the command (absent from its version, or renamed away)."""
+    return str(exc).lower().startswith(("unknown command", "err unknown command"))
+
+
 def past_64_bits(exc: BaseException) -> bool:
     """The server refused an ``INCRBY`` for the size of a number (the value stored, or the
     result), not for what the key holds: the value may be an integer Python can add to."""

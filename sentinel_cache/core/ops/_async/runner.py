@@ -35,6 +35,7 @@ from sentinel_cache.core.ops.plans import (
     logger,
     pack,
     short_key,
+    unknown_command,
 )
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
@@ -558,15 +559,43 @@ class AsyncRunner(AsyncMoves):
         :data:`~sentinel_cache.core.topology.shard.FEATURES`): once per master, so not batched.
         A master that has it but refuses it to our user (``NOPERM``) is logged, once per master:
         a server without it is no misconfiguration, an ACL that forbids it may be."""
-        probe, allowed, without = FEATURES[feature]
         for shard in shards:
-            if shard.allows(feature) is not None:
-                continue
-            try:
-                (reply,) = await self.execute(
-                    shard, [probe], write=False, replicas=False, outage=False
-                )
-            except NoPermissionError:
+            if shard.allows(feature) is None:
+                await self._ask(shard, feature, quiet=False)
+
+    async def relearn(self, shards: Iterable[Shard], feature: str, error: ResponseError) -> bool:
+        """After ``error`` from a batch that used ``feature`` on ``shards``: ask their masters
+        again, since an ACL change (``-msetex``) or a restart as an older server takes it away
+        within a generation, and what was learned would otherwise fail every call until the next
+        switch. True if one of them no longer allows it (each logged), so the caller may resend
+        with what they allow now; False if all still do (the error was about something else)."""
+        if not (isinstance(error, NoPermissionError) or unknown_command(error)):
+            return False
+        changed = False
+        for shard in shards:
+            was = shard.allows(feature)  # None: a new master since, asked as any new one
+            if not await self._ask(shard, feature, quiet=was is True):
+                changed = True  # denied now, or unknown (its error raised by the resend)
+                if was is True and shard.allows(feature) is False:
+                    logger.warning(
+                        "shard %s: the master at %s no longer allows %s (%s: %s): %s",
+                        shard.label,
+                        shard.address,
+                        feature,
+                        type(error).__name__,
+                        error,
+                        FEATURES[feature].without,
+                    )
+        return changed
+
+    async def _ask(self, shard: Shard, feature: str, *, quiet: bool) -> bool:
+        """Probe ``shard``'s master for ``feature`` and record the answer; True if allowed.
+        A ``NOPERM`` is logged unless ``quiet``; a master unreachable records nothing."""
+        probe, allowed, without = FEATURES[feature]
+        try:
+            (reply,) = await self.execute(shard, [probe], write=False, replicas=False, outage=False)
+        except NoPermissionError:
+            if not quiet:
                 logger.info(
                     "shard %s: the master at %s refuses %s to this user (NOPERM): %s",
                     shard.label,
@@ -574,14 +603,15 @@ class AsyncRunner(AsyncMoves):
                     feature,
                     without,
                 )
-                reply = None
-            except ResponseError:  # absent, renamed away, or refused for another reason
-                reply = None
-            except MASTER_ERRORS:  # unknown still: the operation that follows meets the error
-                continue
-            # A reply is read only from the shard's master of the moment (a replaced one's is
-            # refused), so it is about the generation current now.
-            shard.learned(feature, shard.generation, allowed(reply))
+            reply = None
+        except ResponseError:  # absent, renamed away, or refused for another reason
+            reply = None
+        except MASTER_ERRORS:  # unknown still: the operation that follows meets the error
+            return False
+        # A reply is read only from the shard's master of the moment (a replaced one's is
+        # refused), so it is about the generation current now.
+        shard.learned(feature, shard.generation, allowed(reply))
+        return shard.allows(feature) is True
 
 
 async def send(client: Any, commands: Sequence[Command]) -> list[Any]:

@@ -337,7 +337,17 @@ class CacheOperations(Runner):
         if timeout is not None:
             self.learn(groups, "MSETEX")
         plan = self.set_plan(groups, mapping, timeout)
-        replies, _ = self.planned(plan, mapping, REPLACE, "set_many")
+        try:
+            replies, _ = self.planned(plan, mapping, REPLACE, "set_many")
+        except ResponseError as exc:
+            # MSETEX taken away within a generation (an ACL change, a restart as an older
+            # server): relearned, and the whole plan sent once more with what each master allows
+            # now. Which shards' batches failed is not known here; set_many is idempotent.
+            used = [shard for shard, commands in plan.items() if commands[0][0] == "MSETEX"]
+            if not used or not self.relearn(used, "MSETEX", exc):
+                raise
+            plan = self.set_plan(groups, mapping, timeout)
+            replies, _ = self.planned(plan, mapping, REPLACE, "set_many")
         return self.not_set(groups, replies) if None in replies.values() else []
 
     def get_or_set_many(
