@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from threads import Workers
 
 from sentinel_cache.core.admin import reshard
+from sentinel_cache.core.config import Address
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
@@ -53,6 +54,37 @@ def resharding(cluster: LocalSentinelCluster) -> tuple[ShardedSentinelPool, list
     return core, moving
 
 
+T = TypeVar("T")
+
+
+def while_frozen(
+    cluster: LocalSentinelCluster,
+    replica: Address,
+    call: Callable[[], T],
+    at_thaw: Callable[[], Any] = lambda: None,
+) -> tuple[T, list[Any], bool]:
+    """``call()`` with ``replica`` frozen, thawed THAW_AFTER seconds in (by a joined worker,
+    ``at_thaw()`` looked at just before): its result, what ``at_thaw`` saw (empty if the call
+    returned before the thaw), and whether the call returned after the thaw."""
+    seen: list[Any] = []
+    thawed = threading.Event()
+
+    def thaw() -> None:
+        seen.append(at_thaw())
+        thawed.set()
+        cluster.thaw_node(replica)
+
+    try:
+        cluster.freeze_node(replica)
+        with Workers(timeout=30) as workers:
+            workers.after(THAW_AFTER, thaw)
+            result = call()
+            returned_after_thaw = thawed.is_set()
+    finally:
+        cluster.thaw_node(replica)
+    return result, seen, returned_after_thaw
+
+
 def test_the_migration_deletes_the_source_copies_once_the_owner_replica_has_them(
     make_cluster: ClusterFactory,
 ) -> None:
@@ -60,22 +92,21 @@ def test_the_migration_deletes_the_source_copies_once_the_owner_replica_has_them
     a, b = cluster.master_names
     core, moving = resharding(cluster)
     replica = cluster.replica_addresses(b)[0]
-    at_thaw: list[int] = []
 
-    def thaw() -> None:
+    def on_source() -> int:
         with cluster.node_client(cluster.master_address(a)) as source:
-            at_thaw.append(source.exists(*moving))
-        cluster.thaw_node(replica)
+            return int(source.exists(*moving))
 
     try:
-        cluster.freeze_node(replica)
-        with Workers(timeout=30) as workers:
-            workers.after(THAW_AFTER, thaw)
-            report = reshard.migrate(
+        report, at_thaw, _ = while_frozen(
+            cluster,
+            replica,
+            lambda: reshard.migrate(
                 core, delete_delay=0.0, durable_replicas=1, durable_timeout_ms=TIMEOUT_MS
-            )
+            ),
+            on_source,
+        )
     finally:
-        cluster.thaw_node(replica)
         core.close()
     assert report.complete, report
     # The restores' WAIT held the source's deletes until the owner's replica acknowledged them.
@@ -93,22 +124,15 @@ def test_the_migrations_deletes_on_the_source_wait_for_its_replica(
     a, _ = cluster.master_names
     core, moving = resharding(cluster)
     replica = cluster.replica_addresses(a)[0]
-    thawed = threading.Event()
-
-    def thaw() -> None:
-        thawed.set()
-        cluster.thaw_node(replica)
-
     try:
-        cluster.freeze_node(replica)
-        with Workers(timeout=30) as workers:
-            workers.after(THAW_AFTER, thaw)
-            report = reshard.migrate(
+        report, _, returned_after_thaw = while_frozen(
+            cluster,
+            replica,
+            lambda: reshard.migrate(
                 core, delete_delay=0.0, durable_replicas=1, durable_timeout_ms=TIMEOUT_MS
-            )
-            returned_after_thaw = thawed.is_set()
+            ),
+        )
     finally:
-        cluster.thaw_node(replica)
         core.close()
     assert report.complete, report
     assert returned_after_thaw  # the source's DEL waited for the source's frozen replica
@@ -151,22 +175,19 @@ def test_a_write_moving_a_key_deletes_the_old_copy_once_the_owner_replica_has_it
     core, moving = resharding(cluster)
     key = moving[0]
     replica = cluster.replica_addresses(b)[0]
-    at_thaw: list[int] = []
 
-    def thaw() -> None:
+    def on_previous() -> int:
         with cluster.node_client(cluster.master_address(a)) as previous:
-            at_thaw.append(previous.exists(key))
-        cluster.thaw_node(replica)
+            return int(previous.exists(key))
 
     try:
         client = CacheClient(core, Codec(), durable_replicas=1, durable_timeout_ms=TIMEOUT_MS)
-        cluster.freeze_node(replica)
-        with Workers(timeout=30) as workers:
-            workers.after(THAW_AFTER, thaw)
-            assert client.touch(key, 1200) is True
+        touched, at_thaw, _ = while_frozen(
+            cluster, replica, lambda: client.touch(key, 1200), on_previous
+        )
     finally:
-        cluster.thaw_node(replica)
         core.close()
+    assert touched is True
     assert at_thaw == [1]  # the old copy outlived the owner's unacknowledged restore
     with cluster.node_client(replica) as node:
         assert node.get(key) is not None
@@ -183,22 +204,14 @@ def test_the_previous_owners_delete_waits_for_its_replica(make_cluster: ClusterF
     core, moving = resharding(cluster)
     key = moving[0]
     replica = cluster.replica_addresses(a)[0]
-    thawed = threading.Event()
-
-    def thaw() -> None:
-        thawed.set()
-        cluster.thaw_node(replica)
-
     try:
         client = CacheClient(core, Codec(), durable_replicas=1, durable_timeout_ms=TIMEOUT_MS)
-        cluster.freeze_node(replica)
-        with Workers(timeout=30) as workers:
-            workers.after(THAW_AFTER, thaw)
-            assert client.set(key, "new", 600) is True
-            returned_after_thaw = thawed.is_set()
+        stored, _, returned_after_thaw = while_frozen(
+            cluster, replica, lambda: client.set(key, "new", 600)
+        )
     finally:
-        cluster.thaw_node(replica)
         core.close()
+    assert stored is True
     assert returned_after_thaw  # it waited for the frozen replica of the previous owner
     with cluster.node_client(replica) as node:
         assert node.exists(key) == 0
