@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from threads import Workers
+from frozen import while_frozen
 
 from sentinel_cache.core.admin.reshard.previous import (
     COPIED,
@@ -105,19 +105,11 @@ def frozen_adoption(
     how many of KEYS the previous cache still had at the thaw."""
     adopter, core = adopter_on(cluster, TIMEOUT_MS)
     replica = cluster.replica_addresses(cluster.master_names[0])[0]
-    at_thaw: list[int] = []
-
-    def thaw() -> None:
-        at_thaw.append(previous.left())
-        cluster.thaw_node(replica)
-
     try:
-        cluster.freeze_node(replica)
-        with Workers(timeout=30) as workers:
-            workers.after(THAW_AFTER, thaw)
-            result = adopt(adopter)
+        result, at_thaw, _ = while_frozen(
+            cluster, replica, lambda: adopt(adopter), previous.left, thaw_after=THAW_AFTER
+        )
     finally:
-        cluster.thaw_node(replica)
         core.close()
     with cluster.node_client(replica) as node:
         assert node.exists(*KEYS) == len(KEYS)

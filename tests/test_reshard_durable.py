@@ -10,15 +10,13 @@ moment later: what waited for it is still waiting at the thaw."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from threads import Workers
+from frozen import while_frozen
 
 from sentinel_cache.core.admin import reshard
-from sentinel_cache.core.config import Address
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
@@ -54,37 +52,6 @@ def resharding(cluster: LocalSentinelCluster) -> tuple[ShardedSentinelPool, list
     return core, moving
 
 
-T = TypeVar("T")
-
-
-def while_frozen(
-    cluster: LocalSentinelCluster,
-    replica: Address,
-    call: Callable[[], T],
-    at_thaw: Callable[[], Any] = lambda: None,
-) -> tuple[T, list[Any], bool]:
-    """``call()`` with ``replica`` frozen, thawed THAW_AFTER seconds in (by a joined worker,
-    ``at_thaw()`` looked at just before): its result, what ``at_thaw`` saw (empty if the call
-    returned before the thaw), and whether the call returned after the thaw."""
-    seen: list[Any] = []
-    thawed = threading.Event()
-
-    def thaw() -> None:
-        seen.append(at_thaw())
-        thawed.set()
-        cluster.thaw_node(replica)
-
-    try:
-        cluster.freeze_node(replica)
-        with Workers(timeout=30) as workers:
-            workers.after(THAW_AFTER, thaw)
-            result = call()
-            returned_after_thaw = thawed.is_set()
-    finally:
-        cluster.thaw_node(replica)
-    return result, seen, returned_after_thaw
-
-
 def test_the_migration_deletes_the_source_copies_once_the_owner_replica_has_them(
     make_cluster: ClusterFactory,
 ) -> None:
@@ -105,6 +72,7 @@ def test_the_migration_deletes_the_source_copies_once_the_owner_replica_has_them
                 core, delete_delay=0.0, durable_replicas=1, durable_timeout_ms=TIMEOUT_MS
             ),
             on_source,
+            thaw_after=THAW_AFTER,
         )
     finally:
         core.close()
@@ -131,6 +99,7 @@ def test_the_migrations_deletes_on_the_source_wait_for_its_replica(
             lambda: reshard.migrate(
                 core, delete_delay=0.0, durable_replicas=1, durable_timeout_ms=TIMEOUT_MS
             ),
+            thaw_after=THAW_AFTER,
         )
     finally:
         core.close()
@@ -183,7 +152,7 @@ def test_a_write_moving_a_key_deletes_the_old_copy_once_the_owner_replica_has_it
     try:
         client = CacheClient(core, Codec(), durable_replicas=1, durable_timeout_ms=TIMEOUT_MS)
         touched, at_thaw, _ = while_frozen(
-            cluster, replica, lambda: client.touch(key, 1200), on_previous
+            cluster, replica, lambda: client.touch(key, 1200), on_previous, thaw_after=THAW_AFTER
         )
     finally:
         core.close()
@@ -207,7 +176,7 @@ def test_the_previous_owners_delete_waits_for_its_replica(make_cluster: ClusterF
     try:
         client = CacheClient(core, Codec(), durable_replicas=1, durable_timeout_ms=TIMEOUT_MS)
         stored, _, returned_after_thaw = while_frozen(
-            cluster, replica, lambda: client.set(key, "new", 600)
+            cluster, replica, lambda: client.set(key, "new", 600), thaw_after=THAW_AFTER
         )
     finally:
         core.close()

@@ -20,7 +20,7 @@ import redis
 from adoption_support import OUR_DB, migrate, old_keys, old_url, ours, run_scenario, site
 from django.core.cache import caches
 from django.test import override_settings
-from threads import Workers
+from frozen import while_frozen
 
 from sentinel_cache.django.checks import check_previous_cache
 from sentinel_cache.testing import LocalSentinelCluster
@@ -458,23 +458,17 @@ def test_durable_replicas_hold_the_old_copies_until_our_replica_has_them(
         cache, previous = caches["default"], caches["old"]
         previous.set_many({k: f"old {k}" for k in keys}, timeout=None)
         stored = [previous.make_key(k) for k in keys]
-        at_thaw: list[int] = []
 
-        def thaw() -> None:
-            at_thaw.append(old_server.exists(*stored))
-            ours_topology.thaw_node(replica)
+        def adopt() -> None:
+            if path == "read":
+                assert cache.get_many(keys) == {k: f"old {k}" for k in keys}
+            else:
+                (report,) = migrate().values()
+                assert report["complete"] and report["moved"] == len(keys)
 
-        try:
-            ours_topology.freeze_node(replica)
-            with Workers(timeout=30) as workers:
-                workers.after(0.5, thaw)
-                if path == "read":
-                    assert cache.get_many(keys) == {k: f"old {k}" for k in keys}
-                else:
-                    (report,) = migrate().values()
-                    assert report["complete"] and report["moved"] == len(keys)
-        finally:
-            ours_topology.thaw_node(replica)
+        _, at_thaw, _ = while_frozen(
+            ours_topology, replica, adopt, lambda: old_server.exists(*stored)
+        )
         assert at_thaw == [len(keys)]  # the removal waited for the copies' WAIT
         assert old_server.exists(*stored) == 0
         with ours_topology.node_client(replica, db=OUR_DB) as node:

@@ -20,7 +20,7 @@ import redis
 from flask import Flask
 from flask_caching import Cache
 from flask_support import build_app, settings_for
-from threads import Workers
+from frozen import while_frozen
 
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.testing import LocalSentinelCluster
@@ -235,19 +235,10 @@ def test_durable_replicas_hold_the_old_copies_until_our_replica_has_them(
     previous.set_many({k: f"old {k}" for k in keys}, timeout=0)
     stored = [f"{prefix}{k}" for k in keys]
     replica = ours.replica_addresses(ours.master_names[0])[0]
-    at_thaw: list[int] = []
-
-    def thaw() -> None:
-        at_thaw.append(old_server.exists(*stored))
-        ours.thaw_node(replica)
-
-    try:
-        ours.freeze_node(replica)
-        with Workers(timeout=30) as workers:
-            workers.after(0.5, thaw)
-            assert cache.get_many(*keys) == [f"old {k}" for k in keys]
-    finally:
-        ours.thaw_node(replica)
+    found, at_thaw, _ = while_frozen(
+        ours, replica, lambda: cache.get_many(*keys), lambda: old_server.exists(*stored)
+    )
+    assert found == [f"old {k}" for k in keys]
     assert at_thaw == [len(keys)]  # the removal waited for the copies' WAIT
     assert old_server.exists(*stored) == 0
     with ours.node_client(replica, db=DB) as node:
