@@ -47,11 +47,13 @@ def msetex_stats(cluster: LocalSentinelCluster, name: str) -> tuple[int, int]:
 def calling(
     flavour: str, pool: ShardedSentinelPool
 ) -> tuple[Callable[..., Any], Callable[[], None]]:
-    """``call(name, *args)`` on a cache client of ``flavour``, and how to close it."""
+    """``call(name, *args)`` on a cache client of ``flavour``, and how to close it. The asyncio
+    client's calls all run in one event loop, its connections' (a loop of our own, not
+    ``asyncio.Runner``: Python 3.10 is supported)."""
     if flavour == "sync":
         cache = CacheClient(pool, Codec())
         return (lambda name, *args: getattr(cache, name)(*args)), lambda: None
-    runner = asyncio.Runner()
+    loop = asyncio.new_event_loop()
     clients: list[AsyncCacheClient] = []
 
     async def call(name: str, *args: Any) -> Any:
@@ -60,11 +62,15 @@ def calling(
         return await getattr(clients[0], name)(*args)
 
     def close() -> None:
-        if clients:
-            runner.run(clients[0].aclose())
-        runner.close()
+        try:
+            if clients:
+                loop.run_until_complete(clients[0].aclose())
+            loop.run_until_complete(loop.shutdown_asyncgens())  # as asyncio.Runner closes
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()
 
-    return (lambda name, *args: runner.run(call(name, *args))), close
+    return (lambda name, *args: loop.run_until_complete(call(name, *args))), close
 
 
 @pytest.mark.parametrize("flavour", ["sync", "asyncio"])
