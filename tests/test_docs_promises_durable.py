@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 import redis
+from durable_support import shortfalls
 from waiting import key_on
 
 from sentinel_cache.core.ops.client import CacheClient, execute
@@ -81,12 +82,7 @@ def test_a_replica_shortfall_is_logged_and_the_write_still_succeeds(
             cluster.thaw_node(replica)
     finally:
         pool.close()
-    shortfalls = [
-        record.getMessage()
-        for record in caplog.records
-        if "acknowledged by 0 of 1 replicas within 100 ms" in record.getMessage()
-    ]
-    assert len(shortfalls) == 1, [record.getMessage() for record in caplog.records]
+    assert len(shortfalls(caplog, 100)) == 1, caplog.messages
 
 
 def test_every_operation_answers_the_same_with_durable_replicas(

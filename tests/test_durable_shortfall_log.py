@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable
 
 import pytest
+from durable_support import shortfalls
 
 from sentinel_cache.core import throttle
 from sentinel_cache.core.ops.aio import AsyncCacheClient
@@ -48,7 +49,7 @@ def test_shortfalls_are_logged_once_per_interval_per_shard(
         caplog.set_level(logging.WARNING, logger="sentinel_cache")
 
         def lines() -> list[str]:
-            found = [r.getMessage() for r in caplog.records if SHORT in r.getMessage()]
+            found = shortfalls(caplog, 10)
             caplog.clear()
             return found
 

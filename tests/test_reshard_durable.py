@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from frozen import while_frozen
+from durable_support import shortfalls, while_frozen
 
 from sentinel_cache.core.admin import reshard
 from sentinel_cache.core.ops.client import CacheClient
@@ -125,13 +125,8 @@ def test_a_migration_shortfall_is_logged_and_the_keys_still_move(
         core.close()
     assert report.complete, report
     assert report.shards[0].moved == len(moving)
-    shortfalls = [
-        record.getMessage()
-        for record in caplog.records
-        if record.getMessage()
-        == f"write to shard {b} acknowledged by 0 of 1 replicas within 100 ms"
-    ]
-    assert len(shortfalls) == 1, [record.getMessage() for record in caplog.records]
+    line = f"write to shard {b} acknowledged by 0 of 1 replicas within 100 ms"
+    assert shortfalls(caplog, 100).count(line) == 1, caplog.messages
 
 
 def test_a_write_moving_a_key_deletes_the_old_copy_once_the_owner_replica_has_it(

@@ -20,7 +20,7 @@ import redis
 from adoption_support import OUR_DB, migrate, old_keys, old_url, ours, run_scenario, site
 from django.core.cache import caches
 from django.test import override_settings
-from frozen import while_frozen
+from durable_support import while_frozen
 
 from sentinel_cache.django.checks import check_previous_cache
 from sentinel_cache.testing import LocalSentinelCluster

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 import redis
+from durable_support import while_frozen
 from flask import Flask
 from flask_caching import Cache
 from flask_support import build_app, settings_for
-from frozen import while_frozen
 
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.testing import LocalSentinelCluster

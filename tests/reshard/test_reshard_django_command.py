@@ -13,6 +13,7 @@ from django.contrib.sessions.backends.cache import SessionStore
 from django.core.cache import caches
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from durable_support import shortfalls
 from reshard_support import (
     AFTER,
     BEFORE,
@@ -248,13 +249,8 @@ def test_the_strongest_durable_replicas_of_the_caches_on_the_core_applies(
     caplog.set_level(logging.WARNING, logger="sentinel_cache")
     code, out, err = _run("--cache", "sessions")
     assert code == 0, out + err
-    shortfalls = {
-        record.getMessage()
-        for record in caplog.records
-        if "acknowledged by 0 of 1 replicas within 20 ms" in record.getMessage()
-    }
     # the owner's restores and the sources' deletes
-    assert shortfalls == {
+    assert set(shortfalls(caplog, 20)) == {
         f"write to shard {name} acknowledged by 0 of 1 replicas within 20 ms" for name in AFTER
     }
     assert locations(topology) == {k: [owner(k, AFTER)] for k in KEYS}

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from durable_support import shortfalls
 from flask import Flask
 from flask_caching import Cache
 from reshard_support import AFTER, BEFORE, KEYS, locations, moving, owner, place
@@ -136,12 +137,7 @@ def test_durable_replicas_applies_to_the_migration(
     caplog.set_level(logging.WARNING, logger="sentinel_cache")
     result = app.test_cli_runner().invoke(args=["sentinel-reshard", "--json"])
     assert result.exit_code == 0, result.output
-    shortfalls = {
-        record.getMessage()
-        for record in caplog.records
-        if "acknowledged by 0 of 1 replicas within 20 ms" in record.getMessage()
-    }
-    assert shortfalls == {
+    assert set(shortfalls(caplog, 20)) == {
         f"write to shard {name} acknowledged by 0 of 1 replicas within 20 ms" for name in AFTER
     }
     assert locations(topology) == {k: [owner(k, AFTER)] for k in KEYS}

@@ -1,6 +1,7 @@
-"""A call made while one replica is frozen (``SIGSTOP``: its link stays open and silent, so a
-``WAIT`` for it waits) and thawed a moment later, by a joined worker: what the durability tests
-(``DURABLE_REPLICAS``: resharding's moves, warm adoption) look at on either side of the thaw."""
+"""What the durability tests (``DURABLE_REPLICAS``: writes, resharding's moves, warm adoption)
+share: a call made while one replica is frozen (``SIGSTOP``: its link stays open and silent, so
+a ``WAIT`` for it waits) and thawed a moment later by a joined worker, and the shortfall lines
+logged when a ``WAIT`` came back short."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import pytest
 from threads import Workers
 
 from sentinel_cache.core.config import Address
@@ -44,3 +46,9 @@ def while_frozen(
     finally:
         cluster.thaw_node(replica)
     return result, seen, returned_after_thaw
+
+
+def shortfalls(caplog: pytest.LogCaptureFixture, timeout_ms: int) -> list[str]:
+    """The log lines of writes no replica acknowledged within ``timeout_ms`` (of 1 asked)."""
+    shortfall = f"acknowledged by 0 of 1 replicas within {timeout_ms} ms"
+    return [message for message in caplog.messages if shortfall in message]
