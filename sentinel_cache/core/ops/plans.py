@@ -125,8 +125,10 @@ _throttles_lock = threading.Lock()
 SHORTFALL_LOG_INTERVAL = 10.0  # seconds between two WAIT shortfall lines of one shard
 
 
-def _shard_throttle(throttles: weakref.WeakKeyDictionary[Shard, Throttle], shard: Shard,
-                    interval: float) -> Throttle:  # fmt: skip
+def _shard_throttle(
+    throttles: weakref.WeakKeyDictionary[Shard, Throttle], shard: Shard, interval: float
+) -> Throttle:
+    """``shard``'s throttle in ``throttles``, made on first use."""
     with _throttles_lock:
         throttle = throttles.get(shard)
         if throttle is None:

@@ -542,11 +542,12 @@ class Runner(Moves):
                 self._move(keys)
             if access.delete:  # first: see plans.DELETE_MARKED
                 dropped = self._drop_previous(keys)
-        if access.write:  # DURABLE_REPLICAS: as in keyed
+        durable = access.write and self.durable_wait is not None  # DURABLE_REPLICAS: as in keyed
+        if durable:
             plan = self.durable_plan(plan)
         try:
             replies = self.scatter(plan, write=access.write, operation=operation)
-            if access.write:
+            if durable:
                 self.durable_checked(replies)
         finally:
             if access.write and core.near is not None:
@@ -611,8 +612,9 @@ class Runner(Moves):
             return False
         # A reply is read only from the shard's master of the moment (a replaced one's is
         # refused), so it is about the generation current now.
-        shard.learned(feature, shard.generation, allowed(reply))
-        return shard.allows(feature) is True
+        found = allowed(reply)
+        shard.learned(feature, shard.generation, found)
+        return found
 
 
 def send(client: Any, commands: Sequence[Command]) -> list[Any]:
