@@ -51,7 +51,7 @@ from sentinel_cache.core.ops.deadlines import ReadDeadlines, read_deadlines
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._async.connection import AsyncShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import AsyncFairBlockingConnectionPool
-from sentinel_cache.core.topology.lean_rules import broken, lean_reader, socket_failure
+from sentinel_cache.core.topology.lean_rules import CLOSED, broken, lean_reader, socket_failure
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
@@ -75,7 +75,6 @@ _READ_SIZE = 65536
 #: The ``asyncio.StreamReader`` internals the lean read uses (Python 3.10 to 3.13 have them);
 #: a connection whose stream lacks one is left to redis-py's own path.
 STREAM_INTERNALS = ("_buffer", "_exception", "_paused", "_eof", "_maybe_resume_transport")
-_CLOSED = "Connection closed by server."  # redis-py's words for it
 
 
 class AsyncLeanIO(redis.asyncio.connection.AbstractConnection):
@@ -190,7 +189,7 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
                         finally:
                             deadlines.waiting.pop(task, None)
                     if not data:
-                        raise RedisConnectionError(_CLOSED)
+                        raise RedisConnectionError(CLOSED)
                     parser.feed(data)
                     response = parser.gets()
                 if push is None or not isinstance(response, push):

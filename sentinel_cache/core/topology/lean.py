@@ -29,9 +29,8 @@ from redis.exceptions import ReadOnlyError, ResponseError
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._sync.connection import ShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
-from sentinel_cache.core.topology.lean_rules import broken, lean_reader, socket_failure
+from sentinel_cache.core.topology.lean_rules import CLOSED, broken, lean_reader, socket_failure
 
-_CLOSED = "Connection closed by server."  # redis-py's words for it
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
 
 
@@ -146,7 +145,7 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
                     while response is pending:
                         size = sock.recv_into(buffer)
                         if not size:
-                            raise RedisConnectionError(_CLOSED)
+                            raise RedisConnectionError(CLOSED)
                         reader.feed(buffer, 0, size)
                         response = reader.gets()
                 if push is None or type(response) is not push:

@@ -14,6 +14,9 @@ from typing import Any, NamedTuple
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+#: redis-py's words for a connection the node closed (its ``SERVER_CLOSED_CONNECTION_ERROR``).
+CLOSED = "Connection closed by server."
+
 try:
     import hiredis
 
@@ -57,6 +60,21 @@ def broken(response: Any) -> BaseException | None:
         first = response[0] if response else None
         return first if isinstance(first, RedisConnectionError) else None
     return response if isinstance(response, RedisConnectionError) else None
+
+
+def closed_by_node(exc: BaseException) -> bool:
+    """Whether ``exc`` says the node closed or reset the connection (an end of file, a reset, a
+    broken pipe): what a node does to a client idle past its ``timeout``, to every client when
+    the sentinels reconfigure it (``CLIENT KILL TYPE normal``) or when it restarts. A pooled
+    connection learns it only when it is used (asyncio's, not even at checkout, until the loop
+    has run), and a new connection to the same node may well succeed. Not a refused connect,
+    a timeout (a hung node would cost a second one) or a refusal of credentials (subclasses)."""
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        return True
+    if type(exc) is not RedisConnectionError:
+        return False
+    cause = exc.__cause__ or exc.__context__
+    return str(exc) == CLOSED or isinstance(cause, (ConnectionResetError, BrokenPipeError))
 
 
 def socket_failure(

@@ -38,6 +38,7 @@ from sentinel_cache.core.ops.plans import (
     unknown_command,
 )
 from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.topology.lean_rules import closed_by_node
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import PoolExhaustedError, ShardUnavailableError
@@ -196,11 +197,19 @@ class AsyncRunner(AsyncMoves):
                 if replica is not None:  # a replica failed: the master still serves reads
                     shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
                     return await operation(await self.io.master(shard))
+                error: BaseException = exc
+                if not retry and idempotent and closed_by_node(exc):
+                    try:
+                        return await self.reconnected(shard, operation, client)
+                    except PoolExhaustedError:
+                        raise
+                    except MASTER_ERRORS as again:  # the node is gone: the rules below
+                        error = again
                 # The same rules when the one retry failed too (the shard moved to a node that
                 # is down as well, or the move was a re-resolve naming the same dead master), so
                 # an outage holds it, then the shard's error, never the connection's bare one.
                 served, reply = await self._recover(
-                    shard, exc, address, generation, read, idempotent=idempotent
+                    shard, error, address, generation, read, idempotent=idempotent
                 )
                 if served:
                     return reply
@@ -217,6 +226,18 @@ class AsyncRunner(AsyncMoves):
             raise ShardUnavailableError(
                 f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
             ) from exc
+
+    async def reconnected(
+        self, shard: Shard, operation: Callable[[Any], Awaitable[T]], client: Any
+    ) -> T:
+        """``operation`` once more after the master closed the connection it was sent on
+        (:func:`~sentinel_cache.core.topology.lean_rules.closed_by_node`): on a new connection,
+        the pool's idle ones closed first, since whatever closed one (a ``CLIENT KILL``, a
+        restart) closed them too. Only for what may be sent twice: the node may have run it
+        before it closed. What this attempt raises takes the safety net's path."""
+        note(self.core, shard, retried=True)
+        await client.connection_pool.disconnect(inuse_connections=False)
+        return await operation(client)
 
     def skips_master(self, outage_readable: bool, write: bool) -> bool:
         """Whether a call on a shard in a known outage (a call's re-resolve found its master
@@ -389,6 +410,9 @@ class AsyncRunner(AsyncMoves):
             if batches:
                 metrics.batches(batches)  # type: ignore[union-attr]
         for shard, (error, address, generation) in failed.items():
+            if closed_by_node(error):  # the single-shard path sends it on a new connection
+                resend.append(shard)
+                continue
             read = None if write else functools.partial(send, commands=plan[shard])
             try:
                 served, reply = await self._recover(
