@@ -101,13 +101,39 @@ def no_outage(core: ShardedSentinelPool) -> list[Any]:
 CALLS = ("get", "set", "get_many", "set_many", "delete_many")
 
 
-def check_call(call: str, result: Any, keys: list[str]) -> None:
+def call_on(client: CacheClient | AsyncCacheClient, call: str, keys: list[str]) -> Any:
+    """``call`` on ``keys`` (both set to 1 before): its result, or the coroutine giving it."""
     if call == "get":
-        assert result == 1
-    elif call == "get_many":
-        assert result == dict.fromkeys(keys, 1)
-    elif call == "set_many":
-        assert result == []  # no key failed
+        return client.get(keys[0])
+    if call == "set":
+        return client.set(keys[0], 1, 300)
+    if call == "get_many":
+        return client.get_many(keys)
+    if call == "set_many":
+        return client.set_many(dict.fromkeys(keys, 1), 300)
+    return client.delete_many(keys)
+
+
+def check_call(call: str, result: Any, keys: list[str]) -> None:
+    expected = {
+        "get": 1,
+        "set": True,
+        "get_many": dict.fromkeys(keys, 1),
+        "set_many": [],  # no key failed
+        "delete_many": len(keys),  # both deleted
+    }
+    assert result == expected[call]
+
+
+def run_async(make: Callable[[AsyncCacheClient], Coroutine[Any, Any, Any]], core: Any) -> Any:
+    async def scenario() -> Any:
+        client = AsyncCacheClient(core, Codec())
+        try:
+            return await make(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(scenario())
 
 
 @pytest.mark.parametrize("call", CALLS)
@@ -116,31 +142,17 @@ def test_asyncio_calls_after_the_master_closed_every_connection(
 ) -> None:
     keys = keys_on_both(core, f"closed-async-{call}")
 
-    async def scenario() -> list[Any]:
-        client = AsyncCacheClient(core, Codec())
-        try:
-            results = []
-            for _ in range(5):
-                assert await client.set_many(dict.fromkeys(keys, 1), 300) == []
-                # Connections open on both masters, then closed by them while the loop does
-                # not run: the pool cannot have seen it.
-                assert kill_clients(two) >= 2
-                if call == "get":
-                    results.append(await client.get(keys[0]))
-                elif call == "set":
-                    results.append(await client.set(keys[0], 1, 300))
-                elif call == "get_many":
-                    results.append(await client.get_many(keys))
-                elif call == "set_many":
-                    results.append(await client.set_many(dict.fromkeys(keys, 1), 300))
-                else:
-                    results.append(await client.delete_many(keys))
-            return results
-        finally:
-            await client.aclose()
+    async def scenario(client: AsyncCacheClient) -> list[Any]:
+        results = []
+        for _ in range(5):
+            assert await client.set_many(dict.fromkeys(keys, 1), 300) == []
+            # Connections open on both masters, then closed by them while the loop does not
+            # run: the pool cannot have seen it.
+            assert kill_clients(two) >= 2
+            results.append(await call_on(client, call, keys))
+        return results
 
-    results = asyncio.run(scenario())
-    for result in results:
+    for result in run_async(scenario, core):
         check_call(call, result, keys)
     assert no_outage(core) == [None, None]
     if call == "delete_many":
@@ -158,31 +170,13 @@ def test_sync_calls_on_a_connection_closed_after_the_checkout_look(
     same window as asyncio's) is what this reproduces, the look answering "ready" regardless."""
     client = CacheClient(core, Codec())
     keys = keys_on_both(core, f"closed-sync-{call}")
-    calls: dict[str, Callable[[], Any]] = {
-        "get": lambda: client.get(keys[0]),
-        "set": lambda: client.set(keys[0], 1, 300),
-        "get_many": lambda: client.get_many(keys),
-        "set_many": lambda: client.set_many(dict.fromkeys(keys, 1), 300),
-        "delete_many": lambda: client.delete_many(keys),
-    }
     for _ in range(5):
         assert client.set_many(dict.fromkeys(keys, 1), 300) == []
         with monkeypatch.context() as patched:
             patched.setattr(LeanShardIO, "ready_to_send", lambda self: self._sock is not None)
             assert kill_clients(two) >= 2
-            check_call(call, calls[call](), keys)
+            check_call(call, call_on(client, call, keys), keys)
     assert no_outage(core) == [None, None]
-
-
-def run_async(make: Callable[[AsyncCacheClient], Coroutine[Any, Any, Any]], core: Any) -> Any:
-    async def scenario() -> Any:
-        client = AsyncCacheClient(core, Codec())
-        try:
-            return await make(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(scenario())
 
 
 def test_asyncio_calls_after_a_master_restarted_at_its_address(

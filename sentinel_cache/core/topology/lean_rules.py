@@ -16,6 +16,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 #: redis-py's words for a connection the node closed (its ``SERVER_CLOSED_CONNECTION_ERROR``).
 CLOSED = "Connection closed by server."
+#: What the socket raises when the node reset the connection or it broke under a write.
+_RESETS = (ConnectionResetError, BrokenPipeError)
 
 try:
     import hiredis
@@ -69,12 +71,12 @@ def closed_by_node(exc: BaseException) -> bool:
     connection learns it only when it is used (asyncio's, not even at checkout, until the loop
     has run), and a new connection to the same node may well succeed. Not a refused connect,
     a timeout (a hung node would cost a second one) or a refusal of credentials (subclasses)."""
-    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+    if isinstance(exc, _RESETS):
         return True
     if type(exc) is not RedisConnectionError:
         return False
     cause = exc.__cause__ or exc.__context__
-    return str(exc) == CLOSED or isinstance(cause, (ConnectionResetError, BrokenPipeError))
+    return str(exc) == CLOSED or isinstance(cause, _RESETS)
 
 
 def socket_failure(
