@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
+import textwrap
 import threading
 from typing import Any
 
@@ -119,6 +122,16 @@ def test_options_that_cannot_be_keyed_are_parsed_each_time() -> None:
     assert first.pool_config is not second.pool_config
 
 
+def test_ever_new_settings_do_not_grow_the_memo_without_bound() -> None:
+    """At most 64 settings are kept (docs/benchmarks.md): the oldest go first."""
+    first = build(DB=2, SOCKET_TIMEOUT=3.5)
+    assert build(DB=2, SOCKET_TIMEOUT=3.5).pool_config is first.pool_config
+    for n in range(65):
+        last = build(DB=2, SOCKET_TIMEOUT=3.5 + (n + 1) / 1000)
+    assert build(DB=2, SOCKET_TIMEOUT=3.5).pool_config is not first.pool_config  # dropped
+    assert build(DB=2, SOCKET_TIMEOUT=3.5 + 65 / 1000).pool_config is last.pool_config
+
+
 def test_what_base_cache_keeps_stays_per_instance() -> None:
     params = settings(DB=3)
     one = ShardedSentinelCache(LOCATION, {**params, "KEY_PREFIX": "one", "TIMEOUT": 10})
@@ -152,6 +165,27 @@ def test_override_settings_of_the_logger_and_itersize_is_honoured(
     cache = remember(build_cache(entry))
     assert cache.client.fail_open.logger.name == "sentinel_cache.django"
     assert cache._delete_pattern("x*").kwargs["count"] != 7
+
+
+def test_settings_configured_after_a_build_are_read_for_the_next() -> None:
+    """Built before ``settings.configure()`` (no signal is sent then), and after it: the
+    globals configured are seen. In a fresh interpreter, as settings are configured here."""
+    script = textwrap.dedent(
+        """
+        from django.conf import settings
+        from sentinel_cache.django import ShardedSentinelCache
+        params = {"OPTIONS": {"MASTERS": ["a"]}}
+        before = ShardedSentinelCache("10.0.0.1:26379", params)
+        settings.configure(DJANGO_REDIS_IGNORE_EXCEPTIONS=True)
+        after = ShardedSentinelCache("10.0.0.1:26379", params)
+        print(before.cache_options.ignore_exceptions, after.cache_options.ignore_exceptions)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
 
 
 def test_a_bad_global_is_refused_naming_it() -> None:
