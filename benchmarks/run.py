@@ -7,7 +7,8 @@ noisy: read the medians and, above all, the ratios measured in the same run.
 
 Sections: per-call latency (get, set, get_many/set_many/delete_many of 10 and 100 keys, incr),
 an 8-thread 90/10 read/write mix (ops/s), the async API, failover figures (fresh topologies,
-see ``benchmarks.failover``), stampede protection and sessions through a crash
+see ``benchmarks.failover``), the cost of building the Django backend object
+(``benchmarks.construct``), stampede protection and sessions through a crash
 (``benchmarks.stampede``), memory and scale on 16 shards (``benchmarks.scale``), a profile of
 our hot paths, and the targets as PASS/FAIL lines.
 
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    construct,
     failover,
     measure,
     near,
@@ -107,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--skip-ratios", action="store_true")
+    parser.add_argument("--skip-construct", action="store_true")
     parser.add_argument("--skip-near", action="store_true")
     parser.add_argument("--skip-reshard", action="store_true")
     parser.add_argument("--skip-stampede", action="store_true")
@@ -393,6 +396,13 @@ def main(argv: list[str] | None = None) -> int:
          "thread's (task's) GETs through the fair pool at least 0.6x the rate of redis-py's "
          "BlockingConnectionPool; more than 1,000 round trips/s through the fault proxy to a "
          "node without faults while another is delayed 100 ms."),
+        (args.skip_construct, "construct", construct,
+         "building the Django backend object, settings seen and first seen, vs RedisCache",
+         RATIOS,
+         "Building the Django backend object (`benchmarks.construct`), as Django's cache "
+         "handler does for every ASGI request and thread; batches of 10 builds, interleaved. "
+         "Target (issue 37): at most 25 µs from settings already seen; first seen is the parse "
+         "every build paid before."),
         (args.skip_near, "near_cache", near, "hit vs raw GET, staleness, 90/10 mix",
          NEAR,
          "Targets: a hit at most 0.05x raw GET; staleness p99 <= 5 ms, max <= 50 ms; "
