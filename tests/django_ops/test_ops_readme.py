@@ -74,3 +74,9 @@ def test_the_install_lines_name_declared_extras() -> None:
     assert {"django", "flask", "embedded"} <= extras, extras
     assert 'pip install -e ".[django,embedded]"' in README and ".[flask,embedded]" in README
     assert 'pip install "sentinel-cache[django,embedded]"' in README  # after the release
+    for page in ("docs/quickstart.md", "docs/install.md"):
+        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        assert (
+            "install from a checkout of the repository instead, with the same extras: `pip "
+            'install -e ".[django,embedded]"`' in text
+        ), page
