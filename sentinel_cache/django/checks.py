@@ -129,6 +129,82 @@ def check_previous_cache(
     return errors
 
 
+#: The value format of the Redis backends a PREVIOUS_CACHE may be: django-redis's serializer
+#: (by class name) and Django's RedisCache (pickle; both store integers as plain decimals).
+DJANGO_REDIS = "django_redis.cache.RedisCache"
+DJANGO_REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
+_DJANGO_REDIS_SERIALIZERS = {
+    "pickleserializer": "pickle",
+    "jsonserializer": "json",
+    "msgpackserializer": "msgpack",
+}
+_IDENTITY = "identitycompressor"
+
+
+def previous_value_format(entry: Mapping[str, Any]) -> str | None:
+    """The value format of a ``CACHES`` entry, as this library names it with
+    ``VALUE_FORMAT: "plain"`` (``"pickle"``, ``"json"``, ``"msgpack"``), ``"compressed"`` for a
+    compressed django-redis, None for a backend that is not a Redis one (no key to share)."""
+    backend = entry.get("BACKEND")
+    if backend == DJANGO_REDIS_CACHE:
+        return "pickle"
+    if backend != DJANGO_REDIS:
+        return None
+    options = entry.get("OPTIONS") or {}
+    compressor = str(options.get("COMPRESSOR") or _IDENTITY).rsplit(".", 1)[-1].lower()
+    if compressor != _IDENTITY:
+        return "compressed"
+    serializer = str(options.get("SERIALIZER") or "PickleSerializer").rsplit(".", 1)[-1]
+    return _DJANGO_REDIS_SERIALIZERS.get(serializer.lower(), serializer)
+
+
+def check_previous_format(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """W007 (``check --deploy``): a ``PREVIOUS_CACHE`` that stores the same keys as this cache
+    (the same key function, prefix and version) in another value format. During a rolling
+    deploy a process still on the old cache then reads this cache's values and fails
+    (django-redis: ``UnpicklingError: invalid load key, '\\xfe'``), unless the servers differ."""
+    configured: Mapping[str, Any] = getattr(settings, "CACHES", {}) or {}
+    messages: list[checks.CheckMessage] = []
+    for alias, entry in sentinel_aliases().items():
+        previous = previous_option(entry.get("OPTIONS") or {})
+        if not isinstance(previous, str) or previous not in configured or previous == alias:
+            continue  # E004's
+        theirs = previous_value_format(configured[previous])
+        if theirs is None:
+            continue
+        try:
+            ours = build_backend(entry)
+            old = build_backend(configured[previous])
+            options = ours.cache_options
+            probe = "profile:42"
+            key, old_key = ours.make_key(probe), old.make_key(probe)
+        except Exception:  # E001/E004 report what does not build
+            continue
+        if key != old_key:
+            continue  # another prefix or version: the keys cannot collide
+        if options.value_format == "plain" and options.serializer == theirs:
+            continue
+        ours_format = f"{options.value_format} {options.serializer}"
+        messages.append(
+            checks.Warning(
+                f"PREVIOUS_CACHE {previous!r} stores the same keys as this cache (both store "
+                f"{probe!r} as {key!r}) in another value format ({theirs}; this cache: "
+                f"VALUE_FORMAT {ours_format}): during a rolling deploy, a process still on "
+                f"{previous!r} that reads a key this cache wrote fails to decode it "
+                "(django-redis: UnpicklingError: invalid load key, '\\xfe').",
+                hint="Give this cache another KEY_PREFIX or VERSION, or store the old format "
+                '(VALUE_FORMAT "plain" with SERIALIZER "pickle" is django-redis\'s and '
+                "RedisCache's) until every process runs the new settings; if the two caches "
+                "use different servers, silence sentinel_cache.W007 (docs/migration.md).",
+                obj=alias,
+                id="sentinel_cache.W007",
+            )
+        )
+    return messages
+
+
 def check_deployment(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
@@ -370,3 +446,4 @@ def register() -> None:
     checks.register(check_django_redis_settings, checks.Tags.caches, TAG)
     checks.register(check_previous_cache, checks.Tags.caches, TAG)
     checks.register(check_deployment, checks.Tags.caches, TAG, deploy=True)
+    checks.register(check_previous_format, checks.Tags.caches, TAG, deploy=True)
