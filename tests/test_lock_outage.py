@@ -216,3 +216,22 @@ def test_an_additive_extend_whose_reply_was_lost_raises_the_shards_error(
     assert 100_000 < core.client_for(key).pttl(key) <= 110_000
     assert lock.extend(5, replace_ttl=True) and core.client_for(key).pttl(key) <= 5_000
     lock.release()
+
+
+def test_the_locks_writes_wait_for_replicas_with_durable_replicas(
+    core: ShardedSentinelPool,
+) -> None:
+    """``DURABLE_REPLICAS``: the acquire and the release are each followed by the ``WAIT``
+    every other write sends (counted on the master), so a crash right after them loses neither."""
+    client = CacheClient(core, Codec(), durable_replicas=1, durable_timeout_ms=2000)
+    key = f"durable-{time.time_ns()}"
+    master = core.client_for(key)
+
+    def waits() -> int:
+        return int(master.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+    before = waits()
+    lock = client.lock(key, timeout=30)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    assert waits() - before == 2
