@@ -163,8 +163,10 @@ class CacheLock(redis.lock.Lock):
         """The compare-and-delete, sent again when its reply was lost (it deletes only this
         token's lock). A resend that finds the lock no longer this token's cannot tell whether
         the first send deleted it or it had expired: that counts as released (the lock is not
-        this token's, and nobody else's was touched), logged; a release sent once that finds
-        it so raises ``LockNotOwnedError`` as redis-py's."""
+        this token's, and nobody else's was touched), logged; so does one whose first try
+        failed before it was sent (a refused connect: told apart from a lost reply by the
+        runner's rules, not here). A release sent once that finds it so raises
+        ``LockNotOwnedError`` as redis-py's."""
         client, sends = self.client, 0
         commands: list[Command] = [("EVAL", self.LUA_RELEASE_SCRIPT, 1, self.name, expected_token)]
         if client.durable_wait is not None:
