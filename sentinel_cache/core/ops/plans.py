@@ -13,6 +13,7 @@ importable from here).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,7 +42,7 @@ from sentinel_cache.core.topology.near import NearCache
 from sentinel_cache.core.topology.registry import on_fork_in_child
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
-from sentinel_cache.exceptions import IncrementError, InvalidValueError
+from sentinel_cache.exceptions import IncrementError, InvalidValueError, SerializationError
 
 logger = logging.getLogger("sentinel_cache")
 
@@ -114,6 +115,36 @@ def incr_refused(key: Any, exc: BaseException) -> BaseException:
     if "not an integer" in text:  # and not one past 64 bits either (see past_64_bits)
         return IncrementError(key, "its value is not an integer")
     return exc
+
+
+#: What the server's ``INCR`` takes for an integer (and this cache writes one as): a canonical
+#: signed decimal, no ``+``, no sign on zero, no leading zero, no space.
+CANONICAL_INTEGER = re.compile(rb"-?[1-9][0-9]*|0")
+
+
+def counter_value(codec: Codec, data: bytes) -> int | None:
+    """The integer ``incr``'s fallback past 64 bits may add to, read from the bytes a key holds
+    by ``INCR``'s rule, whatever the format: a canonical decimal (of any size), or an integer
+    this cache encoded itself (one past 64 bits: framed or signed in the framed format, exactly
+    the serializer's output for it in plain). None for what ``INCR`` refuses and no codec of
+    ours writes for an integer, though a codec reads it as one: ``b"-0"``, ``b"007"`` (read by
+    the framed format's decimal rule), ``b" 12"``, ``b"\t7\n"`` (read by json in plain), a
+    msgpack integer; and for anything that is not an integer at all."""
+    if CANONICAL_INTEGER.fullmatch(data):
+        return int(data)
+    try:
+        value = codec.loads(data)
+    except InvalidValueError:
+        return None
+    if type(value) is not int:  # a str, a float, a bool
+        return None
+    if codec.value_format == "plain":  # no header: only the serializer's own bytes for it
+        try:
+            return value if codec.dumps(value) == data else None
+        except SerializationError:  # a custom serializer that reads what it cannot write
+            return None
+    # framed: a decimal the codec reads leniently is a foreign value, not one of our frames
+    return None if data[:1].isdigit() or data[:1] == b"-" else value
 
 
 # One log throttle per shard and kind of message (an ignored failure, a WAIT shortfall), shared
