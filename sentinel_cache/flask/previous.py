@@ -25,7 +25,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sentinel_cache.core.admin.reshard.previous import KEPT, LATE, Adopter, pttls_on
+from sentinel_cache.core.admin.reshard.previous import KEPT, Adopter, pttls_on
 from sentinel_cache.core.ops.client import escape_pattern
 from sentinel_cache.exceptions import ConfigurationError
 
@@ -105,7 +105,14 @@ class FlaskPrevious:
         return pttls_on([(self.cache._write_client, [(key, f"{prefix}{key}") for key in keys])])
 
     def remove(self, keys: Sequence[Any]) -> None:
-        self.cache.delete_many(*keys)
+        """``DEL`` through the Redis backend's own client (cachelib's ``delete_many`` ignores
+        errors by default, and a copy it did not delete would come back); any other backend:
+        its own ``delete_many``."""
+        if not _is_redis(self.cache):
+            self.cache.delete_many(*keys)
+            return
+        prefix = self.cache._get_prefix()
+        self.cache._write_client.delete(*[f"{prefix}{key}" for key in keys])
 
     def clear(self, pattern: str | None) -> None:
         self.cache.clear()
@@ -145,7 +152,7 @@ class AdoptingCache:
     def adopt(self, keys: Sequence[Any]) -> dict[Any, Any]:
         """Keys missing here, read from the previous cache and copied: the values found."""
         adopter, previous = self.adoption()
-        return adopter.adopt(previous, keys, strict=False)[0]
+        return adopter.adopt(previous, keys, strict=False, recheck=True)[0]
 
     def _adopt_to_write(self, keys: Sequence[Any]) -> None:
         """The keys missing here adopted, then the old copies that could not be moved (their
@@ -155,8 +162,8 @@ class AdoptingCache:
         if not missing:
             return
         adopter, previous = self.adoption()
-        values, outcomes = adopter.adopt(previous, missing, strict=False)
-        left = [key for key in values if outcomes.get(key, ("", LATE))[1] in KEPT]
+        _, outcomes = adopter.adopt(previous, missing, strict=False)
+        left = [key for key, (_, outcome) in outcomes.items() if outcome in KEPT]
         if left:
             adopter.forget(previous, left)
 
