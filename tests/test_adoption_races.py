@@ -1,0 +1,314 @@
+"""Warm adoption (``PREVIOUS_CACHE``) under races and rules (issue 36, items 1-4), on real
+servers: the old cache is django-redis (pickle) on a plain redis node, ours the shared
+two-shard topology, as a site switching from django-redis runs.
+
+1. Concurrent first reads of a key only the old cache has: 18 threads (6 per each of 3 Django
+   cache handles, as the issue's 3 processes x 6 threads) read the same 200 keys at once, 5
+   rounds, with ``get`` and with ``get_many``; and 200 sessions read by 2 requests at once:
+   not one miss, not one logout (a reader that missed on ours and then on the old cache reads
+   ours again: the other reader moved the key between the two reads).
+2. The old cache failing open (django-redis ``IGNORE_EXCEPTIONS``, the runbook's example) and
+   its writes failing (``CLIENT PAUSE WRITE``: its reads still answer): ``delete`` and ``set``
+   raise instead of acknowledging, so no acknowledged delete is undone and no old value comes
+   back once ours expires.
+3. ``set(nx=True)``/``set(xx=True)`` and ``get_or_set`` on a key only the old cache has behave
+   as ``add``: the old value counts as present.
+4. A value the old backend cannot decode is a miss to a reader and is skipped by the
+   migration (counted, named in the report) without stopping it; with ours on JSON, values
+   JSON cannot store are served as the old cache decodes them (not copied), and a tuple is
+   the same list from the first read on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from minimal_django import configure_django
+
+configure_django()
+
+from adoption_support import log_in, migrate, ours, site  # noqa: E402
+from django.core.cache import caches  # noqa: E402
+from django.test import Client  # noqa: E402
+from threads import Workers  # noqa: E402
+
+from sentinel_cache.exceptions import ShardUnavailableError  # noqa: E402
+from sentinel_cache.testing import LocalSentinelCluster  # noqa: E402
+
+DJANGO_REDIS = "django_redis.cache.RedisCache"
+
+
+@dataclass(frozen=True)
+class Old:
+    """The old server's topology and its address."""
+
+    topology: LocalSentinelCluster
+    address: tuple[str, int]
+KEYS = 200
+ROUNDS = 5
+HANDLES, THREADS = 3, 6  # cache handles (each its own Django cache object), threads per handle
+JOIN_S = 120  # a round of 200 reads per thread takes well under a second on an idle machine
+
+
+@pytest.fixture(scope="module")
+def old(server_kind: str) -> Iterator[Old]:
+    """The server the site ran on before: one plain redis node (its sentinel is not used)."""
+    with LocalSentinelCluster(shards=1, replicas=0, sentinels=1) as topology:
+        yield Old(topology, topology.master_address(topology.master_names[0]))
+
+
+@pytest.fixture
+def old_server(old: Old) -> Iterator[redis.Redis]:
+    client = old.topology.node_client(old.address, db=0)
+    client.flushall()
+    yield client
+    client.execute_command("CLIENT", "UNPAUSE")
+    client.flushall()
+    client.close()
+
+
+def _site(
+    cluster: LocalSentinelCluster, old: Old, db: int = 0, **options: Any
+) -> tuple[Any, str]:
+    """Settings of a site adopting django-redis in database ``db`` (extra django-redis
+    ``options``: a database of their own, as django-redis shares one pool per URL); its
+    prefix."""
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    entry = {
+        "BACKEND": DJANGO_REDIS,
+        "LOCATION": "redis://{}:{}/{}".format(*old.address, db),
+        "KEY_PREFIX": prefix,
+        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient", **options},
+    }
+    return entry, prefix
+
+
+def _forget_ours(cache: Any) -> None:
+    """Our copies removed behind the cache's back (no tombstones: the next round copies)."""
+    cache.has_key("-")  # connected: each shard's master known
+    for shard in cache.core.shards:
+        for key in shard.client.scan_iter(match=f"{cache.key_prefix}:*"):
+            shard.client.delete(key)
+
+
+def _concurrent_reads(many: bool) -> list[tuple[int, str]]:
+    """ROUNDS rounds: the old cache holds KEYS keys, ours none; HANDLES x THREADS readers read
+    them all at once (``get`` or ``get_many`` in batches of 20). The misses (round, key)."""
+    keys = {f"k{i}": {"i": i} for i in range(KEYS)}
+    misses: list[tuple[int, str]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(HANDLES * THREADS)
+    handles: list[Any] = []
+
+    def reader(round_: int, handle: Any) -> None:
+        start.wait(timeout=JOIN_S)
+        missed: list[str] = []
+        if many:
+            names = list(keys)
+            for i in range(0, len(names), 20):
+                got = handle.get_many(names[i : i + 20])
+                missed += [key for key in names[i : i + 20] if got.get(key) != keys[key]]
+        else:
+            missed = [key for key, value in keys.items() if handle.get(key) != value]
+        with lock:
+            misses.extend((round_, key) for key in missed)
+
+    def one_handle(out: list[Any]) -> None:  # caches[...] is per thread: one made in each
+        out.append(caches["default"])
+
+    made: list[Any] = []
+    with Workers(timeout=JOIN_S) as workers:
+        for _ in range(HANDLES):
+            workers.spawn(one_handle, made)
+    handles = made
+    cache = caches["default"]
+    for round_ in range(ROUNDS):
+        _forget_ours(cache)
+        caches["old"].set_many(keys, timeout=600)
+        start.reset()
+        with Workers(timeout=JOIN_S) as workers:
+            for handle in handles:
+                for _ in range(THREADS):
+                    workers.spawn(reader, round_, handle)
+    return misses
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["get", "get_many"])
+def test_concurrent_first_reads_of_old_only_keys_never_miss(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis, many: bool
+) -> None:
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        misses = _concurrent_reads(many)
+        reads = ROUNDS * HANDLES * THREADS * KEYS
+        print(f"\n{len(misses)} misses of {reads} reads ({'get_many' if many else 'get'})")
+        assert misses == []
+
+
+def test_sessions_read_by_two_requests_at_once_stay_logged_in(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    """200 users logged in through the old cache; each one's first two requests on ours come
+    at once: 400 requests, none logged out (a miss would make the session a new, empty one)."""
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        users = log_in(200)
+        pair = threading.Barrier(2)
+        logged_out: list[str] = []
+        lock = threading.Lock()
+
+        def request(session_key: str, user: str) -> None:
+            client = Client()
+            client.cookies["sessionid"] = session_key
+            pair.wait(timeout=JOIN_S)
+            response = client.get("/whoami")
+            assert response.status_code == 200
+            if response.json()["user"] != user:
+                with lock:
+                    logged_out.append(session_key)
+
+        for session_key, user in users.items():
+            pair.reset()
+            with Workers(timeout=JOIN_S) as workers:
+                workers.spawn(request, session_key, user)
+                workers.spawn(request, session_key, user)
+        print(f"\n{len(logged_out)} of {2 * len(users)} requests logged out")
+        assert logged_out == []
+
+
+PAUSED_S = 30  # CLIENT PAUSE WRITE on the old server: far longer than the test takes
+OLD_TIMEOUT_S = 0.3  # django-redis's socket timeout: a paused DEL fails after it
+
+
+def test_a_fail_open_old_cache_that_cannot_delete_fails_the_write(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    """django-redis with IGNORE_EXCEPTIONS, its server refusing writes for a while (reads still
+    served): every delete and set raises, none is acknowledged, and once the pause ends and
+    ours has expired every old value is still what a read returns (nothing acknowledged as
+    deleted comes back)."""
+    entry, prefix = _site(cluster, old, 1, IGNORE_EXCEPTIONS=True, SOCKET_TIMEOUT=OLD_TIMEOUT_S)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        cache, previous = caches["default"], caches["old"]
+        deleted = {f"d{i}": f"old{i}" for i in range(5)}
+        expiring = {f"e{i}": f"old{i}" for i in range(5)}
+        previous.set_many({**deleted, **expiring}, timeout=600)
+        cache.has_key("-")  # connected: each shard's master known
+        old_server.execute_command("CLIENT", "PAUSE", PAUSED_S * 1000, "WRITE")
+        acknowledged: list[str] = []
+        for key in deleted:
+            try:
+                cache.delete(key)
+                acknowledged.append(key)
+            except ShardUnavailableError as exc:
+                assert "PREVIOUS_CACHE" in str(exc) and "CACHES['old']" in str(exc)
+        for key in expiring:
+            try:
+                cache.set(key, "new", 1)
+                acknowledged.append(key)
+            except ShardUnavailableError as exc:
+                assert "PREVIOUS_CACHE" in str(exc) and "CACHES['old']" in str(exc)
+        old_server.execute_command("CLIENT", "UNPAUSE")
+        for key in expiring:  # ours (if written) expired: wait until the key is gone there
+            made = cache.make_key(key)
+            shard = cache.core.shard_for(made)
+            deadline = time.monotonic() + 10
+            while shard.client.exists(made) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        undone = [key for key in acknowledged if cache.get(key) is not None]
+        print(f"\n{len(acknowledged)} of 10 writes acknowledged, {len(undone)} undone")
+        assert acknowledged == [] and undone == []
+        # The writes that raised left the old values where they were: still served.
+        assert cache.get_many([*deleted, *expiring]) == {**deleted, **expiring}
+
+
+def test_conditional_sets_see_the_old_value_as_add_does(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        cache, previous = caches["default"], caches["old"]
+        previous.set_many({"xx": "old", "nx": "old", "add": "old", "gos": "old"}, timeout=600)
+        assert cache.set("xx", "new", 60, xx=True) is True  # the old value counts as present
+        assert cache.get("xx") == "new"
+        assert cache.set("nx", "new", 60, nx=True) is False  # ... so nx refuses, as add does
+        assert cache.get("nx") == "old"
+        assert cache.add("add", "new") is False and cache.get("add") == "old"
+        assert cache.get_or_set("gos", "computed") == "old"
+        assert cache.set("absent", "new", 60, xx=True) is False and cache.get("absent") is None
+        assert cache.set("absent", "new", 60, nx=True) is True and cache.get("absent") == "new"
+        assert not old_server.keys(f"{prefix}:*")  # all moved or replaced
+
+
+def _poison(server: redis.Redis, previous: Any, key: str) -> None:
+    """A value django-redis's pickle cannot load, under its key."""
+    server.set(previous.make_key(key), b"\x80\x05not a pickle")
+
+
+def test_a_poison_value_is_skipped_and_the_migration_converges(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        cache, previous = caches["default"], caches["old"]
+        keys = {f"m{i}": i * 3 + 1000 for i in range(2000)}
+        previous.set_many(keys, timeout=600)
+        _poison(old_server, previous, "poison")
+        assert cache.get("poison") is None  # a miss to a reader, logged; not an error
+        first = migrate("--batch", "500")["default"]
+        print(f"\nfirst run: {first['moved']} moved; {first['shards'][0]['error']}")
+        assert first["complete"] and first["moved"] == 2000
+        (server,) = first["shards"]
+        assert "1 keys skipped" in server["error"] and "'poison'" in server["error"]
+        again = migrate()["default"]
+        assert again["complete"] and again["scanned"] == 1 and again["moved"] == 0
+        assert cache.get_many(list(keys)) == keys
+        assert old_server.keys(f"{prefix}:*") == [previous.make_key("poison").encode()]
+        cache.set("poison", "fixed")  # a write replaces it (the old copy deleted first)
+        assert cache.get("poison") == "fixed" and not old_server.keys(f"{prefix}:*")
+
+
+VALUES = {
+    "datetime": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
+    "set": {1, 2, 3},
+    "decimal": decimal.Decimal("1.10"),
+    "bytes": b"\x00\xff raw",
+}
+
+
+def test_values_json_cannot_store_are_served_and_kept_and_a_tuple_reads_alike(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    """The old cache on pickle, ours on JSON: no read raises; what JSON cannot store is served
+    as the old cache decodes it on every read (not copied, kept there); a tuple is a list from
+    the first read on, as it is once on ours; the migration moves the tuple and names the
+    others."""
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix, OPTIONS={"SERIALIZER": "json"}), entry):
+        cache, previous = caches["default"], caches["old"]
+        previous.set_many({**VALUES, "tuple": (1, 2)}, timeout=600)
+        raised: list[str] = []
+        for name, value in VALUES.items():
+            for _ in range(2):
+                try:
+                    assert cache.get(name) == value
+                except Exception as exc:  # counted: the test fails below naming them
+                    raised.append(f"{name}: {type(exc).__name__}")
+        print(f"\n{len(raised)} of {2 * len(VALUES)} reads raised: {raised}")
+        assert raised == []
+        assert [cache.get("tuple"), cache.get("tuple")] == [[1, 2], [1, 2]]
+        report = migrate()["default"]
+        assert report["complete"] and report["moved"] == 0  # the tuple was moved by its read
+        (server,) = report["shards"]
+        assert "4 keys skipped" in server["error"]
+        assert all(repr(name) in server["error"] for name in VALUES)
+        assert cache.get_many(list(VALUES)) == VALUES
