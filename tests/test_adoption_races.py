@@ -26,8 +26,8 @@ import decimal
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -53,6 +53,8 @@ class Old:
 
     topology: LocalSentinelCluster
     address: tuple[str, int]
+
+
 KEYS = 200
 ROUNDS = 5
 HANDLES, THREADS = 3, 6  # cache handles (each its own Django cache object), threads per handle
@@ -76,9 +78,7 @@ def old_server(old: Old) -> Iterator[redis.Redis]:
     client.close()
 
 
-def _site(
-    cluster: LocalSentinelCluster, old: Old, db: int = 0, **options: Any
-) -> tuple[Any, str]:
+def _site(cluster: LocalSentinelCluster, old: Old, db: int = 0, **options: Any) -> tuple[Any, str]:
     """Settings of a site adopting django-redis in database ``db`` (extra django-redis
     ``options``: a database of their own, as django-redis shares one pool per URL); its
     prefix."""
