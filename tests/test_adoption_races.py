@@ -2,9 +2,8 @@
 servers: the old cache is django-redis (pickle) on a plain redis node, ours the shared
 two-shard topology, as a site switching from django-redis runs.
 
-1. Concurrent first reads of a key only the old cache has: 18 threads (6 per each of 3 Django
-   cache handles, as the issue's 3 processes x 6 threads) read the same 200 keys at once, 5
-   rounds, with ``get`` and with ``get_many``; and 200 sessions read by 2 requests at once:
+1. Concurrent first reads of a key only the old cache has: 3 processes of 6 threads read the
+   same 200 keys at once, 5 rounds, with ``get`` and with ``get_many``; and 200 sessions read by 2 requests at once:
    not one miss, not one logout (a reader that missed on ours and then on the old cache reads
    ours again: the other reader moved the key between the two reads).
 2. The old cache failing open (django-redis ``IGNORE_EXCEPTIONS``, the runbook's example) and
@@ -23,11 +22,16 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +42,7 @@ configure_django()
 
 from adoption_support import log_in, migrate, ours, site  # noqa: E402
 from django.core.cache import caches  # noqa: E402
-from django.test import Client  # noqa: E402
+from django.test import Client, override_settings  # noqa: E402
 from threads import Workers  # noqa: E402
 
 from sentinel_cache.exceptions import ShardUnavailableError  # noqa: E402
@@ -57,7 +61,7 @@ class Old:
 
 KEYS = 200
 ROUNDS = 5
-HANDLES, THREADS = 3, 6  # cache handles (each its own Django cache object), threads per handle
+HANDLES, THREADS = 3, 6  # reading processes, threads in each
 JOIN_S = 120  # a round of 200 reads per thread takes well under a second on an idle machine
 
 
@@ -100,45 +104,94 @@ def _forget_ours(cache: Any) -> None:
             shard.client.delete(key)
 
 
-def _concurrent_reads(many: bool) -> list[tuple[int, str]]:
-    """ROUNDS rounds: the old cache holds KEYS keys, ours none; HANDLES x THREADS readers read
-    them all at once (``get`` or ``get_many`` in batches of 20). The misses (round, key)."""
-    keys = {f"k{i}": {"i": i} for i in range(KEYS)}
-    misses: list[tuple[int, str]] = []
-    lock = threading.Lock()
-    start = threading.Barrier(HANDLES * THREADS)
-    handles: list[Any] = []
+KEY_VALUES = {f"k{i}": {"i": i} for i in range(KEYS)}
+GO, DONE = "races:go", "races:done"  # lists on the old server: the rounds' signals
 
-    def reader(round_: int, handle: Any) -> None:
+
+def _read_round(many: bool) -> list[str]:
+    """THREADS threads of this process, started at once, each reading every key with its own
+    Django cache object (``get``, or ``get_many`` in batches of 20): the keys missed."""
+    misses: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(THREADS)
+
+    def reader() -> None:
+        handle = caches["default"]  # per thread, as in a threaded server
         start.wait(timeout=JOIN_S)
         missed: list[str] = []
+        names = list(KEY_VALUES)
         if many:
-            names = list(keys)
             for i in range(0, len(names), 20):
                 got = handle.get_many(names[i : i + 20])
-                missed += [key for key in names[i : i + 20] if got.get(key) != keys[key]]
+                missed += [key for key in names[i : i + 20] if got.get(key) != KEY_VALUES[key]]
         else:
-            missed = [key for key, value in keys.items() if handle.get(key) != value]
+            missed = [key for key in names if handle.get(key) != KEY_VALUES[key]]
         with lock:
-            misses.extend((round_, key) for key in missed)
+            misses.extend(missed)
 
-    def one_handle(out: list[Any]) -> None:  # caches[...] is per thread: one made in each
-        out.append(caches["default"])
-
-    made: list[Any] = []
     with Workers(timeout=JOIN_S) as workers:
-        for _ in range(HANDLES):
-            workers.spawn(one_handle, made)
-    handles = made
-    cache = caches["default"]
-    for round_ in range(ROUNDS):
-        _forget_ours(cache)
-        caches["old"].set_many(keys, timeout=600)
-        start.reset()
-        with Workers(timeout=JOIN_S) as workers:
-            for handle in handles:
-                for _ in range(THREADS):
-                    workers.spawn(reader, round_, handle)
+        for _ in range(THREADS):
+            workers.spawn(reader)
+    return misses
+
+
+def _reader_process(params: dict[str, Any]) -> None:
+    """A reading process (``python tests/test_adoption_races.py <json>``): the site's caches,
+    then one round of :func:`_read_round` per ``GO`` message, its misses pushed to ``DONE``,
+    until ``stop``."""
+    signals = redis.Redis(*params["old"])
+    caches_setting = {"default": params["ours"], "old": params["previous"]}
+    with override_settings(CACHES=caches_setting):
+        while True:
+            popped = signals.blpop([GO], timeout=JOIN_S)
+            if popped is None or popped[1] == b"stop":
+                return
+            try:
+                outcome: dict[str, Any] = {"misses": _read_round(popped[1] == b"get_many")}
+            except Exception as exc:  # reported to the test, which fails naming it
+                outcome = {"error": f"{type(exc).__name__}: {exc}"}
+            signals.rpush(DONE, json.dumps(outcome))
+
+
+def _concurrent_reads(
+    old: Old, ours_entry: dict[str, Any], old_entry: dict[str, Any], many: bool
+) -> list[tuple[int, str]]:
+    """ROUNDS rounds: the old cache holds KEYS keys, ours none; HANDLES processes of THREADS
+    threads read them all at once. The misses (round, key)."""
+    params = {
+        "old": list(old.address),
+        "ours": {**ours_entry, "OPTIONS": {**ours_entry["OPTIONS"], "PREVIOUS_CACHE": "old"}},
+        "previous": old_entry,
+    }
+    here = Path(__file__).resolve().parent
+    path = os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    signals = redis.Redis(*old.address)
+    processes = [
+        subprocess.Popen([sys.executable, __file__, json.dumps(params)], env=env)
+        for _ in range(HANDLES)
+    ]
+    misses: list[tuple[int, str]] = []
+    try:
+        for round_ in range(ROUNDS):
+            _forget_ours(caches["default"])
+            caches["old"].set_many(KEY_VALUES, timeout=600)
+            signals.rpush(GO, *["get_many" if many else "get"] * HANDLES)
+            for _ in range(HANDLES):
+                popped = signals.blpop([DONE], timeout=JOIN_S)
+                assert popped is not None, f"round {round_}: a reading process did not report"
+                outcome = json.loads(popped[1])
+                assert "error" not in outcome, outcome["error"]
+                misses.extend((round_, key) for key in outcome["misses"])
+        signals.rpush(GO, *["stop"] * HANDLES)
+        for process in processes:
+            assert process.wait(timeout=JOIN_S) == 0
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        signals.close()
     return misses
 
 
@@ -146,9 +199,11 @@ def _concurrent_reads(many: bool) -> list[tuple[int, str]]:
 def test_concurrent_first_reads_of_old_only_keys_never_miss(
     cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis, many: bool
 ) -> None:
+    """3 processes x 6 threads read 200 keys only the old cache has, at once, 5 rounds."""
     entry, prefix = _site(cluster, old)
-    with site(ours(cluster, KEY_PREFIX=prefix), entry):
-        misses = _concurrent_reads(many)
+    ours_entry = ours(cluster, KEY_PREFIX=prefix)
+    with site(ours_entry, entry):
+        misses = _concurrent_reads(old, ours_entry, entry, many)
         reads = ROUNDS * HANDLES * THREADS * KEYS
         print(f"\n{len(misses)} misses of {reads} reads ({'get_many' if many else 'get'})")
         assert misses == []
@@ -312,3 +367,7 @@ def test_values_json_cannot_store_are_served_and_kept_and_a_tuple_reads_alike(
         assert "4 keys skipped" in server["error"]
         assert all(repr(name) in server["error"] for name in VALUES)
         assert cache.get_many(list(VALUES)) == VALUES
+
+
+if __name__ == "__main__":  # a reading process of test_concurrent_first_reads_...
+    _reader_process(json.loads(sys.argv[1]))
