@@ -24,6 +24,7 @@ import datetime
 import decimal
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -330,6 +331,24 @@ def test_a_poison_value_is_skipped_and_the_migration_converges(
         assert old_server.keys(f"{prefix}:*") == [previous.make_key("poison").encode()]
         cache.set("poison", "fixed")  # a write replaces it (the old copy deleted first)
         assert cache.get("poison") == "fixed" and not old_server.keys(f"{prefix}:*")
+
+
+def test_the_report_names_the_first_100_skipped_keys_and_counts_the_others(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        previous = caches["old"]
+        previous.set_many({f"good{i}": i for i in range(20)}, timeout=600)
+        for i in range(105):
+            _poison(old_server, previous, f"bad{i:03}")
+        report = migrate()["default"]
+        assert report["complete"] and report["moved"] == 20
+        (server,) = report["shards"]
+        named = re.findall(r"'bad\d{3}'", server["error"])
+        assert server["error"].startswith("105 keys skipped")
+        assert "(105 its backend cannot decode" in server["error"]
+        assert len(named) == len(set(named)) == 100 and server["error"].endswith(" and 5 more")
 
 
 VALUES = {

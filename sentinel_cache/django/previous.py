@@ -8,12 +8,15 @@ The alias names the old backend's entry, left in ``CACHES`` as it was (django-re
 * a miss (``get``, ``get_many``, ``has_key``) is read from the old backend itself (its key
   function, serializer, compressor, sharding), copied to the key's shard with its remaining
   TTL (``PTTL`` on the old server; a backend that cannot tell: this cache's default timeout),
-  and deleted there;
+  and deleted there; a key the old cache no longer has is read here again (another reader
+  moved it meanwhile) before it is reported missing;
 * the operations on an existing value adopt a missing key first: :data:`ADOPT_TO_READ`
   (``ttl``, ``pttl``) and :data:`ADOPT_FIRST` (``add``, ``incr``, ``touch``, ... which then
   also delete an old copy that could not be moved);
 * :data:`FORGET_FIRST` (``set``, ``set_many``, ``delete``, ``delete_many``) delete the old
-  copies first and leave tombstones; ``clear`` and ``delete_pattern`` empty the old cache of
+  copies first, through the old servers' own clients (django-redis's ``IGNORE_EXCEPTIONS``
+  would hide a failure: it fails the write instead), and leave tombstones; ``set`` with
+  ``nx``/``xx`` (:data:`CONDITIONAL`) adopts first instead, as ``add`` does; ``clear`` and ``delete_pattern`` empty the old cache of
   those keys first; so no stale or deleted value comes back
   (:mod:`sentinel_cache.core.admin.reshard.previous` holds the rules).
 

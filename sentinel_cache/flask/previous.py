@@ -10,9 +10,10 @@ While it is set:
 * a miss (``get``, ``get_many``, ``has``; and first, for ``add``, ``inc``, ``dec`` and
   ``get_or_set_many``, which then also delete an old copy that could not be moved) is read
   from the old backend, copied to the key's shard with its remaining TTL (a Redis backend's
-  ``PTTL``; any other: ``CACHE_DEFAULT_TIMEOUT``), and deleted there;
+  ``PTTL``; any other: ``CACHE_DEFAULT_TIMEOUT``), and deleted there; a key the old backend
+  no longer has is read here again (another reader moved it meanwhile) before it is a miss;
 * ``set``, ``set_many``, ``delete``, ``delete_many`` and ``unlink`` delete the old copies first
-  (and leave tombstones); ``clear`` empties the old cache first.
+  (a Redis backend's through its own client: a failure fails the write) and leave tombstones; ``clear`` empties the old cache first.
 
 ``flask sentinel-reshard --from-previous-cache`` empties it. The rules are the core's
 (:mod:`sentinel_cache.core.admin.reshard.previous`), declared once in :data:`ADOPT_FIRST` and

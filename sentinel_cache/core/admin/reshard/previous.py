@@ -4,9 +4,14 @@ Flask-Caching's Redis backend) read through and emptied into this one, framework
 The adapters wrap the old backend in a :class:`PreviousCache` (its own key function, serializer,
 compressor and sharding read the values) and apply two rules, each declared once there:
 
-* a miss is served from the previous cache and copied (:meth:`Adopter.adopt`);
-* a write or delete removes the previous copy first (:meth:`Adopter.forget`), and a ``clear``
-  or pattern delete empties the previous cache first (:meth:`Adopter.cleared`).
+* a miss is served from the previous cache and copied (:meth:`Adopter.adopt`); a key the
+  previous cache no longer has is read on ours again before it is reported missing (a
+  concurrent reader copies before it deletes the previous copy, so the second read finds it);
+  a value the previous backend cannot decode is a miss, one our serializer cannot store is
+  served from there and not copied: both stay there, skipped and listed by the migration;
+* a write or delete removes the previous copy first (:meth:`Adopter.forget`; a previous cache
+  that cannot delete it fails the write, whatever its backend's ``IGNORE_EXCEPTIONS``), and a
+  ``clear`` or pattern delete empties the previous cache first (:meth:`Adopter.cleared`).
 
 The copies pass the resharding's guard (:data:`~sentinel_cache.core.ops.scripts.COPY_MISSING`):
 never over a value there, never over a delete since (its tombstone), never after the copy's
