@@ -249,11 +249,12 @@ def test_a_fail_open_old_cache_that_cannot_delete_fails_the_write(
     cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
 ) -> None:
     """django-redis with IGNORE_EXCEPTIONS, its server refusing writes for a while (reads still
-    served): every delete and set raises, none is acknowledged, and once the pause ends and
-    ours has expired every old value is still what a read returns (nothing acknowledged as
-    deleted comes back)."""
+    served), and ours with IGNORE_EXCEPTIONS too (the runbook's settings): every delete and set
+    raises, none is acknowledged, and once the pause ends and ours has expired every old value
+    is still what a read returns (nothing acknowledged as deleted comes back)."""
     entry, prefix = _site(cluster, old, 1, IGNORE_EXCEPTIONS=True, SOCKET_TIMEOUT=OLD_TIMEOUT_S)
-    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+    fail_open = ours(cluster, KEY_PREFIX=prefix, OPTIONS={"IGNORE_EXCEPTIONS": True})
+    with site(fail_open, entry):
         cache, previous = caches["default"], caches["old"]
         deleted = {f"d{i}": f"old{i}" for i in range(5)}
         expiring = {f"e{i}": f"old{i}" for i in range(5)}
