@@ -241,6 +241,58 @@ def test_sessions_read_by_two_requests_at_once_stay_logged_in(
         assert logged_out == []
 
 
+def test_deletes_and_writes_racing_first_reads_are_final(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    """200 old-only keys; 6 threads read them all while 2 delete one half and 2 write new
+    values over a quarter, at once: afterwards every acknowledged delete reads as a miss and
+    every write reads its value, here and after the migration (no adopted old value undid
+    either), and the old cache holds none of them."""
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        caches["old"].set_many(KEY_VALUES, timeout=600)
+        names = list(KEY_VALUES)
+        deleted, written = names[::2], names[1::4]
+        start = threading.Barrier(10)
+
+        def read() -> None:
+            handle = caches["default"]
+            start.wait(timeout=JOIN_S)
+            for key in names:
+                handle.get(key)
+            handle.get_many(names)
+
+        def delete(keys: list[str]) -> None:
+            handle = caches["default"]
+            start.wait(timeout=JOIN_S)
+            for key in keys:
+                handle.delete(key)
+
+        def write(keys: list[str]) -> None:
+            handle = caches["default"]
+            start.wait(timeout=JOIN_S)
+            for key in keys:
+                handle.set(key, "new", 600)
+
+        with Workers(timeout=JOIN_S) as workers:
+            for _ in range(6):
+                workers.spawn(read)
+            workers.spawn(delete, deleted[::2])
+            workers.spawn(delete, deleted[1::2])
+            workers.spawn(write, written[::2])
+            workers.spawn(write, written[1::2])
+        cache = caches["default"]
+        for when in ("after the race", "after the migration"):
+            got = cache.get_many(names)
+            undone = [key for key in deleted if key in got]
+            overwritten = [key for key in written if got.get(key) != "new"]
+            print(f"\n{when}: {len(undone)} deletes undone, {len(overwritten)} writes lost")
+            assert undone == [] and overwritten == []
+            migrate()
+        left = {key.decode() for key in old_server.keys(f"{prefix}:*")}
+        assert not left & {caches["old"].make_key(key) for key in deleted + written}
+
+
 PAUSED_S = 30  # CLIENT PAUSE WRITE on the old server: far longer than the test takes
 OLD_TIMEOUT_S = 0.3  # django-redis's socket timeout: a paused DEL fails after it
 
