@@ -10,9 +10,10 @@ While it is set:
 * a miss (``get``, ``get_many``, ``has``; and first, for ``add``, ``inc``, ``dec`` and
   ``get_or_set_many``, which then also delete an old copy that could not be moved) is read
   from the old backend, copied to the key's shard with its remaining TTL (a Redis backend's
-  ``PTTL``; any other: ``CACHE_DEFAULT_TIMEOUT``), and deleted there;
+  ``PTTL``; any other: ``CACHE_DEFAULT_TIMEOUT``), and deleted there; a key the old backend
+  no longer has is read here again (another reader moved it meanwhile) before it is a miss;
 * ``set``, ``set_many``, ``delete``, ``delete_many`` and ``unlink`` delete the old copies first
-  (and leave tombstones); ``clear`` empties the old cache first.
+  (a Redis backend's through its own client: a failure fails the write) and leave tombstones; ``clear`` empties the old cache first.
 
 ``flask sentinel-reshard --from-previous-cache`` empties it. The rules are the core's
 (:mod:`sentinel_cache.core.admin.reshard.previous`), declared once in :data:`ADOPT_FIRST` and
@@ -25,7 +26,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sentinel_cache.core.admin.reshard.previous import KEPT, LATE, Adopter, pttls_on
+from sentinel_cache.core.admin.reshard.previous import KEPT, Adopter, pttls_on
 from sentinel_cache.core.ops.client import escape_pattern
 from sentinel_cache.exceptions import ConfigurationError
 
@@ -105,7 +106,14 @@ class FlaskPrevious:
         return pttls_on([(self.cache._write_client, [(key, f"{prefix}{key}") for key in keys])])
 
     def remove(self, keys: Sequence[Any]) -> None:
-        self.cache.delete_many(*keys)
+        """``DEL`` through the Redis backend's own client (cachelib's ``delete_many`` ignores
+        errors by default, and a copy it did not delete would come back); any other backend:
+        its own ``delete_many``."""
+        if not _is_redis(self.cache):
+            self.cache.delete_many(*keys)
+            return
+        prefix = self.cache._get_prefix()
+        self.cache._write_client.delete(*[f"{prefix}{key}" for key in keys])
 
     def clear(self, pattern: str | None) -> None:
         self.cache.clear()
@@ -145,7 +153,7 @@ class AdoptingCache:
     def adopt(self, keys: Sequence[Any]) -> dict[Any, Any]:
         """Keys missing here, read from the previous cache and copied: the values found."""
         adopter, previous = self.adoption()
-        return adopter.adopt(previous, keys, strict=False)[0]
+        return adopter.adopt(previous, keys, strict=False, recheck=True)[0]
 
     def _adopt_to_write(self, keys: Sequence[Any]) -> None:
         """The keys missing here adopted, then the old copies that could not be moved (their
@@ -155,8 +163,8 @@ class AdoptingCache:
         if not missing:
             return
         adopter, previous = self.adoption()
-        values, outcomes = adopter.adopt(previous, missing, strict=False)
-        left = [key for key in values if outcomes.get(key, ("", LATE))[1] in KEPT]
+        _, outcomes = adopter.adopt(previous, missing, strict=False)
+        left = [key for key, (_, outcome) in outcomes.items() if outcome in KEPT]
         if left:
             adopter.forget(previous, left)
 
