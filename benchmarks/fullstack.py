@@ -377,7 +377,10 @@ def run(
     with LocalSentinelCluster(shards=4, replicas=0, sentinels=1) as cluster, \
             tempfile.TemporaryDirectory(prefix="bench-fullstack-") as tmp:  # fmt: skip
         masters = list(cluster.master_names)
-        nodes = [tuple(cluster.master_address(m)) for m in masters]
+        nodes: list[tuple[str, int]] = []
+        for m in masters:
+            host, port = cluster.master_address(m)
+            nodes.append((str(host), int(port)))
         plain = "{}:{}".format(*nodes[0])
         data["topology"] = {
             "server": f"{cluster.server_kind} {cluster.server_version}",

@@ -84,7 +84,7 @@ async def amix(request: HttpRequest) -> HttpResponse:
     return HttpResponse(b"ok", content_type="text/plain")
 
 
-def _fill_items() -> dict[str, Any]:
+def fill_items() -> dict[str, Any]:
     items: dict[str, Any] = {small_key(n): small_value(n) for n in range(KEYSPACE)}
     items.update({big_key(n): BIG for n in range(BIG_KEYS)})
     items.update({counter_key(n): 0 for n in range(BIG_KEYS)})
@@ -93,7 +93,7 @@ def _fill_items() -> dict[str, Any]:
 
 def fill(request: HttpRequest) -> HttpResponse:
     try:
-        for key, value in _fill_items().items():
+        for key, value in fill_items().items():
             cache.set(key, value)
     except Exception as exc:
         return _failed(exc)
@@ -102,7 +102,7 @@ def fill(request: HttpRequest) -> HttpResponse:
 
 async def afill(request: HttpRequest) -> HttpResponse:
     try:
-        for key, value in _fill_items().items():
+        for key, value in fill_items().items():
             await cache.aset(key, value)
     except Exception as exc:
         return _failed(exc)
