@@ -50,6 +50,7 @@ HOST = "127.0.0.1"
 CONNECTIONS = (100, 300)
 SAMPLE_EVERY = 0.25  # seconds between CLIENT LIST / RSS samples
 START_TIMEOUT = 60.0
+DRAIN_TIMEOUT = 60.0  # seconds a server may take to finish the requests of a run that ended
 OURS, VCACHE, DJANGO_REDIS, REDIS_CACHE = (
     "ours_1",
     "django_vcache",
@@ -214,6 +215,34 @@ def group_rss_kb(group: int) -> int:
     return total
 
 
+def group_cpu_ticks(group: int) -> int:
+    """User + system CPU ticks of a process group's live processes so far."""
+    total = 0
+    for pid in group_pids(group):
+        with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+            total += int(fields[11]) + int(fields[12])
+    return total
+
+
+def wait_idle(group: int, *, timeout: float = DRAIN_TIMEOUT, window: float = 0.2) -> float:
+    """Wait until the server's processes are idle (under 5 % of a CPU over ``window``): wrk
+    closes its connections at the end of a run, but the server still works through the
+    requests it had accepted, and that backlog must not run into the next measured run.
+    Returns the seconds waited; raises ``TimeoutError`` past ``timeout``."""
+    began = time.monotonic()
+    hz = os.sysconf("SC_CLK_TCK")
+    before = group_cpu_ticks(group)
+    while True:
+        time.sleep(window)
+        after = group_cpu_ticks(group)
+        if (after - before) / hz < 0.05 * window:
+            return time.monotonic() - began
+        if time.monotonic() - began > timeout:
+            raise TimeoutError(f"the server was still busy {timeout:g} s after the load stopped")
+        before = after
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
@@ -287,6 +316,7 @@ class AppServer:
         return "<no log>"
 
     def errors_logged(self) -> list[str]:
+        """The app's error lines so far (each process logs its first few)."""
         with contextlib.suppress(OSError):
             text = self.log.read_text(errors="replace")
             return [line[16:] for line in text.splitlines() if line.startswith("FULLSTACK-ERROR ")]
@@ -449,18 +479,22 @@ def _one_server(
         for conns in connections:
             if warmup > 0:
                 fullstack_wrk.run(url, connections=conns, seconds=warmup)
+            drained = wait_idle(app.group)  # the warm-up's (or the last run's) backlog
+            logged = len(app.errors_logged())
             sampler = NodeSampler(sampler_nodes, group=app.group)
-            sampler.baseline = [b for b in baseline]
+            sampler.baseline = list(baseline)
             sampler.start()
             try:
                 figures = fullstack_wrk.run(url, connections=conns, seconds=seconds)
             finally:
                 held = sampler.stop()
             figures["server"] = held
-            errors = app.errors_logged()
+            figures["drained_before_s"] = round(drained, 2)
+            errors = app.errors_logged()[logged:]
             if errors:
                 figures["first_errors"] = errors
             out[conns] = figures
+            wait_idle(app.group)
     return out
 
 
@@ -525,6 +559,8 @@ def targets(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     def why_not(*cids: str) -> str:
         absent = [c for c in cids if c in missing or c not in summary]
+        if not absent:
+            return "a reference completed no request within the run (0 req/s)"
         return (
             "; ".join(
                 f"{BY_ID[c].label} "
@@ -650,6 +686,18 @@ def notes(data: Mapping[str, Any]) -> list[str]:
         lines.append(f"{BY_ID[cid].label} missing: {why}")
     for what, why in data.get("failures", {}).items():
         lines.append(f"{what} failed in a round: {why}")
+    for cid, per_server in data.get("cells", {}).items():
+        for sid, per_conns in per_server.items():
+            seen = sorted(
+                {
+                    e
+                    for rounds in per_conns.values()
+                    for r in rounds
+                    for e in r.get("first_errors", ())
+                }
+            )
+            if seen:
+                lines.append(f"{BY_ID[cid].label} on {sid} answered 500: {'; '.join(seen[:3])}")
     return lines
 
 

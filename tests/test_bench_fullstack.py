@@ -7,6 +7,9 @@ on the same first master)."""
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
+import sys
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -306,3 +309,112 @@ def test_a_cache_error_answers_500_naming_it(app_cache: Any) -> None:
     answer = Client().get("/mix")  # no fill: the incr of a missing counter raises
     assert answer.status_code == 500
     assert b"ValueError" in answer.content
+
+
+# --------------------------------------------------------------------------- setup and docs
+
+
+def test_without_wrk_and_apt_get_the_setup_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fullstack_wrk.shutil, "which", lambda name: None)
+    with pytest.raises(fullstack_wrk.WrkError, match=r"apt-get install -y wrk"):
+        fullstack_wrk.ensure(lambda message: None)
+
+
+def test_make_bench_stops_before_any_section_when_wrk_cannot_be_had(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks import run
+
+    def no_wrk(log: Any) -> str:
+        raise fullstack_wrk.WrkError(fullstack_wrk.INSTALL_HINT)
+
+    def no_topology(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a section started before wrk was checked")
+
+    monkeypatch.setattr(fullstack_wrk, "ensure", no_wrk)
+    monkeypatch.setattr("sentinel_cache.testing.LocalSentinelCluster", no_topology)
+    with pytest.raises(SystemExit) as stopped:
+        run.main(["--skip-failover"])
+    assert stopped.value.code == 2
+    assert "--skip-fullstack" in capsys.readouterr().err
+
+
+def test_a_package_pip_cannot_install_makes_its_contender_missing_with_the_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from benchmarks import fullstack_env
+
+    def refuse(python: str, package: str, log: Any) -> str:
+        raise fullstack_env.EnvError(f"pip install {package} failed: no matching distribution")
+
+    monkeypatch.setattr(fullstack_env, "py312", lambda log: fullstack_env.this_python())
+    monkeypatch.setattr(fullstack_env, "install", refuse)
+    ready, missing = fullstack.setup(
+        ["ours_1", "django_vcache"], same_python=False, log=lambda message: None
+    )
+    assert list(ready) == ["ours_1"]
+    assert ready["ours_1"]["python"] == fullstack_env.this_python()
+    assert missing == {
+        "django_vcache": "pip install django-vcache failed: no matching distribution"
+    }
+
+
+def test_the_servers_are_the_documented_shapes() -> None:
+    shapes = {s.id: s for s in fullstack.servers()}
+    uvicorn = shapes["uvicorn"].argv
+    assert uvicorn[0] == "uvicorn" and uvicorn[2:4] == ("--workers", "1")
+    assert "--loop" in uvicorn and uvicorn[uvicorn.index("--loop") + 1] == "asyncio"
+    assert uvicorn[uvicorn.index("--http") + 1] == "h11"
+    assert shapes["gunicorn-sync"].argv[-4:] == ("-k", "sync", "-w", "2")
+    assert shapes["gunicorn-gthread"].argv[-6:] == ("-k", "gthread", "-w", "1", "--threads", "8")
+    assert (shapes["uvicorn"].api, shapes["gunicorn-sync"].api) == ("asgi", "wsgi")
+    assert fullstack.CONNECTIONS == (100, 300)
+
+
+def test_every_option_the_docs_name_for_the_full_stack_exists() -> None:
+    from pathlib import Path
+
+    from benchmarks import run
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md").read_text()
+    section = text.split("## The full-stack benchmark (issue 37)", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", section)) - {
+        "--latency", "--loop", "--http",  # wrk's and uvicorn's own
+    }  # fmt: skip
+    known = {
+        flag
+        for parser in (fullstack._parser(), run._parser())
+        for action in parser._actions
+        for flag in action.option_strings
+    }
+    assert named and named <= known, sorted(named - known)
+    for spec in caches.CONTENDERS:
+        assert f"`{spec.id}`" in section, spec.id
+    for shape in fullstack.servers():
+        assert f"`{shape.id}`" in section, shape.id
+
+
+def _spinner(seconds: float) -> subprocess.Popen[bytes]:
+    """A process group of its own that burns CPU for ``seconds`` (forever if negative), then
+    sleeps: a server still working through a run's backlog, then idle."""
+    code = (
+        "import time\nt = time.monotonic()\n"
+        f"while {seconds} < 0 or time.monotonic() - t < {seconds}: pass\ntime.sleep(60)"
+    )
+    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+
+def test_the_harness_waits_for_a_busy_server_to_go_idle_and_gives_up_past_its_bound() -> None:
+    busy, spinning = _spinner(0.5), _spinner(-1)
+    try:
+        fullstack.wait_idle(busy.pid, timeout=30)
+        assert busy.poll() is None  # idle, not gone
+        assert fullstack.group_cpu_ticks(busy.pid) > 0  # it did burn CPU before going idle
+        with pytest.raises(TimeoutError, match="still busy 1 s"):
+            fullstack.wait_idle(spinning.pid, timeout=1)
+    finally:
+        for proc in (busy, spinning):
+            proc.kill()
+            proc.wait(10)
