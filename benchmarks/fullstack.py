@@ -351,9 +351,7 @@ def setup(
             version = (
                 fullstack_env.install(python, spec.package, log)
                 if spec.package
-                else fullstack_env.package_version(
-                    python, "sentinel-cache" if cid.startswith("ours") else "Django"
-                )
+                else fullstack_env.package_version(python, spec.reported)
             )
         except fullstack_env.EnvError as exc:
             missing[cid] = str(exc)

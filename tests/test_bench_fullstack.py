@@ -7,6 +7,7 @@ on the same first master)."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -352,10 +353,13 @@ def test_a_package_pip_cannot_install_makes_its_contender_missing_with_the_error
     monkeypatch.setattr(fullstack_env, "py312", lambda log: fullstack_env.this_python())
     monkeypatch.setattr(fullstack_env, "install", refuse)
     ready, missing = fullstack.setup(
-        ["ours_1", "django_vcache"], same_python=False, log=lambda message: None
+        ["ours_1", "django_vcache", "dr_default"], same_python=False, log=lambda message: None
     )
-    assert list(ready) == ["ours_1"]
+    assert list(ready) == ["ours_1", "dr_default"]
     assert ready["ours_1"]["python"] == fullstack_env.this_python()
+    # Each contender's own version is reported, not Django's.
+    assert ready["dr_default"]["version"] == importlib.metadata.version("django-redis")
+    assert ready["ours_1"]["version"] == importlib.metadata.version("sentinel-cache")
     assert missing == {
         "django_vcache": "pip install django-vcache failed: no matching distribution"
     }

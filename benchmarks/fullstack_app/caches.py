@@ -28,16 +28,22 @@ class FullstackContender:
     package: str | None
     py312: bool
     note: str
+    distribution: str = ""  # whose version the report gives (default: ``package``)
+
+    @property
+    def reported(self) -> str:
+        return self.distribution or self.package or ""
 
 
 CONTENDERS: tuple[FullstackContender, ...] = (
     FullstackContender(
         "ours_1", "sentinel_cache, 1 shard", None, False,
         "ShardedSentinelCache, MASTERS = the topology's first master (the plain server)",
+        "sentinel-cache",
     ),
     FullstackContender(
         "ours_4", "sentinel_cache, 4 shards", None, False,
-        "ShardedSentinelCache over the topology's 4 masters",
+        "ShardedSentinelCache over the topology's 4 masters", "sentinel-cache",
     ),
     FullstackContender(
         "django_vcache", "django-vcache", "django-vcache", True,
@@ -54,10 +60,11 @@ CONTENDERS: tuple[FullstackContender, ...] = (
     FullstackContender(
         "dr_default", "django-redis", None, False,
         "django_redis.cache.RedisCache, DefaultClient (its async API is Django's sync_to_async)",
+        "django-redis",
     ),
     FullstackContender(
         "django_redis_cache", "Django RedisCache", None, False,
-        "django.core.cache.backends.redis.RedisCache (async: sync_to_async)",
+        "django.core.cache.backends.redis.RedisCache (async: sync_to_async)", "Django",
     ),
 )  # fmt: skip
 BY_ID = {c.id: c for c in CONTENDERS}
