@@ -122,21 +122,25 @@ class NodeSampler:
     """Samples, every ``SAMPLE_EVERY`` s in a thread, the app's connections on every data node
     and the RSS of the server's process group; ``peaks()`` after ``stop()``."""
 
-    def __init__(self, nodes: Sequence[tuple[str, int]], group: int) -> None:
+    def __init__(
+        self, nodes: Sequence[tuple[str, int]], group: int, baseline: Sequence[set[int]]
+    ) -> None:
         import redis
 
         self.nodes = [f"{h}:{p}" for h, p in nodes]
         self.clients = [redis.Redis(host=h, port=p, socket_timeout=2.0) for h, p in nodes]
         self.group = group
-        self.baseline = [self._ids(c) for c in self.clients]  # before the app connects
+        self.baseline = list(baseline)  # each node's clients before the app server started
         self.samples: list[dict[str, Any]] = []
         self.failure: BaseException | None = None
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fullstack-sampler", daemon=True)
 
-    @staticmethod
-    def _ids(client: Any) -> set[int]:
-        return {int(e["id"]) for e in client.client_list()}
+    def __repr__(self) -> str:
+        return (
+            f"<NodeSampler group={self.group} nodes={self.nodes} samples={len(self.samples)}"
+            f"{' failed' if self.failure else ''}>"
+        )
 
     def start(self) -> NodeSampler:
         self._thread.start()
@@ -166,6 +170,20 @@ class NodeSampler:
         if self.failure is not None:
             raise RuntimeError(f"the connection sampler failed: {self.failure!r}")
         return peaks(self.samples)
+
+
+def client_ids(nodes: Sequence[tuple[str, int]]) -> list[set[int]]:
+    """Each node's client ids right now (taken before an app server starts: not the app's)."""
+    import redis
+
+    found = []
+    for host, port in nodes:
+        client = redis.Redis(host=host, port=port, socket_timeout=2.0)
+        try:
+            found.append({int(e["id"]) for e in client.client_list()})
+        finally:
+            client.close()
+    return found
 
 
 def peaks(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -269,6 +287,10 @@ class AppServer:
         self.log = log
         self.port = free_port()
         self.popen: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:
+        pid = None if self.popen is None else self.popen.pid
+        return f"<AppServer {self.server.id} port={self.port} pid={pid}>"
 
     def __enter__(self) -> AppServer:
         bind = ["--host", HOST, "--port", str(self.port)]
@@ -463,12 +485,7 @@ def _one_server(
     warmup: float,
 ) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
-    # The baseline of every node's clients is taken before the server starts.
-    sampler_nodes = list(nodes)
-    baseline_probe = NodeSampler(sampler_nodes, group=0)
-    baseline = baseline_probe.baseline
-    for client in baseline_probe.clients:
-        client.close()
+    baseline = client_ids(nodes)  # before the server starts
     with AppServer(python, shape, env, log_path) as app:
         status, body = http_get(app.port, "/afill" if shape.api == "asgi" else "/fill")
         if status != 200:
@@ -479,9 +496,7 @@ def _one_server(
                 fullstack_wrk.run(url, connections=conns, seconds=warmup)
             drained = wait_idle(app.group)  # the warm-up's (or the last run's) backlog
             logged = len(app.errors_logged())
-            sampler = NodeSampler(sampler_nodes, group=app.group)
-            sampler.baseline = list(baseline)
-            sampler.start()
+            sampler = NodeSampler(nodes, app.group, baseline).start()
             try:
                 figures = fullstack_wrk.run(url, connections=conns, seconds=seconds)
             finally:

@@ -11,6 +11,7 @@ import importlib.metadata
 import re
 import subprocess
 import sys
+import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -422,3 +423,31 @@ def test_the_harness_waits_for_a_busy_server_to_go_idle_and_gives_up_past_its_bo
         for proc in (busy, spinning):
             proc.kill()
             proc.wait(10)
+
+
+def test_the_sampler_counts_the_connections_opened_after_its_baseline_on_a_real_server(
+    make_cluster: Any,
+) -> None:
+    import os
+
+    import redis
+
+    private = make_cluster(shards=1, replicas=1, sentinels=1)  # a replica link, a sentinel
+    host, port = private.master_address(private.master_names[0])
+    nodes = [(str(host), int(port))]
+    baseline = fullstack.client_ids(nodes)
+    app = [redis.Redis(host=host, port=port) for _ in range(3)]
+    try:
+        for client in app:
+            client.ping()
+        sampler = fullstack.NodeSampler(nodes, os.getpgid(0), baseline).start()
+        deadline = time.monotonic() + 30
+        while len(sampler.samples) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        held = sampler.stop()
+    finally:
+        for client in app:
+            client.close()
+    assert held["samples"] >= 2
+    assert held["connections"] == 3 and held["per_node"] == {f"{host}:{port}": 3}
+    assert held["rss_mb"] > 0  # this process group's RSS
