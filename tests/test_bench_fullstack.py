@@ -451,3 +451,23 @@ def test_the_sampler_counts_the_connections_opened_after_its_baseline_on_a_real_
     assert held["samples"] >= 2
     assert held["connections"] == 3 and held["per_node"] == {f"{host}:{port}": 3}
     assert held["rss_mb"] > 0  # this process group's RSS
+
+
+def test_same_python_runs_every_contender_from_the_312_virtualenv(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from benchmarks import fullstack_env
+
+    venv = "/nonexistent/fullstack-py312/bin/python"
+    monkeypatch.setattr(fullstack_env, "py312", lambda log: venv)
+    monkeypatch.setattr(fullstack_env, "install", lambda python, package, log: "9.9")
+    monkeypatch.setattr(fullstack_env, "package_version", lambda python, package: "1.0")
+    monkeypatch.setattr(fullstack_env, "python_version", lambda python: "3.12.1")
+    ready, missing = fullstack.setup(
+        ["ours_1", "django_vcache", "dr_default"], same_python=True, log=lambda message: None
+    )
+    assert missing == {}
+    assert {cid: where["python"] for cid, where in ready.items()} == dict.fromkeys(ready, venv)
+    ready, _ = fullstack.setup(["ours_1", "django_vcache"], same_python=False, log=print)
+    assert ready["ours_1"]["python"] == fullstack_env.this_python()
+    assert ready["django_vcache"]["python"] == venv
