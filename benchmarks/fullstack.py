@@ -495,7 +495,6 @@ def _one_server(
             if warmup > 0:
                 fullstack_wrk.run(url, connections=conns, seconds=warmup)
             drained = wait_idle(app.group)  # the warm-up's (or the last run's) backlog
-            logged = len(app.errors_logged())
             sampler = NodeSampler(nodes, app.group, baseline).start()
             try:
                 figures = fullstack_wrk.run(url, connections=conns, seconds=seconds)
@@ -503,9 +502,8 @@ def _one_server(
                 held = sampler.stop()
             figures["server"] = held
             figures["drained_before_s"] = round(drained, 2)
-            errors = app.errors_logged()[logged:]
-            if errors:
-                figures["first_errors"] = errors
+            if figures["non_2xx"]:  # what the server's processes answered 500 with so far
+                figures["first_errors"] = sorted(set(app.errors_logged()))
             out[conns] = figures
             wait_idle(app.group)
     return out
@@ -541,6 +539,7 @@ def summarize(cells: Mapping[str, Any]) -> dict[str, Any]:
                     "p99_ms": statistics.median(r["p99_ms"] for r in rounds),
                     "errors": statistics.median(r["errors"] for r in rounds),
                     "errors_total": sum(r["errors"] for r in rounds),
+                    "requests": statistics.median(r["requests"] for r in rounds),
                     # Connections: the most any round held (a peak, not a typical value).
                     "connections": max(conn_peaks) if conn_peaks else None,
                     "max_per_node": max(node_peaks) if node_peaks else None,
@@ -701,6 +700,15 @@ def notes(data: Mapping[str, Any]) -> list[str]:
         lines.append(f"{what} failed in a round: {why}")
     for cid, per_server in data.get("cells", {}).items():
         for sid, per_conns in per_server.items():
+            for conns, rounds in per_conns.items():
+                short = [r["requests"] for r in rounds if r["requests"] < int(conns)]
+                if short:
+                    lines.append(
+                        f"{BY_ID[cid].label} on {sid} at {conns} connections completed fewer "
+                        f"requests than connections in {len(short)} of {len(rounds)} rounds "
+                        f"({', '.join(map(str, short))}): each request waited about as long as "
+                        "the run, so its figures say little; run longer (--seconds)."
+                    )
             seen = sorted(
                 {
                     e

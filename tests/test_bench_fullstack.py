@@ -124,6 +124,7 @@ def test_peaks_are_the_most_held_at_one_sample_and_on_one_node() -> None:
 
 def _round(rate: float, p99: float, *, per_node: int = 1, errors: int = 0) -> dict[str, Any]:
     return {
+        "requests": int(rate * 3),
         "req_per_s": rate,
         "p50_ms": p99 / 2,
         "p99_ms": p99,
@@ -209,6 +210,26 @@ def test_the_tables_and_the_plot_show_every_measured_cell() -> None:
     bars = ET.fromstring(svg).findall(".//{http://www.w3.org/2000/svg}rect[@class='bar']")
     assert len(bars) == 3
     assert fullstack.chart(_data({})) is None
+
+
+def test_the_notes_say_where_each_ran_what_was_missing_what_failed_and_which_runs_were_short() -> (
+    None
+):
+    short = {**_round(10, 2900), "first_errors": ["PoolExhaustedError: shard 3 (x): no free"]}
+    cells = {
+        "ours_4": {"uvicorn": {"300": [short]}},
+        "ours_1": {"uvicorn": {"100": [_round(650, 100)]}},
+    }
+    data = {**_data(cells, missing={"django_cachex": "pip install django-cachex failed: boom"})}
+    data["cells"] = cells
+    text = "\n".join(fullstack.notes(data))
+    assert "sentinel_cache, 1 shard 1 on Python 3.x" in text
+    assert "django-cachex missing: pip install django-cachex failed: boom" in text
+    assert "sentinel_cache, 4 shards on uvicorn answered 500: PoolExhaustedError" in text
+    assert (
+        "at 300 connections completed fewer requests than connections in 1 of 1 rounds (30)" in text
+    )
+    assert "at 100 connections" not in text
 
 
 def test_each_contender_has_settings_and_the_environment_names_a_bad_one() -> None:
