@@ -59,20 +59,22 @@ def py312(log: Callable[[str], None]) -> str:
                 f"no Python 3.12 at {base} (pyenv install 3.12.1, or set FULLSTACK_PY312 to a "
                 "3.12 interpreter): the contenders that need Python >= 3.12 cannot run"
             )
-        log(f"building {VENV.relative_to(ROOT)} with {base}")
+        log(f"building {VENV} with {base}")
         _run([str(base), "-m", "venv", str(VENV)], "creating the 3.12 virtualenv")
         _run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"], "upgrading pip")
     wanted = [f"{name}=={importlib.metadata.version(name)}" for name in PINNED]
     have = [f"{name}=={package_version(str(python), name)}" for name in PINNED]
     if have != wanted:
-        log(f"installing {' '.join(wanted)} into {VENV.relative_to(ROOT)}")
+        log(f"installing {' '.join(wanted)} into {VENV}")
         _run([str(python), "-m", "pip", "install", "-q", *wanted], "installing the servers")
+    # Installed, not merely on PYTHONPATH (which the benchmark's own environment may set).
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     located = subprocess.run(
         [str(python), "-c", "import sentinel_cache; print(sentinel_cache.__file__)"],
-        capture_output=True, text=True, cwd="/",
+        capture_output=True, text=True, cwd="/", env=bare,
     )  # fmt: skip
     if not located.stdout.strip().startswith(str(ROOT)):
-        log(f"installing this project (pip install -e .) into {VENV.relative_to(ROOT)}")
+        log(f"installing this project (pip install -e .) into {VENV}")
         _run([str(python), "-m", "pip", "install", "-q", "-e", str(ROOT)], "pip install -e .")
     return str(python)
 
