@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import select
 import threading
 import weakref
 from collections.abc import AsyncIterator
@@ -51,7 +52,13 @@ from sentinel_cache.core.ops.deadlines import ReadDeadlines, read_deadlines
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._async.connection import AsyncShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import AsyncFairBlockingConnectionPool
-from sentinel_cache.core.topology.lean_rules import CLOSED, broken, lean_reader, socket_failure
+from sentinel_cache.core.topology.lean_rules import (
+    CLOSED,
+    broken,
+    lean_reader,
+    mark_unsent,
+    socket_failure,
+)
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
@@ -72,6 +79,7 @@ except ImportError:  # pragma: no cover - older redis-py
     EventDispatcher = None  # type: ignore[assignment, misc]
 
 _READ_SIZE = 65536
+_POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
 #: The ``asyncio.StreamReader`` internals the lean read uses (Python 3.10 to 3.13 have them);
 #: a connection whose stream lacks one is left to redis-py's own path.
 STREAM_INTERNALS = ("_buffer", "_exception", "_paused", "_eof", "_maybe_resume_transport")
@@ -139,6 +147,9 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
         self._sent_promotions = self._shard.state.promotions  # ShardBound._note_sent
         try:
             transport = writer.transport
+            if transport.is_closing() or self._reader._eof:  # type: ignore[union-attr]
+                # Closed before anything was written: the command cannot have run.
+                raise mark_unsent(RedisConnectionError(CLOSED))
             if len(command) == 1:
                 transport.write(command[0])
             else:
@@ -240,7 +251,32 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
         ):
             return False
         # stream.at_eof() is "_eof and not _buffer": with _buffer asked too, _eof says it
-        return not (stream._buffer or stream._eof or state[0].has_data())  # type: ignore[attr-defined]
+        if stream._buffer or stream._eof or state[0].has_data():  # type: ignore[attr-defined]
+            return False
+        return not self.idle_readable()
+
+    # (the writer, a poller registered for its socket, or None without select.poll)
+    _poll_for: tuple[Any, Any] | None = None
+
+    def idle_readable(self) -> bool:
+        """Whether the socket of this idle connection has something the event loop has not
+        read yet: an end of file or a reset (the node closed it: a ``CLIENT KILL``, a restart)
+        or bytes out of step. The loop learns it only when it next runs, so without this look a
+        call right after a kill was written to a closed connection and could not tell whether
+        the node ran it; with it the connection is replaced before anything is sent. One
+        ``poll`` per checkout, as the sync pool's (:meth:`LeanShardIO.ready_to_send`)."""
+        writer = self._writer
+        if writer is None:
+            return False
+        found = self._poll_for
+        if found is None or found[0] is not writer:
+            sock = writer.transport.get_extra_info("socket")
+            poller = None
+            if _POLL_IN and sock is not None:
+                poller = select.poll()
+                poller.register(sock.fileno(), _POLL_IN)
+            found = self._poll_for = (writer, poller)
+        return found[1] is not None and bool(found[1].poll(0))
 
 
 class AsyncShardPool(AsyncFairBlockingConnectionPool):
@@ -256,7 +292,16 @@ class AsyncShardPool(AsyncFairBlockingConnectionPool):
 
     async def ensure_connection(self, connection: Any) -> None:
         if not connection.ready_to_send():
+            await self._renew_if_closed(connection)
             await super().ensure_connection(connection)
+
+    @staticmethod
+    async def _renew_if_closed(connection: Any) -> None:
+        """Drop the socket of a connection the node closed while it idled
+        (:meth:`AsyncLeanShardIO.idle_readable`), which redis-py's check cannot see until the
+        loop has run: the check then connects anew, and nothing was sent on the closed one."""
+        if connection.idle_readable():
+            await connection.disconnect()
 
     async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
         """The fair pool's checkout; an idle connection ready to send is handed out at once
@@ -267,6 +312,7 @@ class AsyncShardPool(AsyncFairBlockingConnectionPool):
             if connection.ready_to_send():
                 return connection
             try:
+                await self._renew_if_closed(connection)
                 await super().ensure_connection(connection)
             except BaseException:
                 await self._discard(connection)

@@ -79,6 +79,33 @@ def closed_by_node(exc: BaseException) -> bool:
     return str(exc) == CLOSED or isinstance(cause, _RESETS)
 
 
+# The one rule of resending (the runner's ``run`` and ``scatter`` apply it, sync and asyncio):
+# a command that cannot have run may be sent again whatever it does; one that may have run is
+# sent again only if it is idempotent. "Cannot have run" is known only before any of its bytes
+# left: the connect (or the pool's check at checkout) failed, or the connection was seen closed
+# before the write (an end of file the event loop had already read, a transport closing). An
+# end of file, a reset or a timeout after the write proves nothing: the node may have run it
+# and closed before replying.
+_UNSENT = "sentinel_cache_unsent"
+
+
+def mark_unsent(exc: BaseException) -> BaseException:
+    """``exc``, noted as a failure before any byte of the command left (see :func:`unsent`)."""
+    setattr(exc, _UNSENT, True)
+    return exc
+
+
+def unsent(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised before any byte of the command left (:func:`mark_unsent`)."""
+    return getattr(exc, _UNSENT, False) is True
+
+
+def may_resend(exc: BaseException, idempotent: bool) -> bool:
+    """Whether a command that failed with ``exc`` may be sent again: an idempotent one always
+    (the safety net's other rules permitting), any other only if it was never sent."""
+    return idempotent or unsent(exc)
+
+
 def socket_failure(
     exc: BaseException, *, writing: bool, timed_out: bool, host: str, timeout_from: str
 ) -> BaseException:
