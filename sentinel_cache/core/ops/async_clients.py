@@ -40,7 +40,7 @@ import redis.asyncio
 import redis.asyncio.connection
 from redis.asyncio.connection import async_timeout
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, ResponseError
+from redis.exceptions import InvalidResponse, ReadOnlyError, ResponseError
 
 from sentinel_cache.core.config import (
     Address,
@@ -57,6 +57,7 @@ from sentinel_cache.core.topology.lean_rules import (
     broken,
     lean_reader,
     mark_unsent,
+    oversized,
     socket_failure,
 )
 from sentinel_cache.core.topology.shard import Shard
@@ -177,7 +178,13 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
                 while response is pending:
                     buffer = stream._buffer  # type: ignore[attr-defined]
                     if buffer and stream._exception is None:  # type: ignore[attr-defined]
-                        # arrived: taken as stream.read() would, without a coroutine or a copy
+                        # arrived: taken as stream.read() would, without a coroutine or a copy;
+                        # the reply guard first: no header declaring a huge size is fed
+                        hostile, self._carry = oversized(
+                            buffer, len(buffer), self._carry, self.bulk_limit
+                        )
+                        if hostile is not None:
+                            raise self.protocol_error(hostile)
                         parser.feed(buffer)
                         buffer.clear()
                         if stream._paused:  # type: ignore[attr-defined]
@@ -201,6 +208,9 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
                             deadlines.waiting.pop(task, None)
                     if not data:
                         raise RedisConnectionError(CLOSED)
+                    hostile, self._carry = oversized(data, len(data), self._carry, self.bulk_limit)
+                    if hostile is not None:
+                        raise self.protocol_error(hostile)
                     parser.feed(data)
                     response = parser.gets()
                 if push is None or not isinstance(response, push):
@@ -210,6 +220,9 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
             kind = type(response)
             if kind is not bytes and (failure := broken(response)) is not None:
                 raise failure
+        except InvalidResponse as exc:  # garbage: the socket is out of step
+            await self.disconnect(nowait=True)
+            raise self.protocol_error(f"sent bytes that are no reply ({exc})") from exc
         except BaseException as exc:
             raise await self._failed(exc, writing=False)  # noqa: B904 - _failed chains it
         if kind is not bytes and kind is not list and isinstance(response, ResponseError):

@@ -9,6 +9,7 @@ with alone) and fail with redis-py's errors; two copies of that drift apart.
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -25,6 +26,113 @@ try:
     _HIREDIS_READER: Any = hiredis.Reader
 except ImportError:  # pragma: no cover - without hiredis every call takes redis-py's path
     _HIREDIS_READER = None
+
+
+#: The most elements a reply's aggregate (array, map, set, push, attribute) may declare. The
+#: parser allocates a declared aggregate whole before any element arrives, and freeing a huge
+#: one holds the interpreter's lock for seconds (a ``*2147483647`` froze every thread for 5 s
+#: and more): no cache call reads anything near this many in one reply.
+MAX_REPLY_ELEMENTS = 1 << 24
+#: A server's ``proto-max-bulk-len`` unless configured: the largest bulk string it accepts (and
+#: the bound on one a reply may declare, unless the master allows larger).
+DEFAULT_BULK_LIMIT = 512 * 1024 * 1024
+#: The smallest ``proto-max-bulk-len`` Redis and Valkey accept: a batch no larger than this
+#: cannot hold an argument over any master's limit, so only a larger one is looked at.
+MIN_BULK_LIMIT = 1024 * 1024
+#: A header declaring a large size, at the start of a line: what the reply guard looks at
+#: closer (an aggregate of 8 digits or more, a bulk length of 9 or more).
+_DECLARED = re.compile(rb"(?:^|\n)([*%~>|])([0-9]{8,})|(?:^|\n)([$=!])([0-9]{9,})")
+#: A line's start left incomplete at the end of a chunk, kept to be looked at with the next.
+_TYPE_BYTES = frozenset(b"*%~>|$=!")
+_CARRY = 24
+
+
+def oversized(data: Any, end: int, carry: bytes, bulk_limit: int) -> tuple[str | None, bytes]:
+    """The reply guard, run on every chunk read before the parser is fed ``data[:end]``: what
+    makes the chunk hostile (a header declaring an aggregate over :data:`MAX_REPLY_ELEMENTS`
+    or a bulk string over ``bulk_limit``, the master's ``proto-max-bulk-len``, or the default
+    if larger: a value written before the limit was lowered is still read), or None; and the carry for the next chunk (the start
+    of a header cut at the chunk's end, ``carry`` being the previous chunk's). One regular
+    expression search per chunk: a header can only be refused before the parser sees it, and a
+    Python parser of the whole reply would cost more than the reply. A header is looked for at
+    the start of every line, so a value holding a line that looks like one
+    (``\r\n*99999999``...) is refused as well."""
+    if carry:
+        head = carry + bytes(data[: min(end, _CARRY)])
+        found = _hostile(head, len(head), bulk_limit)
+        if found is not None:
+            return found, b""
+    found = _hostile(data, end, bulk_limit)
+    if found is not None or not end or data[end - 1] == 10:
+        return found, b""
+    # The chunk ends inside a line: keep it if it may be a header's start.
+    start = max(0, end - _CARRY)
+    tail = bytes(data[start:end])
+    line = tail.rfind(b"\n")
+    if line >= 0:
+        tail = tail[line + 1 :]
+    elif start == 0 and carry:
+        tail = carry + tail  # the line began in an earlier chunk
+    elif start:
+        return None, b""  # a line longer than any header
+    if len(tail) <= _CARRY and tail[0] in _TYPE_BYTES and (len(tail) == 1 or tail[1:].isdigit()):
+        return None, tail
+    return None, b""
+
+
+def _hostile(data: Any, end: int, bulk_limit: int) -> str | None:
+    match = _DECLARED.search(data, 0, end)
+    while match is not None:
+        kind, digits = (match[1], match[2]) if match[1] else (match[3], match[4])
+        declared = int(digits)
+        if kind in b"*%~>|" and declared > MAX_REPLY_ELEMENTS:
+            return (
+                f"declared an aggregate ({kind.decode()}) of {declared} elements, "
+                f"over the bound of {MAX_REPLY_ELEMENTS}"
+            )
+        bound = max(bulk_limit, DEFAULT_BULK_LIMIT)  # values written under a higher default
+        if kind in b"$=!" and declared > bound:
+            return (
+                f"declared a bulk string ({kind.decode()}) of {declared} bytes, over the "
+                f"bound of {bound} (the master's proto-max-bulk-len, at least 512 MiB)"
+            )
+        match = _DECLARED.search(data, match.end(), end)
+    return None
+
+
+def bulk_limit_of(reply: Any) -> int:
+    """The ``proto-max-bulk-len`` in a ``CONFIG GET proto-max-bulk-len`` reply (RESP2 list or
+    RESP3 map), else :data:`DEFAULT_BULK_LIMIT` (refused, renamed away, or garbage)."""
+    if isinstance(reply, dict):
+        items = list(reply.values())
+    elif isinstance(reply, list) and len(reply) == 2:
+        items = reply[1:]
+    else:
+        return DEFAULT_BULK_LIMIT
+    try:
+        value = int(items[0])
+    except (TypeError, ValueError, IndexError):
+        return DEFAULT_BULK_LIMIT
+    return value if value >= MIN_BULK_LIMIT else DEFAULT_BULK_LIMIT
+
+
+def too_large(commands: Any, limit: int) -> tuple[Any, int] | None:
+    """The key and size of the first argument of ``commands`` over ``limit`` bytes (the
+    master's ``proto-max-bulk-len``: it would refuse it after reading it whole), or None. The
+    key is the command's first argument, or for ``MSET``-like commands the one before the
+    value."""
+    for command in commands:
+        for index, arg in enumerate(command):
+            size = len(arg) if isinstance(arg, (bytes, bytearray, memoryview)) else 0
+            if isinstance(arg, str) and len(arg) * 4 > limit:
+                size = len(arg.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                name = command[0]
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                multi = name.upper().startswith("MSET") and index >= 2
+                key = command[index - 1] if multi else command[min(1, len(command) - 1)]
+                return key, size
+    return None
 
 
 class LeanReader(NamedTuple):

@@ -388,8 +388,14 @@ class AsyncRunner(AsyncMoves):
                     failed[shard] = (mark_unsent(exc), address, generation)
                     continue
                 in_flight.append((shard, connections, connection, commands, address, generation))
+            # Every batch packed before any is sent: one with a value over its master's limit
+            # (pack raises ValueTooLargeError) leaves every shard unwritten.
+            packed = [pack(connection, commands) for _, _, connection, commands, *_ in in_flight]
+            for (shard, _, connection, _, address, generation), data in zip(
+                in_flight, packed, strict=True
+            ):
                 try:
-                    await connection.send_packed_command(pack(connection, commands))
+                    await connection.send_packed_command(data)
                 except MASTER_ERRORS as exc:
                     failed[shard] = (exc, address, generation)
             if metrics is not None:
