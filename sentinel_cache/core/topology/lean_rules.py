@@ -127,12 +127,28 @@ def too_large(commands: Any, limit: int) -> tuple[Any, int] | None:
             if isinstance(arg, str) and len(arg) * 4 > limit:
                 size = len(arg.encode("utf-8", "surrogatepass"))
             if size > limit:
-                name = command[0]
-                name = name.decode() if isinstance(name, bytes) else str(name)
-                multi = name.upper().startswith("MSET") and index >= 2
-                key = command[index - 1] if multi else command[min(1, len(command) - 1)]
-                return key, size
+                return _key_of(command, index), size
     return None
+
+
+def _key_of(command: Any, index: int) -> Any:
+    """The key an argument at ``index`` of ``command`` is written to: the one before it in an
+    ``MSET``-like command; for a script (``SET_EACH``: ``ARGV[i + 1]`` is ``KEYS[i]``'s value)
+    the key of the same rank; else the command's first argument."""
+    name = command[0]
+    name = (name.decode() if isinstance(name, bytes) else str(name)).upper()
+    if name.startswith("MSET") and index >= 2:
+        return command[index - 1]
+    if name in ("EVAL", "EVALSHA") and len(command) > 3:
+        try:
+            count = int(command[2])
+        except (TypeError, ValueError):
+            count = 0
+        keys = command[3 : 3 + count]
+        rank = index - 3 - count  # ARGV[rank]: ARGV[1] the expiry, ARGV[i + 1] KEYS[i]'s
+        if keys:
+            return keys[rank - 1] if 1 <= rank <= len(keys) else keys[0]
+    return command[min(1, len(command) - 1)]
 
 
 class LeanReader(NamedTuple):
