@@ -9,7 +9,6 @@ with alone) and fail with redis-py's errors; two copies of that drift apart.
 
 from __future__ import annotations
 
-import re
 from typing import Any, NamedTuple
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -39,9 +38,25 @@ DEFAULT_BULK_LIMIT = 512 * 1024 * 1024
 #: The smallest ``proto-max-bulk-len`` Redis and Valkey accept: a batch no larger than this
 #: cannot hold an argument over any master's limit, so only a larger one is looked at.
 MIN_BULK_LIMIT = 1024 * 1024
-#: A header declaring a large size, at the start of a line: what the reply guard looks at
-#: closer (an aggregate of 8 digits or more, a bulk length of 9 or more).
-_DECLARED = re.compile(rb"(?:^|\n)([*%~>|])([0-9]{8,})|(?:^|\n)([$=!])([0-9]{9,})")
+#: The reply guard's view of a chunk, one byte per byte (``bytes.translate``, C speed): a digit
+#: ``0``, an aggregate's type byte ``A``, a bulk string's ``B``, a line feed ``N``, anything
+#: else ``x``. A header declaring a large size is then found with ``bytes.find``.
+_SHAPES = bytes(
+    ord("0")
+    if byte in b"0123456789"
+    else ord("A")
+    if byte in b"*%~>|"
+    else ord("B")
+    if byte in b"$=!"
+    else ord("N")
+    if byte == 10
+    else ord("x")
+    for byte in range(256)
+)
+#: An aggregate declaring 8 digits or more, a bulk string 9 or more: looked at closer.
+_AGGREGATE = b"A" + b"0" * 8
+_BULK = b"B" + b"0" * 9
+_LARGE = ((_AGGREGATE, "aggregate"), (_BULK, "bulk"))
 #: A line's start left incomplete at the end of a chunk, kept to be looked at with the next.
 _TYPE_BYTES = frozenset(b"*%~>|$=!")
 _CARRY = 24
@@ -51,23 +66,36 @@ def oversized(data: Any, end: int, carry: bytes, bulk_limit: int) -> tuple[str |
     """The reply guard, run on every chunk read before the parser is fed ``data[:end]``: what
     makes the chunk hostile (a header declaring an aggregate over :data:`MAX_REPLY_ELEMENTS`
     or a bulk string over ``bulk_limit``, the master's ``proto-max-bulk-len``, or the default
-    if larger: a value written before the limit was lowered is still read), or None; and the carry for the next chunk (the start
-    of a header cut at the chunk's end, ``carry`` being the previous chunk's). One regular
-    expression search per chunk: a header can only be refused before the parser sees it, and a
-    Python parser of the whole reply would cost more than the reply. A header is looked for at
-    the start of every line, so a value holding a line that looks like one
-    (``\r\n*99999999``...) is refused as well."""
+    if larger: a value written before the limit was lowered is still read), or None; and the
+    carry for the next chunk (the start of a header cut at the chunk's end, ``carry`` being the
+    previous chunk's). A ``translate`` and two ``find`` per chunk, in C: a header can only be
+    refused before the parser sees it, and a Python parser of the whole reply would cost more
+    than the reply. A header is looked for at the start of every line, so a value holding a
+    line that looks like one (``\\r\\n*99999999``...) is refused as well."""
+    chunk = data if end == len(data) else data[:end]
+    shapes = chunk.translate(_SHAPES)
+    if carry or _AGGREGATE in shapes or _BULK in shapes or shapes[-1:] != b"N":
+        return _closer(chunk, shapes, carry, bulk_limit)
+    return _CLEAN  # the usual chunk: whole lines, no large size declared
+
+
+_CLEAN: tuple[str | None, bytes] = (None, b"")
+
+
+def _closer(chunk: Any, shapes: Any, carry: bytes, bulk_limit: int) -> tuple[str | None, bytes]:
+    """:func:`oversized` for a chunk that may declare a large size or ends inside a line."""
+    end = len(chunk)
     if carry:
-        head = carry + bytes(data[: min(end, _CARRY)])
-        found = _hostile(head, len(head), bulk_limit)
+        head = carry + bytes(chunk[:_CARRY])
+        found = _hostile(head, head.translate(_SHAPES), bulk_limit)
         if found is not None:
             return found, b""
-    found = _hostile(data, end, bulk_limit)
-    if found is not None or not end or data[end - 1] == 10:
+    found = _hostile(chunk, shapes, bulk_limit)
+    if found is not None or not end or chunk[end - 1] == 10:
         return found, b""
     # The chunk ends inside a line: keep it if it may be a header's start.
     start = max(0, end - _CARRY)
-    tail = bytes(data[start:end])
+    tail = bytes(chunk[start:end])
     line = tail.rfind(b"\n")
     if line >= 0:
         tail = tail[line + 1 :]
@@ -80,24 +108,38 @@ def oversized(data: Any, end: int, carry: bytes, bulk_limit: int) -> tuple[str |
     return None, b""
 
 
-def _hostile(data: Any, end: int, bulk_limit: int) -> str | None:
-    match = _DECLARED.search(data, 0, end)
-    while match is not None:
-        kind, digits = (match[1], match[2]) if match[1] else (match[3], match[4])
-        declared = int(digits)
-        if kind in b"*%~>|" and declared > MAX_REPLY_ELEMENTS:
-            return (
-                f"declared an aggregate ({kind.decode()}) of {declared} elements, "
-                f"over the bound of {MAX_REPLY_ELEMENTS}"
-            )
-        bound = max(bulk_limit, DEFAULT_BULK_LIMIT)  # values written under a higher default
-        if kind in b"$=!" and declared > bound:
-            return (
-                f"declared a bulk string ({kind.decode()}) of {declared} bytes, over the "
-                f"bound of {bound} (the master's proto-max-bulk-len, at least 512 MiB)"
-            )
-        match = _DECLARED.search(data, match.end(), end)
+def _hostile(chunk: Any, shapes: Any, bulk_limit: int) -> str | None:
+    end = len(chunk)
+    for marker, kind in _LARGE:
+        at = shapes.find(marker)
+        while at >= 0:
+            if at == 0 or shapes[at - 1] == 78:  # at a line's start ("N": after a line feed)
+                stop = at + len(marker)
+                while stop < end and shapes[stop] == 48:
+                    stop += 1
+                declared = int(chunk[at + 1 : stop])
+                found = _over(kind, chunk[at : at + 1].decode("latin-1"), declared, bulk_limit)
+                if found is not None:
+                    return found
+            at = shapes.find(marker, at + 1)
     return None
+
+
+def _over(kind: str, type_byte: str, declared: int, bulk_limit: int) -> str | None:
+    if kind == "aggregate":
+        if declared <= MAX_REPLY_ELEMENTS:
+            return None
+        return (
+            f"declared an aggregate ({type_byte}) of {declared} elements, "
+            f"over the bound of {MAX_REPLY_ELEMENTS}"
+        )
+    bound = max(bulk_limit, DEFAULT_BULK_LIMIT)  # values written under a higher default
+    if declared <= bound:
+        return None
+    return (
+        f"declared a bulk string ({type_byte}) of {declared} bytes, over the "
+        f"bound of {bound} (the master's proto-max-bulk-len, at least 512 MiB)"
+    )
 
 
 def bulk_limit_of(reply: Any) -> int:
