@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from waiting import key_on, wait_until
 
 from sentinel_cache.core.ops.aio import AsyncCacheClient
-from sentinel_cache.core.ops.async_clients import AsyncLeanShardIO
+from sentinel_cache.core.ops.async_clients import AsyncLeanShardIO, shared_async_clients
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.lean import LeanShardIO
@@ -245,3 +246,29 @@ def test_a_refused_connect_in_an_outage_is_held_like_any_unsent_command(
         assert CacheClient(pool, Codec()).get(key) == 2
     finally:
         pool.close()
+
+
+def test_an_asyncio_write_to_a_closing_transport_is_refused_as_never_sent(
+    core: ShardedSentinelPool,
+) -> None:
+    """The transport already closing when the command was to be written (a write to it would
+    be dropped silently): nothing is written, and the error says so, so even an ``incr`` may be
+    sent again on a new connection."""
+
+    async def scenario() -> BaseException | None:
+        master = await shared_async_clients(core).master_of(core.shards[0])
+        connections = master.connection_pool
+        connection = await connections.get_connection()
+        try:
+            connection._writer.transport.close()
+            try:
+                await connection.send_packed_command([b"*1\r\n$4\r\nPING\r\n"])
+            except RedisConnectionError as exc:
+                return exc
+            return None
+        finally:
+            await connections.release(connection)
+            await connections.disconnect()
+
+    error = asyncio.run(scenario())
+    assert isinstance(error, RedisConnectionError) and unsent(error), repr(error)
