@@ -25,7 +25,7 @@ from sentinel_cache import MasterNotFoundError, ReplyProtocolError, ShardUnavail
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.topology.lean_rules import MAX_REPLY_ELEMENTS, oversized
+from sentinel_cache.core.topology.lean_rules import LINE_START, MAX_REPLY_ELEMENTS, oversized
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing.fake_sentinel import FakeSentinel, Raw, Script
 
@@ -36,24 +36,34 @@ MASTER: Script = {("ROLE",): ["master", 0, []], ("INFO",): "run_id:fake\r\n"}
 
 
 def test_the_guard_finds_huge_headers_at_line_starts_even_cut_across_chunks() -> None:
-    limit = 512 * 1024 * 1024
-    assert oversized(b"*2147483647\r\n", 13, b"", limit)[0] is not None
-    assert oversized(b"*2\r\n$1\r\na\r\n%2147483647\r\n", 25, b"", limit)[0] is not None
-    assert oversized(b"$600000000\r\n", 12, b"", limit)[0] is not None
+    limit, fresh = 512 * 1024 * 1024, LINE_START  # a new connection's carry
+
+    def hostile(data: bytes, carry: bytes = fresh) -> str | None:
+        return oversized(data, len(data), carry, limit)[0]
+
+    assert hostile(b"*2147483647\r\n") is not None
+    assert hostile(b"*2\r\n$1\r\na\r\n%2147483647\r\n") is not None
+    assert hostile(b"$600000000\r\n") is not None
+    assert hostile(b"*" + b"9" * 10_000 + b"\r\n") is not None  # no 10,000-digit int made
     fits = b"*%d\r\n" % MAX_REPLY_ELEMENTS
-    assert oversized(fits, len(fits), b"", limit) == (None, b"")
-    assert oversized(b"$536870912\r\n", 12, b"", limit) == (None, b"")
-    assert oversized(b"x*2147483647\r\n", 14, b"", limit) == (None, b"")  # not a line start
+    assert oversized(fits, len(fits), fresh, limit) == (None, LINE_START)
+    assert oversized(b"$536870912\r\n", 12, fresh, limit) == (None, LINE_START)
+    assert hostile(b"x*2147483647\r\n") is None  # not at a line's start
+    assert hostile(b"*2147483647\r\n", carry=b"") is None  # the chunk began inside a line
     # A value holding a line that reads as a huge header is refused too (docs/reliability.md).
-    value = b"$16\r\nab\r\n*123456789\r\n"
-    assert oversized(value, len(value), b"", limit)[0] is not None
-    # A header dripped one byte per chunk is still seen before its line ends.
-    carry, found = b"", None
-    for byte in b"*2147483647\r\n":
+    assert hostile(b"$16\r\nab\r\n*123456789\r\n") is not None
+    # A header dripped one byte per chunk, or cut anywhere, is still seen before its line ends.
+    header = b"*2147483647\r\n"
+    carry, found = fresh, None
+    for byte in header:
         found, carry = oversized(bytes([byte]), 1, carry, limit)
         if found is not None:
             break
     assert found is not None
+    for cut in range(1, len(header)):
+        first, carry = oversized(header[:cut], cut, fresh, limit)
+        second = oversized(header[cut:], len(header) - cut, carry, limit)[0]
+        assert first is not None or second is not None, cut
 
 
 @pytest.fixture

@@ -62,60 +62,71 @@ _TYPE_BYTES = frozenset(b"*%~>|$=!")
 _CARRY = 24
 
 
+#: The reply guard's carry when the last chunk ended at a line's end (a new connection too).
+LINE_START = b"\n"
+
+
 def oversized(data: Any, end: int, carry: bytes, bulk_limit: int) -> tuple[str | None, bytes]:
     """The reply guard, run on every chunk read before the parser is fed ``data[:end]``: what
     makes the chunk hostile (a header declaring an aggregate over :data:`MAX_REPLY_ELEMENTS`
     or a bulk string over ``bulk_limit``, the master's ``proto-max-bulk-len``, or the default
     if larger: a value written before the limit was lowered is still read), or None; and the
-    carry for the next chunk (the start of a header cut at the chunk's end, ``carry`` being the
-    previous chunk's). A ``translate`` and two ``find`` per chunk, in C: a header can only be
-    refused before the parser sees it, and a Python parser of the whole reply would cost more
-    than the reply. A header is looked for at the start of every line, so a value holding a
-    line that looks like one (``\\r\\n*99999999``...) is refused as well."""
+    carry for the next chunk: :data:`LINE_START` if this one ended at a line's end, the start
+    of a header it ended in, else empty (``carry`` is the previous chunk's, :data:`LINE_START`
+    on a new connection). A ``translate`` and two ``find`` per chunk, in C: a header can only
+    be refused before the parser sees it, and a Python parser of the whole reply would cost
+    more than the reply. A header is looked for at the start of every line, so a value holding
+    a line that looks like one (``\\r\\n*99999999``...) is refused as well."""
     chunk = data if end == len(data) else data[:end]
     shapes = chunk.translate(_SHAPES)
-    if carry or _AGGREGATE in shapes or _BULK in shapes or shapes[-1:] != b"N":
+    if carry != LINE_START or _AGGREGATE in shapes or _BULK in shapes or shapes[-1:] != b"N":
         return _closer(chunk, shapes, carry, bulk_limit)
     return _CLEAN  # the usual chunk: whole lines, no large size declared
 
 
-_CLEAN: tuple[str | None, bytes] = (None, b"")
+_CLEAN: tuple[str | None, bytes] = (None, LINE_START)
 
 
 def _closer(chunk: Any, shapes: Any, carry: bytes, bulk_limit: int) -> tuple[str | None, bytes]:
-    """:func:`oversized` for a chunk that may declare a large size or ends inside a line."""
+    """:func:`oversized` for a chunk that may declare a large size or does not start or end at
+    a line's end."""
     end = len(chunk)
-    if carry:
+    at_line_start = carry == LINE_START
+    if carry and not at_line_start:  # a header's start: looked at with what follows it
         head = carry + bytes(chunk[:_CARRY])
-        found = _hostile(head, head.translate(_SHAPES), bulk_limit)
+        found = _hostile(head, head.translate(_SHAPES), bulk_limit, True)
         if found is not None:
             return found, b""
-    found = _hostile(chunk, shapes, bulk_limit)
-    if found is not None or not end or chunk[end - 1] == 10:
+    found = _hostile(chunk, shapes, bulk_limit, at_line_start)
+    if found is not None:
         return found, b""
+    if not end or chunk[end - 1] == 10:
+        return None, LINE_START
     # The chunk ends inside a line: keep it if it may be a header's start.
     start = max(0, end - _CARRY)
     tail = bytes(chunk[start:end])
     line = tail.rfind(b"\n")
     if line >= 0:
         tail = tail[line + 1 :]
-    elif start == 0 and carry:
-        tail = carry + tail  # the line began in an earlier chunk
-    elif start:
-        return None, b""  # a line longer than any header
+    elif start or not carry:  # a line longer than any header, or one that is no header
+        return None, b""
+    elif not at_line_start:
+        tail = carry + tail  # a header's start that began in an earlier chunk
     if len(tail) <= _CARRY and tail[0] in _TYPE_BYTES and (len(tail) == 1 or tail[1:].isdigit()):
         return None, tail
     return None, b""
 
 
-def _hostile(chunk: Any, shapes: Any, bulk_limit: int) -> str | None:
+def _hostile(chunk: Any, shapes: Any, bulk_limit: int, at_line_start: bool) -> str | None:
+    """What the first large header at a line's start of ``chunk`` declares over its bound
+    (``at_line_start``: whether the chunk's first byte starts a line), or None."""
     end = len(chunk)
     for marker, kind in _LARGE:
         at = shapes.find(marker)
         while at >= 0:
-            if at == 0 or shapes[at - 1] == 78:  # at a line's start ("N": after a line feed)
+            if at_line_start if at == 0 else shapes[at - 1] == 78:  # "N": after a line feed
                 stop = at + len(marker)
-                while stop < end and shapes[stop] == 48:
+                while stop < end and stop - at <= 20 and shapes[stop] == 48:  # 20 digits: huge
                     stop += 1
                 declared = int(chunk[at + 1 : stop])
                 found = _over(kind, chunk[at : at + 1].decode("latin-1"), declared, bulk_limit)

@@ -16,7 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ReadOnlyError, ResponseError
 
 from sentinel_cache.core.topology.following import ShardBound
-from sentinel_cache.core.topology.lean_rules import DEFAULT_BULK_LIMIT, bulk_limit_of
+from sentinel_cache.core.topology.lean_rules import DEFAULT_BULK_LIMIT, LINE_START, bulk_limit_of
 from sentinel_cache.exceptions import ReplyProtocolError
 
 #: What redis-py's handshake raises when a reply has the wrong kind (``+OK`` where ``HELLO``'s
@@ -34,8 +34,8 @@ class AsyncShardConnectionMixin(ShardBound):
     #: The master's ``proto-max-bulk-len``, asked on every new connection (``CONFIG GET``; the
     #: server's default where refused): what a write's arguments are checked against.
     bulk_limit: int = DEFAULT_BULK_LIMIT
-    #: The start of a reply header cut at the end of the last chunk read (the reply guard's).
-    _carry: bytes = b""
+    #: What the reply guard carries from the last chunk read to the next (``oversized``).
+    _carry: bytes = LINE_START
 
     async def _follow(self) -> None:
         """The shard switched: drop the socket and take its current master."""
@@ -50,7 +50,7 @@ class AsyncShardConnectionMixin(ShardBound):
             await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
 
         async def on_connect_check_health(self, check_health: bool = True) -> None:
-            self._carry = b""
+            self._carry = LINE_START
             try:
                 await super().on_connect_check_health(check_health)  # type: ignore[misc]
             except _HANDSHAKE_GARBAGE as exc:
@@ -69,7 +69,7 @@ class AsyncShardConnectionMixin(ShardBound):
             await super().connect()  # type: ignore[misc]
 
         async def on_connect(self) -> None:
-            self._carry = b""
+            self._carry = LINE_START
             try:
                 await super().on_connect()  # type: ignore[misc]
             except _HANDSHAKE_GARBAGE as exc:
