@@ -25,7 +25,12 @@ from sentinel_cache import MasterNotFoundError, ReplyProtocolError, ShardUnavail
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import CacheClient
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.topology.lean_rules import LINE_START, MAX_REPLY_ELEMENTS, oversized
+from sentinel_cache.core.topology.lean_rules import (
+    LINE_START,
+    MAX_REPLY_ELEMENTS,
+    overfull,
+    oversized,
+)
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing.fake_sentinel import FakeSentinel, Raw, Script
 
@@ -52,6 +57,10 @@ def test_the_guard_finds_huge_headers_at_line_starts_even_cut_across_chunks() ->
     assert hostile(b"*2147483647\r\n", carry=b"") is None  # the chunk began inside a line
     # A value holding a line that reads as a huge header is refused too (docs/reliability.md).
     assert hostile(b"$16\r\nab\r\n*123456789\r\n") is not None
+    # A reply item the parser holds more of than the master can hold is refused.
+    assert overfull(limit + 2 * 1024 * 1024, 1024 * 1024) is not None
+    assert overfull(limit, 1024 * 1024) is None
+    assert overfull(2 * limit, 2 * limit) is None  # a master that allows more
     # A header dripped one byte per chunk, or cut anywhere, is still seen before its line ends.
     header = b"*2147483647\r\n"
     carry, found = fresh, None
@@ -171,6 +180,9 @@ HOSTILE = [
     pytest.param(b"$2147483647\r\n", True, id="huge-bulk"),
     pytest.param(b"?garbage\r\n", True, id="garbage"),
     pytest.param(b"$100\r\nabc", False, id="truncated-bulk"),  # then silence: one timeout
+    # A huge bulk string inside a reply is not allocated before its bytes come (overfull bounds
+    # those): here none come, so one timeout.
+    pytest.param(b"*2\r\n$1\r\na\r\n$2147483647\r\n", False, id="huge-nested-bulk"),
 ]
 
 

@@ -54,9 +54,11 @@ from sentinel_cache.core.topology._async.connection import AsyncShardConnectionM
 from sentinel_cache.core.topology.fair_pool import AsyncFairBlockingConnectionPool
 from sentinel_cache.core.topology.lean_rules import (
     CLOSED,
+    MIN_BULK_LIMIT,
     broken,
     lean_reader,
     mark_unsent,
+    overfull,
     oversized,
     socket_failure,
 )
@@ -81,6 +83,8 @@ except ImportError:  # pragma: no cover - older redis-py
 
 _READ_SIZE = 65536
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
+#: Below this many buffered bytes no reply item is looked at (``overfull``'s bound is larger).
+_OVERFULL_FROM = MIN_BULK_LIMIT
 #: The ``asyncio.StreamReader`` internals the lean read uses (Python 3.10 to 3.13 have them);
 #: a connection whose stream lacks one is left to redis-py's own path.
 STREAM_INTERNALS = ("_buffer", "_exception", "_paused", "_eof", "_maybe_resume_transport")
@@ -190,6 +194,8 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
                         if stream._paused:  # type: ignore[attr-defined]
                             stream._maybe_resume_transport()  # type: ignore[attr-defined]
                         response = parser.gets()
+                        if response is pending and parser.len() > _OVERFULL_FROM:
+                            self._overfull(parser)
                         continue
                     limit = self.socket_timeout
                     deadlines = self._deadlines or self._loop_deadlines()
@@ -213,6 +219,8 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
                         raise self.protocol_error(hostile)
                     parser.feed(data)
                     response = parser.gets()
+                    if response is pending and parser.len() > _OVERFULL_FROM:
+                        self._overfull(parser)
                 if push is None or not isinstance(response, push):
                     break
                 await self._parser.handle_push_response(response)  # type: ignore[attr-defined]
@@ -235,6 +243,12 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
             await self.disconnect()
             raise untrusted  # type: ignore[misc]
         return response
+
+    def _overfull(self, parser: Any) -> None:
+        """Raise if the reply item the parser waits for is larger than the master can hold."""
+        hostile = overfull(parser.len(), self.bulk_limit)
+        if hostile is not None:
+            raise self.protocol_error(hostile)
 
     # The running loop's ReadDeadlines (a connection lives in the loop of its pool).
     _deadlines: ReadDeadlines | None = None

@@ -31,12 +31,16 @@ from sentinel_cache.core.topology._sync.connection import ShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
 from sentinel_cache.core.topology.lean_rules import (
     CLOSED,
+    MIN_BULK_LIMIT,
     broken,
     lean_reader,
+    overfull,
     oversized,
     socket_failure,
 )
 
+#: Below this many buffered bytes no reply item is looked at (``overfull``'s bound is larger).
+_OVERFULL_FROM = MIN_BULK_LIMIT
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
 
 
@@ -158,6 +162,10 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
                             raise self.protocol_error(hostile)
                         reader.feed(buffer, 0, size)
                         response = reader.gets()
+                        if response is pending and reader.len() > _OVERFULL_FROM:
+                            hostile = overfull(reader.len(), self.bulk_limit)
+                            if hostile is not None:
+                                raise self.protocol_error(hostile)
                 if push is None or type(response) is not push:
                     break
                 self._parser.handle_push_response(response)

@@ -64,27 +64,109 @@ _CARRY = 24
 
 #: The reply guard's carry when the last chunk ended at a line's end (a new connection too).
 LINE_START = b"\n"
+_CLEAN: tuple[str | None, bytes] = (None, LINE_START)
 
 
 def oversized(data: Any, end: int, carry: bytes, bulk_limit: int) -> tuple[str | None, bytes]:
     """The reply guard, run on every chunk read before the parser is fed ``data[:end]``: what
-    makes the chunk hostile (a header declaring an aggregate over :data:`MAX_REPLY_ELEMENTS`
-    or a bulk string over ``bulk_limit``, the master's ``proto-max-bulk-len``, or the default
-    if larger: a value written before the limit was lowered is still read), or None; and the
-    carry for the next chunk: :data:`LINE_START` if this one ended at a line's end, the start
-    of a header it ended in, else empty (``carry`` is the previous chunk's, :data:`LINE_START`
-    on a new connection). A ``translate`` and two ``find`` per chunk, in C: a header can only
-    be refused before the parser sees it, and a Python parser of the whole reply would cost
-    more than the reply. A header is looked for at the start of every line, so a value holding
-    a line that looks like one (``\\r\\n*99999999``...) is refused as well."""
-    chunk = data if end == len(data) else data[:end]
-    shapes = chunk.translate(_SHAPES)
-    if carry != LINE_START or _AGGREGATE in shapes or _BULK in shapes or shapes[-1:] != b"N":
+    makes the chunk hostile, or None; and the carry for the next chunk: :data:`LINE_START` if
+    this one ended at a line's end, the start of a header it ended in, else empty (``carry`` is
+    the previous chunk's, :data:`LINE_START` on a new connection).
+
+    Hostile: a header at a line's start declaring an aggregate (array, map, set, push,
+    attribute) of more than :data:`MAX_REPLY_ELEMENTS` elements, which the parser would allocate
+    whole at once; or, at the chunk's start (a reply's own header), a bulk string over
+    ``bulk_limit`` (the master's ``proto-max-bulk-len``, or the default if larger: a value
+    written before the limit was lowered is still read). A bulk string inside a reply is not
+    allocated before its bytes arrive: :func:`overfull` bounds those. One ``find`` per
+    aggregate type byte, in C: a Python parser of the whole reply would cost more than the
+    reply. A header is looked for at every line's start, so a value holding a line that reads
+    as one (``\\r\\n*123456789``) is refused as well."""
+    if end <= _SMALL or (carry and carry != LINE_START):  # (or a header cut at the last end)
+        # A small chunk (most replies): one translate and two finds are cheaper than five.
+        chunk = data if end == len(data) else data[:end]
+        shapes = chunk.translate(_SHAPES)
+        if carry == LINE_START and _AGGREGATE not in shapes and _BULK not in shapes:
+            return _CLEAN if shapes[-1:] == b"N" else (None, _tail(chunk, end, carry))
         return _closer(chunk, shapes, carry, bulk_limit)
-    return _CLEAN  # the usual chunk: whole lines, no large size declared
+    at_start = bool(carry)
+    # (a size of 9 digits or more has a digit 9 bytes after its type byte: looked at closer)
+    if at_start and end > 9 and data[0] in _BULK_TYPES and 48 <= data[9] <= 57:
+        found = _declared(data, 0, end, bulk_limit)
+        if found is not None:
+            return found, b""
+    for byte in _AGGREGATE_TYPES:
+        at = data.find(byte, 0, end)
+        hits = 0
+        while at >= 0:
+            # at a line's start, with 8 digits or more (a digit 8 bytes after the type byte)
+            if (
+                (at_start if at == 0 else data[at - 1] == 10)
+                and at + 8 < end
+                and 48 <= data[at + 8] <= 57
+            ):
+                found = _declared(data, at, end, bulk_limit)
+                if found is not None:
+                    return found, b""
+            hits += 1
+            if hits > _HITS:  # a value full of them: one scan of the whole chunk instead
+                chunk = data if end == len(data) else data[:end]
+                return _closer(chunk, chunk.translate(_SHAPES), carry, bulk_limit)
+            at = data.find(byte, at + 1, end)
+    if not end or data[end - 1] == 10:
+        return _CLEAN  # the usual chunk: whole lines, no large size declared
+    return None, _tail(data, end, carry)
 
 
-_CLEAN: tuple[str | None, bytes] = (None, LINE_START)
+def overfull(buffered: int, bulk_limit: int) -> str | None:
+    """What is wrong when the parser holds ``buffered`` bytes of an unfinished reply item: more
+    than any bulk string the master can hold (``bulk_limit``, at least the default, and a
+    chunk's slack), so whatever declared it lied; else None. The parser keeps only the item it
+    waits for (it drops what it consumed), so one look per chunk read bounds the memory a
+    reply can take to the largest value the master can hold."""
+    bound = max(bulk_limit, DEFAULT_BULK_LIMIT) + _SLACK
+    if buffered <= bound:
+        return None
+    return f"sent a reply item of more than {bound} bytes, more than the master can hold"
+
+
+#: A chunk this small is looked at through one ``translate`` (see ``_SHAPES``), a larger one
+#: with a ``find`` per aggregate type byte.
+_SMALL = 4096
+#: What ``overfull`` allows over the largest bulk string: the parser's consumed bytes it keeps
+#: until it compacts (1 KiB) and a chunk read on top.
+_SLACK = 1024 * 1024
+_AGGREGATE_TYPES = (b"*", b"%", b"~", b">", b"|")
+_BULK_TYPES = frozenset(b"$=!")
+#: Type bytes at a line's start looked at one by one in a chunk; more, and the chunk is scanned
+#: once (``translate``) instead.
+_HITS = 32
+
+
+def _declared(data: Any, at: int, end: int, bulk_limit: int) -> str | None:
+    """The header at ``at`` if it declares more than its bound (an aggregate's 8 digits or
+    more, a bulk string's 9 or more are read), else None."""
+    kind = "aggregate" if data[at] in b"*%~>|" else "bulk"
+    least = 8 if kind == "aggregate" else 9
+    digits = bytes(data[at + 1 : min(end, at + 1 + 20)])
+    count = len(digits) - len(digits.lstrip(b"0123456789"))
+    if count < least:
+        return None
+    return _over(kind, chr(data[at]), int(digits[:count]), bulk_limit)
+
+
+def _tail(data: Any, end: int, carry: bytes) -> bytes:
+    """The carry of a chunk ending inside a line: that line's start if it may be a header."""
+    start = max(0, end - _CARRY)
+    tail = bytes(data[start:end])
+    line = tail.rfind(b"\n")
+    if line >= 0:
+        tail = tail[line + 1 :]
+    elif start or carry != LINE_START:  # a line longer than any header, or one that is none
+        return b""
+    if len(tail) <= _CARRY and tail[0] in _TYPE_BYTES and (len(tail) == 1 or tail[1:].isdigit()):
+        return tail
+    return b""
 
 
 def _closer(chunk: Any, shapes: Any, carry: bytes, bulk_limit: int) -> tuple[str | None, bytes]:
@@ -102,19 +184,13 @@ def _closer(chunk: Any, shapes: Any, carry: bytes, bulk_limit: int) -> tuple[str
         return found, b""
     if not end or chunk[end - 1] == 10:
         return None, LINE_START
-    # The chunk ends inside a line: keep it if it may be a header's start.
-    start = max(0, end - _CARRY)
-    tail = bytes(chunk[start:end])
-    line = tail.rfind(b"\n")
-    if line >= 0:
-        tail = tail[line + 1 :]
-    elif start or not carry:  # a line longer than any header, or one that is no header
-        return None, b""
-    elif not at_line_start:
-        tail = carry + tail  # a header's start that began in an earlier chunk
-    if len(tail) <= _CARRY and tail[0] in _TYPE_BYTES and (len(tail) == 1 or tail[1:].isdigit()):
-        return None, tail
-    return None, b""
+    if not at_line_start and carry:  # a header's start that may go on in this chunk
+        if b"\n" not in bytes(chunk[-_CARRY:]) and len(carry) + end <= _CARRY:
+            tail = carry + bytes(chunk)
+            if tail[1:].isdigit():
+                return None, tail
+        return None, _tail(chunk, end, b"")
+    return None, _tail(chunk, end, carry)
 
 
 def _hostile(chunk: Any, shapes: Any, bulk_limit: int, at_line_start: bool) -> str | None:
