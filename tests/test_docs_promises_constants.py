@@ -116,6 +116,7 @@ STATED: list[tuple[str, str, str, float]] = [
     ("reliability.md", "({} MiB unless it allows more)", "512", DEFAULT_BULK_LIMIT / 2**20),
     ("reliability.md", "where `CONFIG` is refused, {} MiB)", "512", DEFAULT_BULK_LIMIT / 2**20),
     ("reliability.md", "larger than {} MiB (the smallest limit", "1", MIN_BULK_LIMIT / 2**20),
+    ("security.md", "the server's default, {} MiB, is assumed", "512", DEFAULT_BULK_LIMIT / 2**20),
 ]
 
 
