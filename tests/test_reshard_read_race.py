@@ -195,6 +195,66 @@ def test_async_a_move_between_the_reads_of_both_owners_is_no_miss(
         core.close()
 
 
+def counted(client: Any) -> dict[str, int]:
+    """Round trips ``client`` makes from now on: its top-level ``scatter`` and ``execute``
+    calls (one round trip each; those a scatter makes inside are its own)."""
+    calls = {"trips": 0, "depth": 0}
+    for name in ("scatter", "execute"):
+        real = getattr(client, name)
+
+        def wrapped(*args: Any, real: Any = real, **kwargs: Any) -> Any:
+            calls["trips"] += calls["depth"] == 0
+            calls["depth"] += 1
+            try:
+                return real(*args, **kwargs)
+            finally:
+                calls["depth"] -= 1
+
+        setattr(client, name, wrapped)
+    return calls
+
+
+def test_the_second_look_costs_one_round_trip_only_for_a_miss_on_both(
+    three: LocalSentinelCluster,
+) -> None:
+    """A read of a key on neither owner costs one round trip more (per owner); a read that
+    finds the key (on its owner, or on its previous owner) and a miss of a key that does not
+    move cost what they did."""
+    core = resharding(three)
+    try:
+        reader = CacheClient(core, Codec())
+        reader.get(moving(core)[21])  # the owner asked once whether it takes CLIENT REPLY
+        calls = counted(reader)
+        absent = [
+            key for key in (f"absent:{n}" for n in range(200)) if core.previous_shard_for(key)
+        ]
+        still = [
+            key for key in (f"absent:{n}" for n in range(200)) if not core.previous_shard_for(key)
+        ]
+        owners = {core.shard_for(key).name for key in absent[:10]}
+        trips: dict[str, int] = {}
+        for what, read in {
+            "get, on neither": lambda: reader.get(absent[0]),
+            "get_many of 10, on neither": lambda: reader.get_many(absent[:10]),
+            "get, not moved yet": lambda: reader.get(moving(core)[20]),
+            "get, moved": lambda: reader.get(moving(core)[20]),
+            "get, a key that does not move, absent": lambda: reader.get(still[0]),
+        }.items():
+            calls["trips"] = 0
+            read()
+            trips[what] = calls["trips"]
+        print(f"\nround trips: {trips} (owners of the 10: {sorted(owners)})")
+        assert trips == {
+            "get, on neither": 2,  # owner + previous owner at once, then the owner again
+            "get_many of 10, on neither": 2 + len(owners),  # owners, previous owners, owners
+            "get, not moved yet": 1,  # its copy posted: no round trip
+            "get, moved": 1,
+            "get, a key that does not move, absent": 1,
+        }
+    finally:
+        core.close()
+
+
 # -- under contention: no split forced -------------------------------------------------------
 
 ROUNDS = 4

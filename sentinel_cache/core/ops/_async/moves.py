@@ -100,7 +100,8 @@ class AsyncMoves(ClientBase):
         owners, batched per shard: read value and TTL, then write them where the owner has no
         newer value (:meth:`_restore`). Key -> the stored data now on its owner. The previous
         owner keeps its copy until the migration (or a write through the new placement) deletes
-        it, so concurrent readers of the same key never find it gone from both."""
+        it, so concurrent readers of the same key never find it gone from both (an operation
+        that moves the key deletes it: :meth:`_on_owners`)."""
         if not groups:
             return {}
         plan = {shard: self.copy_plan(keys) for shard, keys in groups.items()}
