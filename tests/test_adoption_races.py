@@ -15,7 +15,9 @@ two-shard topology, as a site switching from django-redis runs.
 4. A value the old backend cannot decode is a miss to a reader and is skipped by the
    migration (counted, named in the report) without stopping it; with ours on JSON, values
    JSON cannot store are served as the old cache decodes them (not copied), and a tuple is
-   the same list from the first read on.
+   the same list from the first read on; such a value is present to the conditional writes
+   (``add``, ``set(nx=True)`` refuse it, the ``get_or_set`` twins return it, ``set(xx=True)``
+   stores over it; Django and Flask), a poison value absent to them.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from minimal_django import configure_django
 
 configure_django()
 
-from adoption_support import log_in, migrate, ours, site  # noqa: E402
+from adoption_support import OUR_DB, log_in, migrate, ours, site  # noqa: E402
 from django.core.cache import caches  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from threads import Workers  # noqa: E402
@@ -533,7 +535,7 @@ def test_flask_values_json_cannot_store_are_present_to_add_and_get_or_set_many(
         CACHE_TYPE="sentinel_cache.flask.ShardedSentinelCache",
         CACHE_REDIS_SENTINELS=config["sentinels"],
         CACHE_REDIS_SENTINEL_MASTERS=config["masters"],
-        CACHE_REDIS_DB=6,
+        CACHE_REDIS_DB=OUR_DB,  # as the Django tests here: keys removed by prefix, never flushed
         CACHE_KEY_PREFIX=key_prefix,
         CACHE_OPTIONS={"PREVIOUS_CACHE": before, "SERIALIZER": "json"},
     )
