@@ -15,11 +15,14 @@ two-shard topology, as a site switching from django-redis runs.
 4. A value the old backend cannot decode is a miss to a reader and is skipped by the
    migration (counted, named in the report) without stopping it; with ours on JSON, values
    JSON cannot store are served as the old cache decodes them (not copied), and a tuple is
-   the same list from the first read on.
+   the same list from the first read on; such a value is present to the conditional writes
+   (``add``, ``set(nx=True)`` refuse it, the ``get_or_set`` twins return it, ``set(xx=True)``
+   stores over it; Django and Flask), a poison value absent to them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import decimal
 import json
@@ -41,7 +44,7 @@ from minimal_django import configure_django
 
 configure_django()
 
-from adoption_support import log_in, migrate, ours, site  # noqa: E402
+from adoption_support import OUR_DB, log_in, migrate, ours, site  # noqa: E402
 from django.core.cache import caches  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from threads import Workers  # noqa: E402
@@ -439,6 +442,126 @@ def test_values_json_cannot_store_are_served_and_kept_and_a_tuple_reads_alike(
         assert "4 keys skipped" in server["error"]
         assert all(repr(name) in server["error"] for name in VALUES)
         assert cache.get_many(list(VALUES)) == VALUES
+
+
+def _held_on_old(old_server: redis.Redis, made: list[str]) -> list[str]:
+    return [key for key, there in zip(made, old_server.mget(made), strict=True) if there]
+
+
+def test_values_json_cannot_store_are_present_to_conditional_writes(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    """The old cache on pickle, ours on JSON: a value JSON cannot store is what ``get``
+    returns, so ``add`` and ``set(nx=True)`` refuse it and leave it, the ``get_or_set`` twins
+    return it without computing, ``set(xx=True)`` stores over it (the old copy gone); a value
+    pickle cannot load is absent to all of them. Sync and async."""
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix, OPTIONS={"SERIALIZER": "json"}), entry):
+        cache, previous = caches["default"], caches["old"]
+        computed: list[str] = []
+
+        def compute(name: str) -> Any:
+            computed.append(name)
+            return "computed"
+
+        def held(keys: list[str]) -> list[str]:
+            return _held_on_old(old_server, [previous.make_key(key) for key in keys])
+
+        previous.set_many(VALUES, timeout=600)
+        wrong: list[str] = []
+        for name, value in VALUES.items():
+            answers = {
+                "add": cache.add(name, "new"),
+                "set nx": cache.set(name, "new", 60, nx=True),
+                "get_or_set": cache.get_or_set(name, lambda name=name: compute(name)),
+                "get_or_set_many": cache.get_or_set_many({name: "new", "absent-" + name: 1}),
+                "aadd": asyncio.run(cache.aadd(name, "new")),
+                "aget_or_set": asyncio.run(cache.aget_or_set(name, "new")),
+            }
+            expected = {
+                "add": False,
+                "set nx": False,
+                "get_or_set": value,
+                "get_or_set_many": {name: value, "absent-" + name: 1},
+                "aadd": False,
+                "aget_or_set": value,
+            }
+            wrong += [
+                f"{name} {op}: {answers[op]!r}" for op in answers if answers[op] != expected[op]
+            ]
+            if cache.get(name) != value:
+                wrong.append(f"{name}: get after them {cache.get(name)!r}")
+        print(f"\n{len(wrong)} wrong answers of {7 * len(VALUES)}: {wrong}")
+        assert wrong == [] and computed == []
+        assert held(list(VALUES)) == [previous.make_key(name) for name in VALUES]  # left there
+        for name in VALUES:
+            assert cache.set(name, "new", 60, xx=True) is True  # present: stored over it
+            assert cache.get(name) == "new"
+        assert held(list(VALUES)) == []
+        # A value pickle cannot load: absent to every one of them (its old copy deleted).
+        for name, write in {
+            "p-add": lambda key: cache.add(key, "new") is True,
+            "p-nx": lambda key: cache.set(key, "new", 60, nx=True) is True,
+            "p-xx": lambda key: cache.set(key, "new", 60, xx=True) is False,
+            "p-gos": lambda key: cache.get_or_set(key, lambda: compute(key)) == "computed",
+        }.items():
+            _poison(old_server, previous, name)
+            assert write(name), name
+            assert held([name]) == []
+        assert computed == ["p-gos"]
+
+
+def test_flask_values_json_cannot_store_are_present_to_add_and_get_or_set_many(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    """Flask-Caching's RedisCache (pickle) adopted by ours on JSON: ``add`` refuses a value
+    JSON cannot store and leaves it, ``get_or_set_many`` returns it (the other keys added)."""
+    from flask import Flask
+    from flask_caching import Cache
+
+    host, port = old.address
+    key_prefix = f"f{uuid.uuid4().hex[:8]}_"
+    before = {
+        "CACHE_TYPE": "RedisCache",
+        "CACHE_REDIS_URL": f"redis://{host}:{port}/0",
+        "CACHE_KEY_PREFIX": key_prefix,
+    }
+    old_app = Flask("before")
+    old_app.config.update(before)
+    previous = Cache(old_app)
+    config = cluster.config()
+    app = Flask("after")
+    app.config.update(
+        CACHE_TYPE="sentinel_cache.flask.ShardedSentinelCache",
+        CACHE_REDIS_SENTINELS=config["sentinels"],
+        CACHE_REDIS_SENTINEL_MASTERS=config["masters"],
+        CACHE_REDIS_DB=OUR_DB,  # as the Django tests here: keys removed by prefix, never flushed
+        CACHE_KEY_PREFIX=key_prefix,
+        CACHE_OPTIONS={"PREVIOUS_CACHE": before, "SERIALIZER": "json"},
+    )
+    cache = Cache(app)
+    backend = app.extensions["cache"][cache]
+    try:
+        previous.set_many(VALUES, timeout=600)
+        made = [f"{key_prefix}{name}" for name in VALUES]
+        wrong: list[str] = []
+        for name, value in VALUES.items():
+            if cache.add(name, "new") is not False:
+                wrong.append(f"{name} add")
+            got = cache.cache.get_or_set_many({name: "new", "absent-" + name: 1})
+            if got != {name: value, "absent-" + name: 1}:
+                wrong.append(f"{name} get_or_set_many: {got!r}")
+            if cache.get(name) != value:
+                wrong.append(f"{name} get after them")
+        print(f"\n{len(wrong)} wrong answers of {3 * len(VALUES)}: {wrong}")
+        assert wrong == []
+        assert _held_on_old(old_server, made) == made
+        assert cache.set("set", "new") and cache.get("set") == "new"  # a write replaces it
+    finally:
+        for shard in backend.core.shards:
+            for stored in shard.client.scan_iter(match=f"{key_prefix}*"):
+                shard.client.delete(stored)
+        backend.core.close()
 
 
 if __name__ == "__main__":  # a reading process of test_concurrent_first_reads_...

@@ -16,7 +16,8 @@ The alias names the old backend's entry, left in ``CACHES`` as it was (django-re
 * :data:`FORGET_FIRST` (``set``, ``set_many``, ``delete``, ``delete_many``) delete the old
   copies first, through the old servers' own clients (django-redis's ``IGNORE_EXCEPTIONS``
   would hide a failure: it fails the write instead), and leave tombstones; ``set`` with
-  ``nx``/``xx`` (:data:`CONDITIONAL`) adopts first instead, as ``add`` does; ``clear`` and ``delete_pattern`` empty the old cache of
+  ``nx``/``xx`` (:data:`CONDITIONAL`) adopts first instead, as ``add`` does (an old value this
+  cache cannot store is present to them: :data:`WHERE_ABSENT`); ``clear`` and ``delete_pattern`` empty the old cache of
   those keys first; so no stale or deleted value comes back
   (:mod:`sentinel_cache.core.admin.reshard.previous` holds the rules).
 
@@ -48,6 +49,7 @@ __all__ = [
     "ADOPT_TO_READ",
     "CONDITIONAL",
     "FORGET_FIRST",
+    "WHERE_ABSENT",
     "OPTION",
     "SETTING",
     "DjangoPrevious",
@@ -79,6 +81,12 @@ FORGET_FIRST = ("set", "set_many", "delete", "delete_many")
 #: Those that, given one of these arguments, write only where the key is absent or present:
 #: the old copy counts as present (as for ``add``), so they adopt first (:data:`ADOPT_FIRST`).
 CONDITIONAL = {"set": ("nx", "xx")}
+#: The writes only where a key is absent (with ``set(nx=True)``): an old value this cache's
+#: serializer cannot store (held there, served by ``get``) is present to them too, so they
+#: answer as for a present key without writing (``add`` and ``set(nx=True)`` False, the
+#: ``get_or_set`` twins that value) and leave it there; ``set(xx=True)`` stores over it
+#: (:meth:`~sentinel_cache.core.admin.reshard.previous.Adopter.adopt_to_write`).
+WHERE_ABSENT = ("add", "get_or_set", "get_or_set_many")
 _MISSING: Any = object()
 
 
@@ -266,26 +274,34 @@ class AdoptingCache:
         found, _ = adopter.adopt(previous, keys, strict=False, recheck=True)
         return found
 
+    def _missing(self, keys: Sequence[Any], version: Any) -> list[Any]:
+        """The keys this cache does not have (its own reads, not the adopting ones)."""
+        base: Any = self._plain
+        if len(keys) == 1:
+            return [] if base.has_key(self, keys[0], version) else list(keys)
+        found = base.get_many(self, keys, version)
+        return [key for key in keys if key not in found]
+
     def _adopt_missing(self, keys: Sequence[Any], version: Any) -> list[Any]:
         """The keys missing here adopted; returns those the old cache still holds (their copy
         was refused or failed)."""
-        cache: Any = self
-        base = cache._plain
-        if len(keys) == 1:
-            missing = [] if base.has_key(self, keys[0], version) else list(keys)
-        else:
-            found = base.get_many(self, keys, version)
-            missing = [key for key in keys if key not in found]
+        missing = self._missing(keys, version)
         if not missing:
             return []
         adopter, previous = self.adoption(version)
         _, outcomes = adopter.adopt(previous, missing, strict=False)
         return [key for key, (_, outcome) in outcomes.items() if outcome in KEPT]
 
-    def _adopt_to_write(self, keys: Sequence[Any], version: Any) -> None:
-        left = self._adopt_missing(keys, version)
-        if left:
-            self._forget(left, version)
+    def _adopt_to_write(
+        self, keys: Sequence[Any], version: Any, keep_held: bool = False
+    ) -> dict[Any, Any]:
+        """The keys missing here adopted, then the old copies that could not be moved deleted;
+        returns the old values this cache cannot store (present; ``keep_held``: left there)."""
+        missing = self._missing(keys, version)
+        if not missing:
+            return {}
+        adopter, previous = self.adoption(version)
+        return adopter.adopt_to_write(previous, missing, keep_held=keep_held)
 
     def _forget(self, keys: Sequence[Any], version: Any) -> None:
         adopter, previous = self.adoption(version)
@@ -360,14 +376,13 @@ def _ruled(
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``name`` and its ``a`` twin of ``plain``, with ``rule(self, keys, version)`` first (the
     twin runs the rule in a thread); a call given one of its :data:`CONDITIONAL` arguments
-    adopts first instead."""
+    adopts first instead, and a write only where absent (:data:`WHERE_ABSENT`) is answered
+    without writing when the old value is present but cannot be stored here."""
     sync, asynchronous = getattr(plain, name), getattr(plain, f"a{name}")
     signature = inspect.signature(sync)
     first = list(signature.parameters)[1]  # key, keys, data or defaults
 
-    conditions = CONDITIONAL.get(name, ())
-
-    def split(args: Any, kwargs: Any) -> tuple[list[Any], Any, tuple[Any, ...], dict[str, Any]]:
+    def split(args: Any, kwargs: Any) -> tuple[list[Any], Any, inspect.BoundArguments]:
         bound = signature.bind(None, *args, **kwargs)
         given = bound.arguments[first]
         if first == "key":
@@ -376,21 +391,57 @@ def _ruled(
             keys = list(given)
         else:  # an iterator is read once: the method gets the list
             keys = bound.arguments[first] = list(given)
-        conditional = any(bound.arguments.get(condition) for condition in conditions)
-        applied = AdoptingCache._adopt_to_write if conditional else rule
-        return keys, (applied, bound.arguments.get("version")), bound.args[1:], bound.kwargs
+        return keys, bound.arguments.get("version"), bound
+
+    def before(
+        self: Any, keys: list[Any], version: Any, bound: inspect.BoundArguments
+    ) -> tuple[Any, dict[Any, Any]]:
+        """The rule applied: (the call's answer, or _MISSING to run it; the held values)."""
+        absent = name in WHERE_ABSENT or bool(bound.arguments.get("nx"))
+        present = bool(bound.arguments.get("xx")) and not absent
+        if not (absent or present):
+            rule(self, keys, version)
+            return _MISSING, {}
+        held = AdoptingCache._adopt_to_write(self, keys, version, keep_held=absent)
+        if not held:
+            return _MISSING, held
+        if present:  # set(xx=True): the key is present, its old copy deleted: stored
+            bound.arguments["xx"] = False
+            return _MISSING, held
+        if name == "get_or_set":
+            return held[keys[0]], held
+        if name == "get_or_set_many":
+            rest = {key: value for key, value in bound.arguments[first].items() if key not in held}
+            if not rest:
+                return {key: held[key] for key in keys}, held
+            bound.arguments[first] = rest
+            return _MISSING, held
+        return False, held  # add, set(nx=True)
+
+    def after(result: Any, keys: list[Any], held: dict[Any, Any]) -> Any:
+        if name != "get_or_set_many" or not held:
+            return result
+        return {
+            key: held[key] if key in held else result[key]
+            for key in keys
+            if key in result or key in held
+        }
 
     @functools.wraps(sync)
     def ruled(self: Any, *args: Any, **kwargs: Any) -> Any:
-        keys, (applied, version), args, kwargs = split(args, kwargs)
-        applied(self, keys, version)
-        return sync(self, *args, **kwargs)
+        keys, version, bound = split(args, kwargs)
+        answer, held = before(self, keys, version, bound)
+        if answer is not _MISSING:
+            return answer
+        return after(sync(self, *bound.args[1:], **bound.kwargs), keys, held)
 
     @functools.wraps(asynchronous)
     async def aruled(self: Any, *args: Any, **kwargs: Any) -> Any:
-        keys, (applied, version), args, kwargs = split(args, kwargs)
-        await sync_to_async(applied)(self, keys, version)
-        return await asynchronous(self, *args, **kwargs)
+        keys, version, bound = split(args, kwargs)
+        answer, held = await sync_to_async(before)(self, keys, version, bound)
+        if answer is not _MISSING:
+            return answer
+        return after(await asynchronous(self, *bound.args[1:], **bound.kwargs), keys, held)
 
     return ruled, aruled
 

@@ -26,7 +26,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sentinel_cache.core.admin.reshard.previous import KEPT, Adopter, pttls_on
+from sentinel_cache.core.admin.reshard.previous import Adopter, pttls_on
 from sentinel_cache.core.ops.client import escape_pattern
 from sentinel_cache.exceptions import ConfigurationError
 
@@ -35,6 +35,7 @@ __all__ = [
     "FORGET_FIRST",
     "OPTION",
     "SETTING",
+    "WHERE_ABSENT",
     "FlaskPrevious",
     "adopting",
     "build_previous",
@@ -43,6 +44,10 @@ __all__ = [
 OPTION = "PREVIOUS_CACHE"
 #: The writes on an existing value: adopted first (see :meth:`AdoptingCache._adopt_to_write`).
 ADOPT_FIRST = ("add", "inc", "dec", "get_or_set_many")
+#: Those that write only where a key is absent: an old value this cache's serializer cannot
+#: store (held there, served by ``get``) is present to them, so they answer without writing
+#: (``add`` False, ``get_or_set_many`` that value) and leave it there.
+WHERE_ABSENT = ("add", "get_or_set_many")
 FORGET_FIRST = ("set", "set_many", "delete", "delete_many", "unlink")
 SETTING = f"CACHE_OPTIONS[{OPTION!r}]"
 
@@ -155,18 +160,16 @@ class AdoptingCache:
         adopter, previous = self.adoption()
         return adopter.adopt(previous, keys, strict=False, recheck=True)[0]
 
-    def _adopt_to_write(self, keys: Sequence[Any]) -> None:
+    def _adopt_to_write(self, keys: Sequence[Any], keep_held: bool = False) -> dict[Any, Any]:
         """The keys missing here adopted, then the old copies that could not be moved (their
-        copy refused or failed) deleted: none outlives the write that follows."""
+        copy refused or failed) deleted: none outlives the write that follows. Returns the old
+        values this cache's serializer cannot store (present; ``keep_held``: left there)."""
         found = self._plain.get_many(self, *keys)
         missing = [key for key, value in zip(keys, found, strict=True) if value is None]
         if not missing:
-            return
+            return {}
         adopter, previous = self.adoption()
-        _, outcomes = adopter.adopt(previous, missing, strict=False)
-        left = [key for key, (_, outcome) in outcomes.items() if outcome in KEPT]
-        if left:
-            adopter.forget(previous, left)
+        return adopter.adopt_to_write(previous, missing, keep_held=keep_held)
 
     def _forget(self, keys: Sequence[Any]) -> None:
         adopter, previous = self.adoption()
@@ -210,15 +213,30 @@ def _keys_of(args: tuple[Any, ...], kwargs: Mapping[str, Any], name: str) -> lis
     return [args[0] if args else kwargs["key"]]
 
 
-def _ruled(plain: type, name: str, rule: Callable[[Any, Sequence[Any]], None]) -> Any:
+def _ruled(plain: type, name: str, rule: Callable[[Any, Sequence[Any]], object]) -> Any:
     method = getattr(plain, name)
 
     @functools.wraps(method)
     def ruled(self: Any, *args: Any, **kwargs: Any) -> Any:
         keys = _keys_of(args, kwargs, name)
-        if keys:
+        if not keys:
+            return method(self, *args, **kwargs)
+        if name not in WHERE_ABSENT:
             rule(self, keys)
-        return method(self, *args, **kwargs)
+            return method(self, *args, **kwargs)
+        held = AdoptingCache._adopt_to_write(self, keys, keep_held=True)
+        if not held:
+            return method(self, *args, **kwargs)
+        if name == "add":
+            return False
+        defaults = args[0] if args else kwargs.pop("defaults")  # get_or_set_many
+        rest = {key: value for key, value in defaults.items() if key not in held}
+        found = method(self, rest, *args[1:], **kwargs) if rest else {}
+        return {
+            key: held[key] if key in held else found[key]
+            for key in keys
+            if key in held or key in found
+        }
 
     return ruled
 

@@ -8,7 +8,8 @@ compressor and sharding read the values) and apply two rules, each declared once
   previous cache no longer has is read on ours again before it is reported missing (a
   concurrent reader copies before it deletes the previous copy, so the second read finds it);
   a value the previous backend cannot decode is a miss, one our serializer cannot store is
-  served from there and not copied: both stay there, skipped and listed by the migration;
+  served from there and not copied: both stay there, skipped and listed by the migration (the
+  second is present to a conditional write too: :meth:`Adopter.adopt_to_write`);
 * a write or delete removes the previous copy first (:meth:`Adopter.forget`; a previous cache
   that cannot delete it fails the write, whatever its backend's ``IGNORE_EXCEPTIONS``), and a
   ``clear`` or pattern delete empties the previous cache first (:meth:`Adopter.cleared`).
@@ -310,6 +311,27 @@ class Adopter:
             type(exc).__name__,
             exc,
         )
+
+    def adopt_to_write(
+        self, previous: PreviousCache, keys: Sequence[Any], *, keep_held: bool
+    ) -> dict[Any, Any]:
+        """Before a write on an existing value of ``keys`` (missing on ours): adopted, then the
+        previous copies that could not be moved deleted, so none outlives the write. Returns
+        the values held there that our serializer cannot store (:data:`UNREPRESENTABLE`): such
+        a key is present, as ``get`` just said, so a conditional write answers as for a present
+        key (``add`` refuses, ``get_or_set`` returns it; ``keep_held``: their copies are left
+        there, nothing being written), and one that replaces it (``set(xx=True)``) stores. A
+        value the previous backend cannot decode is absent to all of them, as to ``get``."""
+        found, outcomes = self.adopt(previous, keys, strict=False)
+        held = {key: found[key] for key, (_, done) in outcomes.items() if done == UNREPRESENTABLE}
+        left = [
+            key
+            for key, (_, done) in outcomes.items()
+            if done in KEPT and not (keep_held and key in held)
+        ]
+        if left:
+            self.forget(previous, left)
+        return held
 
     def forget(self, previous: PreviousCache, keys: Sequence[Any]) -> None:
         """Before a write or delete of ``keys`` on ours: their previous copies deleted, then a
