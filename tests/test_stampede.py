@@ -333,3 +333,39 @@ def test_early_refresh_keeps_a_steadily_read_key_from_expiring(
 def test_bad_options_are_refused_naming_them(options: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigurationError, match=named):
         parse_cache_config(["127.0.0.1:1"], {"MASTERS": ["a"], **options})
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_value_stored_between_the_miss_and_the_lock_is_not_computed_again(
+    cluster: LocalSentinelCluster, monkeypatch: pytest.MonkeyPatch, flavour: str
+) -> None:
+    """The holder stores and releases between another caller's miss and that caller's lock
+    (under load, the window the 64-caller test above fell into: 2 computations): the caller
+    takes the free lock, finds the value under it, releases the lock and returns the value."""
+    pool = pool_of(cluster)
+    key = f"between-{flavour}-{time.time_ns()}"
+    runs = f"{key}:runs"
+    compute = computation(pool, runs, 0, "computed again")
+    try:
+        client: Any = (CacheClient if flavour == "sync" else AsyncCacheClient)(pool, Codec())
+
+        # in place of the read: a miss, then the other holder stores (and holds no lock)
+        def missed_then_stored(*args: Any) -> Any:
+            CacheClient(pool, Codec()).set(key, "stored by the holder", 60)
+            return client._computed_once(*args)  # noqa: SLF001 - as after a miss
+
+        async def amissed_then_stored(*args: Any) -> Any:
+            CacheClient(pool, Codec()).set(key, "stored by the holder", 60)
+            return await client._computed_once(*args)  # noqa: SLF001
+
+        patched = missed_then_stored if flavour == "sync" else amissed_then_stored
+        monkeypatch.setattr(client, "_read_or_computed", patched)
+        if flavour == "sync":
+            got = client.get_or_set(key, compute, 60, lock_timeout=5)
+        else:
+            got = asyncio.run(client.get_or_set(key, compute, 60, lock_timeout=5))
+        assert got == "stored by the holder"
+        assert counter(pool, runs) == 0
+        assert not pool.client_for(key).exists(lock_key(key))  # released
+    finally:
+        pool.close()

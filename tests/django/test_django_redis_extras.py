@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from sentinel_cache import ArgumentTypeError, ArgumentValueError, IncrementError
+from sentinel_cache.core.ops._sync import client as sync_client
 from sentinel_cache.django import ShardedSentinelCache
 
 
@@ -75,18 +76,18 @@ def test_incr_past_64_bits_is_not_lost_to_a_concurrent_write(
     """Another client writes between the read and the write back: the swap refuses, the value
     is read again, and the result adds to what the other client wrote."""
     cache.set("race", 2**64, 300)
-    client = cache.client
-    real_decode = client.decode
+    real_value = sync_client.counter_value
     raced = []
 
-    def decode_then_race(data: Any, key: Any = None) -> Any:
-        value = real_decode(data, key)
+    def read_then_race(codec: Any, data: bytes) -> Any:
+        value = real_value(codec, data)
         if not raced:
             raced.append(value)
             cache.set("race", 2**65, 300)  # lands between our read and our swap
         return value
 
-    monkeypatch.setattr(client, "decode", decode_then_race)
+    # the integer the fallback read, as it reads it (counter_value: INCR's rule)
+    monkeypatch.setattr(sync_client, "counter_value", read_then_race)
     assert cache.incr("race", 1) == 2**65 + 1
     monkeypatch.undo()
     assert raced == [2**64] and cache.get("race") == 2**65 + 1

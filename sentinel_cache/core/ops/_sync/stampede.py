@@ -121,6 +121,13 @@ end
 )
 #: What :data:`PUBLISH_IF_HELD` answers when it stored the value without the lock.
 STORED_UNLOCKED = 2
+#: KEYS: a key. Its bytes, or nil if it is missing or holds no string (a list counts as
+#: missing, as in :data:`PUBLISH_IF_HELD`).
+STRING_OR_NIL = """
+local now = redis.pcall('GET', KEYS[1])
+if type(now) == 'table' then return false end
+return now
+"""
 #: KEYS: the lock, its wake key; ARGV: the token, WAKE_MS. Released (and announced) only by
 #: its holder.
 RELEASE_IF_HELD = (
@@ -384,14 +391,21 @@ class StampedeOperations(CacheOperations):
     ) -> Any:
         lock = lock_key(key)
         token, take = take_lock(key, lock_timeout)
+        look = ("EVAL", STRING_OR_NIL, 1, key)
         while True:
-            (taken, ms_left), _ = self.keyed(
-                key, [take, ("PTTL", lock)], [SKIPPED, -2], WRITE
+            (taken, ms_left, now), _ = self.keyed(
+                key, [take, ("PTTL", lock), look], [SKIPPED, -2, None], WRITE
             )
             if taken is SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no lock, no store
                 return compute()
             if is_ok(taken):
-                return self._compute_and_store(key, compute, timeout, token, replaces)
+                # A holder may have stored and released between this caller's read and its
+                # lock: what the key holds now, read under the lock, spares a second computation.
+                value = MISS if now is None or now == replaces else self.decode(now, key)
+                if value is MISS:
+                    return self._compute_and_store(key, compute, timeout, token, replaces)
+                self.keyed(key, [release_command(key, token)], [0], WRITE)
+                return value
             # another caller computes: wait for its value, or for its lock to go
             value = wait_released(self, key, ms_left, self.decode)
             if value is not MISS:
