@@ -201,6 +201,12 @@ class Discovery:
             all_answered = bool(replies) and all(r.error is None for r in replies)
             for name in list(pending):
                 outcome = self.pick(name, replies, asked_at, suspects.get(name), settled)
+                earlier = results.get(name)
+                if isinstance(outcome, NoSentinelReachableError) and isinstance(
+                    earlier, MasterNotFoundError
+                ):
+                    # this round ran out of time; an earlier one's answer says what is wrong
+                    outcome = earlier
                 results[name] = outcome
                 if isinstance(outcome, Resolution):
                     settled[name] = outcome.address
@@ -224,8 +230,13 @@ class Discovery:
                 return results
             time.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2, 0.5)
-            # A later round ends by the deadline: it waits only what is left of it.
-            wait = max(0.0, min(self.sentinels.round_wait, deadline - time.monotonic()))
+            # A later round ends by the deadline: it waits only what is left of it (none left:
+            # no round that could only time out).
+            wait = min(self.sentinels.round_wait, deadline - time.monotonic())
+            if wait <= 0:
+                if timeout is None:
+                    self._name_the_wait(pending, results)
+                return results
 
     def _monitored(self, replies: Sequence[SentinelReply]) -> list[str]:
         """The master names the first answering sentinel monitors (SENTINEL MASTERS), asked
