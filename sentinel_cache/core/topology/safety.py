@@ -123,8 +123,11 @@ class SafetyNet:
     def unreachable(self, shard: Shard, exc: BaseException, generation: int) -> bool:
         """After the re-resolve step: True (and the outage noted on the shard) if ``exc`` left
         the shard's master of ``generation`` unreachable and nothing replaced it, so the outage
-        rules apply. A stale reply is no outage: the node answered."""
+        rules apply. A stale reply is no outage: the node answered; nor is a shard with no
+        master known (nothing to wait for the replacement of: its error is the resolution's)."""
         if isinstance(exc, StaleReplyError) or shard.generation != generation:
+            return False
+        if shard.address is None:
             return False
         shard.note_unreachable(generation)
         return True
