@@ -258,6 +258,7 @@ def test_a_frozen_master_costs_an_async_get_many_one_socket_timeout(
         socket_timeout=0.5,
         listeners=False,
         reresolve_interval=0.0,
+        outage_hold=0,  # the call's error and its one timeout are under test, not the hold
     )
     client = AsyncCacheClient(core, Codec())
     frozen, alive = key_on(core, 0, "frozen"), key_on(core, 1, "alive")

@@ -337,8 +337,12 @@ def test_repeated_reresolve_failures_are_logged_once_per_interval_with_a_count(
 ) -> None:
     cluster = make_cluster(shards=1, replicas=1, sentinels=1)
     master = cluster.master_address("shard0")
-    with ShardedSentinelPool(
-        cluster.master_names, _sentinels(cluster), socket_timeout=0.5, listeners=False
+    with ShardedSentinelPool(  # each call fails at once (OUTAGE_HOLD 0): their count is tested
+        cluster.master_names,
+        _sentinels(cluster),
+        socket_timeout=0.5,
+        listeners=False,
+        outage_hold=0,
     ) as pool:
         pool.discover()
         shard = pool.shard(0)

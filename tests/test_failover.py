@@ -142,7 +142,9 @@ def test_planned_failover_loses_no_acknowledged_write(make_cluster: ClusterFacto
 def test_sigkill_first_good_write_follows_switch_master(make_cluster: ClusterFactory) -> None:
     cluster = make_cluster(shards=2, replicas=1, sentinels=3, down_after_ms=600)
     name = cluster.master_names[0]
-    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses)
+    # The fail-fast path is under test: OUTAGE_HOLD 0 (the default holds the writes instead,
+    # tests/django/test_django_crash_defaults.py).
+    pool = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, outage_hold=0)
     pool.discover()
     wait_until(lambda: listeners_connected(pool), 5, "listeners")
     announced: list[float] = []
@@ -183,6 +185,8 @@ def test_sigkill_first_good_write_follows_switch_master(make_cluster: ClusterFac
     assert writer.errors, "writes to a dead master should have failed"
     assert slowest_error < 1.0  # fail fast, never hang
     assert all("shard 0 (shard0)" in e[1] for e in writer.errors), writer.errors[:3]
+    # Each names the option that would have held it.
+    assert all("OUTAGE_HOLD is 0" in e[1] for e in writer.errors), writer.errors[:3]
     assert other.errors == []
     pool.close()
 

@@ -46,6 +46,15 @@ from sentinel_cache.testing.fake_sentinel import FakeSentinel, Raw, Script
 
 SHORT = {"socket_timeout": 0.3, "socket_connect_timeout": 0.3}
 
+#: The longest one reconnect round of a listener on a sentinel answering garbage takes, from the
+#: configured timeouts (listener.py): the connect (``SHORT``), the wait for the rest of a
+#: truncated reply (the listener's bound on its confirmations, its ping interval + 1 s: 2 s)
+#: and the back-off before the next round (2 s at most, jittered up to x1.5).
+LISTENER_ROUND = SHORT["socket_connect_timeout"] + 2.0 + 2.0 * 1.5
+#: Rounds' worth a wait allows for one round: a loaded machine runs them late, never more often
+#: (the waits end on counts, so an idle machine waits for the rounds alone).
+SLACK = 5
+
 
 # ----------------------------------------------------------------------------- a fake sentinel
 
@@ -234,16 +243,27 @@ def test_listener_on_a_garbage_sentinel_keeps_retrying_quietly(
             fake_listener = next(
                 li for li in pool.listeners.listeners() if li.address == fake.address
             )
-            deadline = time.monotonic() + 5
-            while fake_listener.connects < 1 and not (
-                fake_listener.last_error
-                and all(pool.listeners.status()[f"{h}:{p}"] for h, p in cluster.sentinel_addresses)
-            ):
-                assert time.monotonic() < deadline, pool.listeners.status()
-                time.sleep(0.02)
+            wait_until(
+                lambda: (
+                    fake_listener.connects >= 1
+                    or bool(
+                        fake_listener.last_error
+                        and all(
+                            pool.listeners.status()[f"{h}:{p}"]
+                            for h, p in cluster.sentinel_addresses
+                        )
+                    )
+                ),
+                LISTENER_ROUND * SLACK,
+                "the fake's first failed round and the real listeners subscribed",
+            )
             # Two more reconnect rounds (each a SUBSCRIBE the fake answered with garbage).
             tried = subscribes(fake) + 2
-            wait_until(lambda: subscribes(fake) >= tried, 10, "two more reconnect rounds")
+            wait_until(
+                lambda: subscribes(fake) >= tried,
+                2 * LISTENER_ROUND * SLACK,
+                "two more reconnect rounds",
+            )
             assert fake_listener.alive and fake_listener.connects == 0
             assert pool.listeners.status()[str(fake.address)] is False
             pool.client_for("still-works").set("still-works", 1)

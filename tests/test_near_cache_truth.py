@@ -103,6 +103,7 @@ def test_a_read_refused_a_connection_or_timed_out_leaves_no_ticket(
         max_connections=1,
         pool_timeout=0.1,
         socket_timeout=0.2,
+        outage_hold=0,  # each failure is under test: raised at once, not held for a switch
     )
     try:
         client = CacheClient(core, Codec())

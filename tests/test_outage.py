@@ -246,7 +246,8 @@ def test_reads_are_answered_by_the_replica_through_a_sigkill(
         new = shard.generation
     finally:
         pool.close()
-    cluster, pool = started_pool(make_cluster, outage_reads=False)
+    # Off: both options, so a read no replica answers is not held for the switch either.
+    cluster, pool = started_pool(make_cluster, outage_reads=False, outage_hold=0.0)
     try:
         off, _ = run_flavour(flavour, cluster, pool, writes=False)
     finally:
@@ -269,9 +270,11 @@ def test_reads_are_answered_by_the_replica_through_a_sigkill(
     # From the first read after this process's switch on, the new master answers.
     after = [c for c in on.calls if c.generation == new]
     assert after and not any(c.replica for c in after)
-    # Off: today's behaviour, the outage's reads fail, naming the shard.
+    # Off: the outage's reads fail, naming the shard and the options that would have served them.
     assert off.errors and not any(c.replica for c in off.calls)
     assert all("shard 0" in str(c.error) for c in off.errors), off.errors[:3]
+    unnamed = [c.error for c in off.errors if "OUTAGE_READS is off" not in str(c.error)]
+    assert not unnamed, unnamed[:3]
 
 
 @pytest.mark.parametrize("flavour", ["sync", "asyncio"])

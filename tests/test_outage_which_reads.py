@@ -45,8 +45,11 @@ class Outage:
 
     def __init__(self, make_cluster: ClusterFactory) -> None:
         self.cluster = make_cluster(shards=1, replicas=1, sentinels=1, down_after_ms=60000)
-        self.pool = ShardedSentinelPool(
-            self.cluster.master_names, self.cluster.sentinel_addresses, socket_timeout=TIMEOUT
+        self.pool = ShardedSentinelPool(  # a read no replica may answer fails at once: what
+            self.cluster.master_names,  # never_asked checks (the default hold would wait)
+            self.cluster.sentinel_addresses,
+            socket_timeout=TIMEOUT,
+            outage_hold=0,
         )
         self.pool.discover()
         self.shard: Shard = self.pool.shards[0]

@@ -220,6 +220,7 @@ def test_a_frozen_master_blocks_a_call_for_one_socket_timeout(
         listeners=False,
         reresolve_interval=0.0,
         outage_reads=False,  # the error is under test here (tests/test_outage.py: the replica)
+        outage_hold=0,  # and its timing: no hold for the switch (tests/test_outage_hung_many.py)
     )
     cache = CacheClient(core, Codec())
     frozen_key, other_key = key_on(core, 0, "frozen"), key_on(core, 1, "alive")

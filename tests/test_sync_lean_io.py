@@ -300,6 +300,7 @@ def test_a_frozen_master_costs_a_get_many_one_socket_timeout(
         socket_timeout=0.5,
         listeners=False,
         reresolve_interval=0.0,
+        outage_hold=0,  # the call's error and its one timeout are under test, not the hold
     )
     try:
         client = CacheClient(core, Codec())

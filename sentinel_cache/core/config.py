@@ -167,7 +167,8 @@ class PoolConfig:
     discovery_timeout: float = 5.0
     failover_hold: float = 2.0
     outage_reads: bool = True
-    outage_hold: float = 0.0
+    outage_reads_max_lag: float = 3.0
+    outage_hold: float = 10.0
     listeners: bool = True
     reresolve_interval: float = 0.2
     metrics: bool = False
@@ -194,6 +195,7 @@ class PoolConfig:
         _check_number("discovery_timeout", self.discovery_timeout)
         _check_number("failover_hold", self.failover_hold)
         _check_number("outage_hold", self.outage_hold)
+        _check_number("outage_reads_max_lag", self.outage_reads_max_lag, minimum=0.001)
         _check_number("reresolve_interval", self.reresolve_interval)
         _check_number(
             "near_cache_max_entries", self.near_cache_max_entries, minimum=1, integer=True

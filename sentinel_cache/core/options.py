@@ -49,6 +49,7 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "DISCOVERY_TIMEOUT": (POOL, "discovery_timeout"),
     "FAILOVER_HOLD": (POOL, "failover_hold"),
     "OUTAGE_READS": (POOL, "outage_reads"),
+    "OUTAGE_READS_MAX_LAG": (POOL, "outage_reads_max_lag"),
     "OUTAGE_HOLD": (POOL, "outage_hold"),
     "LISTENERS": (POOL, "listeners"),
     "RERESOLVE_INTERVAL": (POOL, "reresolve_interval"),

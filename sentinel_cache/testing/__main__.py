@@ -51,6 +51,23 @@ DEFAULT_PORT_BASE = 6390
 _TOPOLOGY_DEFAULTS = inspect.signature(LocalSentinelCluster.__init__).parameters
 DEFAULT_DOWN_AFTER_MS: int = _TOPOLOGY_DEFAULTS["down_after_ms"].default
 DEFAULT_FAILOVER_TIMEOUT_MS: int = _TOPOLOGY_DEFAULTS["failover_timeout_ms"].default
+
+#: The environment variable that moves that default (``--port-base`` still wins): a machine
+#: where something else lives on 6390 and up (or a test that must own its ports) keeps stable
+#: ports of its own without passing the option every run.
+PORT_BASE_ENV = "SENTINEL_CACHE_PORT_BASE"
+
+
+def default_port_base() -> int:
+    """``up``'s base without ``--port-base``: :data:`PORT_BASE_ENV` if set, else 6390."""
+    text = os.environ.get(PORT_BASE_ENV, "").strip()
+    if not text:
+        return DEFAULT_PORT_BASE
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ValueError(f"{PORT_BASE_ENV} must be a port number, 1 to 65535 (got {text!r})")
+    return int(text)
+
+
 _USAGE, _FAILED = 2, 1
 
 
@@ -115,8 +132,8 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="stable ports: data nodes on N, N+1, ... (shard by shard, master first), then the "
-        f"sentinels (default {DEFAULT_PORT_BASE}, so pasted settings stay valid across runs; "
-        "random free ports if one of those is taken; 0: random free ports)",
+        f"sentinels (default {DEFAULT_PORT_BASE}, or ${PORT_BASE_ENV}, so pasted settings stay "
+        "valid across runs; random free ports if one of those is taken; 0: random free ports)",
     )
     up.add_argument(
         "--down-after-ms",
@@ -270,7 +287,11 @@ def up(args: argparse.Namespace) -> int:
     if args.masters is not None:
         masters = [m.strip() for m in args.masters.split(",")]
     chosen = args.port_base
-    base = DEFAULT_PORT_BASE if chosen is None else (chosen or None)
+    try:
+        base = default_port_base() if chosen is None else (chosen or None)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return _USAGE
     while True:
         try:
             cluster = LocalSentinelCluster(

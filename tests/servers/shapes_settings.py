@@ -2,7 +2,8 @@
 
 The topology comes from the environment (the test starts the servers with it), so the same
 module serves any local cluster: ``SHAPES_SENTINELS`` (``h:p,h:p``), ``SHAPES_MASTERS``
-(``a,b``) and ``SHAPES_IGNORE_EXCEPTIONS`` (``1``: fail open, anything else: raise).
+(``a,b``), ``SHAPES_IGNORE_EXCEPTIONS`` (``1``: fail open, anything else: raise) and
+``SHAPES_OUTAGE_HOLD`` (seconds; unset: the default's).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ CACHES = {
             "IGNORE_EXCEPTIONS": os.environ.get("SHAPES_IGNORE_EXCEPTIONS") == "1",
             # A cache fails fast: a dead master must not hold a worker for the 5 s default.
             "SOCKET_TIMEOUT": 1.0,
+            **(
+                {"OUTAGE_HOLD": float(os.environ["SHAPES_OUTAGE_HOLD"])}
+                if os.environ.get("SHAPES_OUTAGE_HOLD")
+                else {}
+            ),
         },
     }
 }

@@ -143,8 +143,11 @@ class ServerProcess:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def server_env(cluster: LocalSentinelCluster, *, ignore_exceptions: bool) -> dict[str, str]:
-    """The environment the app's settings read the topology from."""
+def server_env(
+    cluster: LocalSentinelCluster, *, ignore_exceptions: bool, outage_hold: float | None = None
+) -> dict[str, str]:
+    """The environment the app's settings read the topology from (``outage_hold`` None: the
+    default's)."""
     paths = [str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {
         **os.environ,
@@ -154,6 +157,7 @@ def server_env(cluster: LocalSentinelCluster, *, ignore_exceptions: bool) -> dic
         "SHAPES_SENTINELS": ",".join(f"{h}:{p}" for h, p in cluster.sentinel_addresses),
         "SHAPES_MASTERS": ",".join(cluster.master_names),
         "SHAPES_IGNORE_EXCEPTIONS": "1" if ignore_exceptions else "0",
+        "SHAPES_OUTAGE_HOLD": "" if outage_hold is None else str(outage_hold),
     }
 
 

@@ -42,6 +42,7 @@ from shapes_support import (
     server_env,
 )
 
+from sentinel_cache.core.config import PoolConfig
 from sentinel_cache.testing import LocalSentinelCluster
 
 pytestmark = [pytest.mark.failover, pytest.mark.server]
@@ -144,13 +145,16 @@ def _serve(
     ignore_exceptions: bool,
     work_path: str,
     status_path: str,
+    outage_hold: float | None = 0.0,
 ) -> Iterator[Served]:
+    """``outage_hold``: 0 for the shapes that test failing fast and failing open (the default
+    would hold the dead shard's calls until the switch instead); None for the default's."""
     cluster = LocalSentinelCluster(
         shards=2, replicas=1, sentinels=SENTINELS, down_after_ms=DOWN_AFTER_MS
     )
     cluster.start()
     try:
-        env = server_env(cluster, ignore_exceptions=ignore_exceptions)
+        env = server_env(cluster, ignore_exceptions=ignore_exceptions, outage_hold=outage_hold)
         port = free_port()
         server = ServerProcess(name, argv(port), env, tmp / f"{name}.log")
         try:
@@ -320,6 +324,51 @@ class TestGunicornPreload:
         assert failed, "the dead shard never failed a request: the kill was not observed"
         for result in failed:
             assert result.status == 503, (result.status, result.body)
+
+
+@pytest.fixture(scope="class")
+def gunicorn_defaults_served(
+    server_kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    """gunicorn --preload, 3 sync workers, the outage options left at their defaults."""
+    yield from _serve(
+        tmp_path_factory.mktemp("gunicorn-defaults"),
+        "gunicorn",
+        lambda port: python_module(
+            "gunicorn",
+            "--preload",
+            "--workers",
+            str(GUNICORN_WORKERS),
+            "--worker-class",
+            "sync",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--graceful-timeout",
+            "2",
+            "--log-level",
+            "warning",
+            "shapes_wsgi:application",
+        ),  # fmt: skip
+        workers=GUNICORN_WORKERS,
+        ignore_exceptions=False,
+        work_path="/work",
+        status_path="/status",
+        outage_hold=None,
+    )
+
+
+class TestGunicornDefaults:
+    """The same gunicorn, with the default options: a crash fails no request (issue 36: the
+    old default, OUTAGE_HOLD 0, answered 500 to the requests between the kill and the switch)."""
+
+    def test_sigkill_no_failed_request(self, gunicorn_defaults_served: Served) -> None:
+        cluster = gunicorn_defaults_served.cluster
+        traffic = sigkill_failover(gunicorn_defaults_served, "shard1")
+        assert not traffic.failed(), [(r.status, r.body) for r in traffic.failed()[:5]]
+        # The kill was met: a request that touched the dead shard waited for the switch.
+        hold = PoolConfig.__dataclass_fields__["outage_hold"].default
+        slowest = max(r.duration for r in traffic.results)
+        assert cluster.down_after_ms / 1000 <= slowest < hold + 1.0, slowest  # + SOCKET_TIMEOUT
 
 
 # --------------------------------------------------------------------------- uvicorn

@@ -14,7 +14,9 @@ Those two are the safety net's (``core/topology/safety.py``); this thread is onl
   within :data:`REFRESH_SPREAD` (see :meth:`Housekeeper.wake`).
 - With ``OUTAGE_READS``, the same checks tell each shard which replicas are in step with its
   master (:func:`link_state`; a replica whose link is down while that master still answers is
-  not), to serve reads while that master is unreachable; and a shard whose
+  not) and how far behind it each is (the master's offset, then each replica's: a link cut
+  silently still says ``connected``), to serve reads while that master is unreachable from one
+  at most ``OUTAGE_READS_MAX_LAG`` behind; and a shard whose
   master was found unreachable is re-resolved on this clock (the safety net's ``check_outages``).
 - The discovery sockets of sentinels asked nothing for a while are closed
   (``SentinelSet.close_idle``): an idle process then holds one connection per sentinel, its
@@ -87,6 +89,28 @@ def link_state(role: Any, master: Address | None) -> Link:
     if state == "connected":
         return "connected"
     return "down" if state in LINK_DOWN else "out"
+
+
+def master_offset(role: Any) -> int | None:
+    """A master's replication offset from its ``ROLE`` reply, None if it is not one."""
+    if not isinstance(role, (list, tuple)) or len(role) < 2 or reply_text(role[0]) != "master":
+        return None
+    try:
+        return int(role[1])
+    except (TypeError, ValueError):
+        return None
+
+
+def replica_offset(role: Any) -> int | None:
+    """The offset a replica applied, from its ``ROLE`` reply; None if unknown (Redis says -1
+    while its link is down: it keeps what it had, dated by the checks before)."""
+    if not isinstance(role, (list, tuple)) or len(role) < 5:
+        return None
+    try:
+        offset = int(role[4])
+    except (TypeError, ValueError):
+        return None
+    return offset if offset >= 0 else None
 
 
 def replica_problem(role: Any, master: Address | None) -> str | None:
@@ -219,7 +243,12 @@ class Housekeeper:
         listed: set[Address] = set()
         for shard in self._core.shards:
             master, generation = shard.current()
-            answers: bool | None = None  # does the master still answer? asked once, if needed
+            answers = False  # does the master still answer? asked first, once a round
+            if master is not None and shard.replicas:
+                # Its offset first, then each replica's: what dates a replica (replicas.py).
+                offset = master_offset(self._role(master)[0])
+                answers = offset is not None
+                shard.note_master_offset(generation, offset)
             for address in shard.replicas:
                 listed.add(address)
                 role, problem = self._role(address)
@@ -227,11 +256,15 @@ class Housekeeper:
                     problem = replica_problem(role, master)
                 shard.set_replica_health(address, problem is None, problem or "")
                 link = link_state(role, master)
-                if link == "down" and master is not None:
+                if link in ("connected", "down"):
+                    applied = replica_offset(role)
+                    if applied is not None:
+                        shard.note_replica_offset(address, generation, applied)
+                if link == "down" and master is not None and answers:
                     # A link down is a crash's mark only if the master is gone: one that still
-                    # answers goes on taking writes this replica misses.
-                    if answers is None:
-                        answers = self._is_master(master)
+                    # answers goes on taking writes this replica misses. Asked again: it may
+                    # have died since its check at the round's start.
+                    answers = self._is_master(master)
                     if answers:
                         link = "out"
                 shard.note_replica_link(address, generation, link)

@@ -259,6 +259,7 @@ class SentinelListener:
         unanswered: float | None = None  # when the oldest PING not answered yet was sent
         subscribed = 0
         interval, bound = self._ping_interval, self._ping_interval + 1.0
+        began = time.monotonic()  # the confirmations are due within the same bound
         while not self._stop.is_set():
             now = time.monotonic()
             if now - last_ping >= interval and subscribed:
@@ -275,6 +276,11 @@ class SentinelListener:
                 wait = min(0.2, interval)
             message = pubsub.get_message(timeout=wait)
             if message is None:
+                if not subscribed:  # a reply cut short (or none) would be waited for forever
+                    silent = time.monotonic() - began
+                    if silent > bound:
+                        raise TimeoutError(f"no subscription confirmed for {silent:.1f}s")
+                    continue
                 silent = 0.0 if unanswered is None else time.monotonic() - unanswered
                 if silent > bound:
                     raise TimeoutError(f"no answer for {silent:.1f}s")

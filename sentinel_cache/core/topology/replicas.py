@@ -1,5 +1,15 @@
 """A shard's replicas: the clients of those the sentinels list, the read rotation
-(``READ_FROM_REPLICAS``) and which replicas are in step with the master (``OUTAGE_READS``).
+(``READ_FROM_REPLICAS``) and which replicas are in step with the master (``OUTAGE_READS``),
+and how fresh each one is (``OUTAGE_READS_MAX_LAG``).
+
+Freshness is measured in replication offsets, not in what a replica says of its link: a link
+cut silently (no FIN, no RST) stays ``connected`` in ``ROLE`` for the replica's ``repl-timeout``
+(60 s by default) while the master takes writes it never sees. The housekeeper asks the
+master's ``ROLE`` (its offset) then each replica's (the offset it applied) about once a second; a
+replica that had applied offset ``o`` was *current as of* the last moment the master's offset was
+at most ``o``: it holds every write the master had applied then. An outage read goes only to a
+replica current as of no more than ``OUTAGE_READS_MAX_LAG`` seconds before the master was last
+known alive (its first failed check, or the call that found it unreachable, whichever came first).
 
 Part of :class:`~sentinel_cache.core.topology.shard.Shard` (a base class of it, sharing its lock
 and its master's state): a shard's state still changes only through its own methods.
@@ -10,6 +20,8 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -26,6 +38,10 @@ logger = logging.getLogger("sentinel_cache")
 #: replica keeps what it was given), ``promoted`` (a master now), or ``out`` (another master,
 #: a full resync under way, unreachable).
 Link = Literal["connected", "down", "promoted", "out"]
+
+#: The master offsets kept per shard (one a check, about a second apart): enough to date a
+#: replica up to a minute back; one older than all of them is too old for any sensible bound.
+OFFSET_HISTORY = 64
 
 
 class ShardReplicas:
@@ -55,6 +71,13 @@ class ShardReplicas:
         # OUTAGE_READS: replica -> the generation whose master it was seen connected to (and
         # has not been seen leave since).
         self._in_step: dict[Address, int] = {}
+        # OUTAGE_READS_MAX_LAG: the master's offsets as the housekeeper saw them (generation,
+        # monotonic time, offset), when its ROLE check first failed (None: it answered last),
+        # and replica -> the moment it was last seen current as of (see the module's doc).
+        self._max_lag = config.outage_reads_max_lag
+        self._offsets: deque[tuple[int, float, int]] = deque(maxlen=OFFSET_HISTORY)
+        self._master_silent: tuple[int, float] | None = None
+        self._current_as_of: dict[Address, tuple[int, float]] = {}
 
     @property
     def replicas(self) -> tuple[Address, ...]:
@@ -95,6 +118,9 @@ class ShardReplicas:
             self._replicas = replicas
             self._down &= set(replicas)
             self._in_step = {a: g for a, g in self._in_step.items() if a in clients}
+            self._current_as_of = {
+                a: seen for a, seen in self._current_as_of.items() if a in clients
+            }
             self._update_rotation()
         for client in dropped:
             client.connection_pool.disconnect()
@@ -158,11 +184,70 @@ class ShardReplicas:
             ):
                 self._in_step = {a: g for a, g in in_step.items() if a != address}
 
+    def note_master_offset(self, generation: int, offset: int | None) -> None:
+        """The housekeeper's ``ROLE`` check of the master of ``generation``: its replication
+        offset, or None if it did not answer as a master (the first such check dates the
+        moment it was last known alive)."""
+        now = time.monotonic()
+        with self._lock:
+            if offset is None:
+                if self._master_silent is None or self._master_silent[0] != generation:
+                    self._master_silent = (generation, now)
+                return
+            self._master_silent = None
+            self._offsets.append((generation, now, offset))
+
+    def note_replica_offset(self, address: Address, generation: int, offset: int) -> None:
+        """The offset a replica of the master of ``generation`` had applied when checked (just
+        after that master's own check): it is current as of the last moment that master's
+        offset was at most this one; older than every offset kept, it is dated never."""
+        current_as_of = float("-inf")
+        for seen_generation, at, master_offset in reversed(self._offsets):
+            if seen_generation == generation and master_offset <= offset:
+                current_as_of = at
+                break
+        with self._lock:
+            self._current_as_of = {**self._current_as_of, address: (generation, current_as_of)}
+
+    def replica_lag(self, address: Address, generation: int) -> float:
+        """How far behind the master of ``generation`` the replica may be, in seconds: from the
+        moment it was last seen current as of to when that master was last known alive (its
+        first failed check, the call that found it unreachable, or now). ``inf`` if unknown."""
+        seen = self._current_as_of.get(address)
+        if seen is None or seen[0] != generation:
+            return float("inf")
+        alive = time.monotonic()
+        silent = self._master_silent
+        if silent is not None and silent[0] == generation:
+            alive = min(alive, silent[1])
+        state = self._state
+        if state.generation == generation and state.unreachable_since is not None:
+            alive = min(alive, state.unreachable_since)
+        return max(0.0, alive - seen[1])
+
     def outage_replicas(self, generation: int) -> list[Address]:
         """The replicas in step with the master of ``generation``, to serve a read while it is
-        unreachable, beginning at the next in turn (reads spread over them)."""
-        found = [a for a, g in self._in_step.items() if g == generation]
+        unreachable, beginning at the next in turn (reads spread over them); only those at most
+        ``OUTAGE_READS_MAX_LAG`` behind it (:meth:`replica_lag`)."""
+        found = [
+            a
+            for a, g in self._in_step.items()
+            if g == generation and self.replica_lag(a, generation) <= self._max_lag
+        ]
         if len(found) > 1:
             turn = next(self._replica_turn) % len(found)
             found = found[turn:] + found[:turn]
         return found
+
+    def lagging_replicas(self, generation: int) -> dict[Address, float]:
+        """The replicas in step with the master of ``generation`` but further behind it than
+        ``OUTAGE_READS_MAX_LAG`` (how far, in seconds): refused for outage reads."""
+        lags = {
+            a: self.replica_lag(a, generation) for a, g in self._in_step.items() if g == generation
+        }
+        return {a: lag for a, lag in lags.items() if lag > self._max_lag}
+
+    @property
+    def max_lag(self) -> float:
+        """``OUTAGE_READS_MAX_LAG``: how far behind its master an outage read's replica may be."""
+        return self._max_lag

@@ -48,12 +48,23 @@ class SafetyNet:
         *,
         interval: float,
         metrics: Metrics | None,
+        outage_reads: bool = True,
+        outage_hold: float = 10.0,
     ) -> None:
         self._shards = tuple(shards)
         self._discovery = discovery
         self._placement = placement
         self._interval = interval
         self._metrics = metrics
+        # Only to name, in an outage's error, the option that would have carried the call.
+        self._outage_reads = outage_reads
+        self._outage_hold = outage_hold
+
+    def __repr__(self) -> str:
+        return (
+            f"<SafetyNet shards={len(self._shards)} interval={self._interval:g}s "
+            f"outage_reads={self._outage_reads} outage_hold={self._outage_hold:g}s>"
+        )
 
     def should_reresolve(self, shard: Shard, exc: BaseException, generation: int) -> bool:
         """The safety net's first step after ``exc`` on the shard's master: True if the
@@ -80,13 +91,43 @@ class SafetyNet:
             return
         raise ShardUnavailableError(
             f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
+            f"{self.outage_hint(shard, generation)}"
         ) from exc
+
+    def outage_hint(self, shard: Shard, generation: int) -> str:
+        """What to add to the error of a call that failed in an outage of the master of
+        ``generation``: the options switched off that would have carried it (a reader cannot
+        tell from the error that one option would have spared its users a 500), else ""."""
+        if not shard.in_outage(generation):
+            return ""
+        off = []
+        if not self._outage_reads:
+            off.append("OUTAGE_READS is off: set it to answer reads from a replica in step")
+        elif not shard.outage_replicas(generation):
+            lagging = shard.lagging_replicas(generation)
+            if lagging:
+                behind = ", ".join(
+                    f"{a} {lag:.1f}s behind" if lag != float("inf") else f"{a} never seen current"
+                    for a, lag in sorted(lagging.items())
+                )
+                off.append(
+                    f"no replica within OUTAGE_READS_MAX_LAG ({shard.max_lag:g}s) of the "
+                    f"master to answer reads ({behind})"
+                )
+        if not self._outage_hold:
+            off.append(
+                "OUTAGE_HOLD is 0: set it to hold calls until the sentinels replace the master"
+            )
+        return f" ({'; '.join(off)})" if off else ""
 
     def unreachable(self, shard: Shard, exc: BaseException, generation: int) -> bool:
         """After the re-resolve step: True (and the outage noted on the shard) if ``exc`` left
         the shard's master of ``generation`` unreachable and nothing replaced it, so the outage
-        rules apply. A stale reply is no outage: the node answered."""
+        rules apply. A stale reply is no outage: the node answered; nor is a shard with no
+        master known (nothing to wait for the replacement of: its error is the resolution's)."""
         if isinstance(exc, StaleReplyError) or shard.generation != generation:
+            return False
+        if shard.address is None:
             return False
         shard.note_unreachable(generation)
         return True

@@ -138,6 +138,8 @@ class ShardedSentinelPool:
             self.placement,
             interval=self.config.reresolve_interval,
             metrics=self.metrics,
+            outage_reads=self.config.outage_reads,
+            outage_hold=self.config.outage_hold,
         )
         for shard in self.every_shard:
             shard.reset_locks()
