@@ -6,13 +6,14 @@ there) run under ``make chaos``."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from sentinel_cache.testing import LocalSentinelCluster
 
-from .scenarios import SURVIVE_CRASH, TOPOLOGY, Scenario, run, scale, seed
+from .scenarios import SCALE_ENV, SURVIVE_CRASH, TOPOLOGY, Scenario, run, scale, seed
 
 pytestmark = [pytest.mark.history, pytest.mark.failover]
 
@@ -52,5 +53,58 @@ def test_history(scenario: Scenario, topology: LocalSentinelCluster) -> None:
 @pytest.mark.chaos
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_history_long(scenario: Scenario, topology: LocalSentinelCluster) -> None:
-    factor = scale() if "SENTINEL_CACHE_HISTORY_SCALE" in __import__("os").environ else 4.0
+    factor = scale() if SCALE_ENV in os.environ else 4.0
     _judge(scenario.scaled(factor), topology)
+
+
+# ---------------------------------------------------------------- the net can fail
+
+#: Read-heavy traffic: a value the fault left wrong stays there long enough to be read.
+READ_HEAVY = {"get": 12, "get_many": 3, "set": 2, "set_many": 1, "delete": 1, "incr": 1}
+FENCE = "sentinel_cache.core.topology.shard:Shard.raise_fence"
+PROMOTION = "sentinel_cache.core.topology.shard:Shard.note_promotion"
+TRUST = "sentinel_cache.core.topology.following:ShardBound._untrusted_reply"
+SKIP = "history.planted:skipped"
+TRUSTED = "history.planted:trusted"
+DEL = "sentinel_cache.core.ops.plans:ClientBase.del_commands"
+EXISTS = "history.planted:exists_instead_of_del"
+
+PLANTED = [
+    Scenario(
+        "planted: no write fence, late replies trusted, planned failover",
+        nemesis="planned failover",
+        weights=READ_HEAVY,
+        patches=((FENCE, SKIP), (PROMOTION, SKIP), (TRUST, TRUSTED)),
+    ),
+    Scenario(
+        "planted: no write fence, late replies trusted, Django, planned failover",
+        adapter="django",
+        nemesis="planned failover",
+        weights=READ_HEAVY,
+        patches=((FENCE, SKIP), (PROMOTION, SKIP), (TRUST, TRUSTED)),
+    ),
+    Scenario(
+        "planted: deletes acknowledged but not applied, CLIENT KILL",
+        nemesis="client kill",
+        patches=((DEL, EXISTS),),
+    ),
+]
+
+
+#: What each planted fault must show as: writes acknowledged by a master about to be demoted
+#: (lost, stale reads, counters short); deletes that deleted nothing.
+CAUGHT_AS = [
+    {"lost-write", "stale-read", "counter"},
+    {"lost-write", "stale-read", "counter"},
+    {"delete-undone"},
+]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "caught_as"), zip(PLANTED, CAUGHT_AS, strict=True), ids=[s.name for s in PLANTED]
+)
+def test_the_checker_reports_a_planted_fault(
+    scenario: Scenario, caught_as: set[str], topology: LocalSentinelCluster
+) -> None:
+    verdict = run(scenario, topology, seed())
+    assert caught_as & set(verdict.by_rule()), verdict.report()
