@@ -111,6 +111,8 @@ class Violation:
         lines += [f"    {role:<3} {op.describe(t0)}" for role, op in self.ops]
         span = [op.invoke for _, op in self.ops] + [op.complete for _, op in self.ops]
         for event in events:
+            if event.name == "none":
+                continue
             if span and event.start <= max(span) + 1 and event.end >= min(span) - 1:
                 lines.append(
                     f"    nemesis {event.name} [{event.start - t0:.4f}, {event.end - t0:.4f}] "
@@ -305,7 +307,7 @@ def _register(key: str, ops: _Key, modes: Modes) -> list[Violation]:
     return out
 
 
-FLIGHT_OPS = ("get_or_set", "get_or_set_plain")
+FLIGHT_OPS = ("get_or_set", "get_or_set_plain", "get_or_set_slow")
 
 
 def _flight_starts(ops: _Key) -> dict[int, float]:

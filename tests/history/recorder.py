@@ -162,7 +162,7 @@ def _incr(op: Op) -> list[Effect]:
 
 
 def _get_or_set(op: Op) -> list[Effect]:
-    key, (value, _stampede) = op.keys[0], op.args
+    key, value = op.keys[0], op.args[0]
     if op.kind == INFO:
         return [Write(key, value, False)]
     if op.kind != OK:
@@ -208,7 +208,9 @@ class Adapter:
     def touch(self, key: str) -> bool:
         raise NotImplementedError
 
-    def get_or_set(self, key: str, value: Any, stampede: bool) -> Any:
+    def get_or_set(self, key: str, value: Any, stampede: bool, seconds: float = 0.0) -> Any:
+        """``stampede``: the default is a callable (computed under the stampede lock where the
+        API has one); ``seconds``: how long that computation takes."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -280,6 +282,10 @@ def _get_or_set_args(
     return make
 
 
+def _get_or_set_slow(rng: random.Random, w: Workload, value: Callable[[], str]) -> Args:
+    return (rng.choice(w.keys),), (value(), True, 0.3)
+
+
 OPS: dict[str, OpSpec] = {
     "get": OpSpec(_one, lambda a, k, x: a.get(k[0]), _read, weight=6),
     "get_many": OpSpec(_some, lambda a, k, x: a.get_many(k), _read_many, result=dict, weight=3),
@@ -316,6 +322,10 @@ OPS: dict[str, OpSpec] = {
     "get_or_set_plain": OpSpec(
         _get_or_set_args(False), lambda a, k, x: a.get_or_set(k[0], *x), _get_or_set
     ),
+    # a computation of 0.3 s (longer than a short STAMPEDE_LOCK_TIMEOUT: issue 36, finding 6)
+    "get_or_set_slow": OpSpec(
+        _get_or_set_slow, lambda a, k, x: a.get_or_set(k[0], *x), _get_or_set, weight=0
+    ),
     # the read of every key once the dust settled (made by the recorder, never drawn)
     "final_get": OpSpec(_one, lambda a, k, x: a.get(k[0]), _read, weight=0),
     # a counter's creation before the run (never drawn)
@@ -336,12 +346,24 @@ def effects(op: Op) -> list[Effect]:
 # --------------------------------------------------------------------------- adapters
 
 
+def computation(value: Any, seconds: float) -> Callable[[], Any]:
+    """A get_or_set default that takes ``seconds`` to compute ``value``."""
+
+    def compute() -> Any:
+        if seconds:
+            time.sleep(seconds)
+        return value
+
+    return compute
+
+
 class CoreAdapter(Adapter):
     """The sync core client, ``CacheClient`` over a ``ShardedSentinelPool`` built from the
     Django-style OPTIONS (one pool per process, shared by its threads)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, lock_timeout: float) -> None:
         self.client = client
+        self.lock_timeout = lock_timeout
 
     @classmethod
     def build(cls, sentinels: Any, options: Mapping[str, Any]) -> Callable[[], Adapter]:
@@ -350,10 +372,10 @@ class CoreAdapter(Adapter):
         from sentinel_cache.core.serializers import Codec
         from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
-        config, _ = parse_cache_config(sentinels, options)
+        config, cache_options = parse_cache_config(sentinels, options)
         pool = ShardedSentinelPool.from_config(config)
         client = CacheClient(pool, Codec())
-        return lambda: cls(client)
+        return lambda: cls(client, cache_options.stampede_lock_timeout)
 
     def __repr__(self) -> str:
         return f"<CoreAdapter {self.client.core!r}>"
@@ -385,14 +407,15 @@ class CoreAdapter(Adapter):
     def touch(self, key: str) -> bool:
         return self.client.touch(key, None)
 
-    def get_or_set(self, key: str, value: Any, stampede: bool) -> Any:
-        return self.client.get_or_set(key, (lambda: value) if stampede else value, None)
+    def get_or_set(self, key: str, value: Any, stampede: bool, seconds: float = 0.0) -> Any:
+        default = computation(value, seconds) if stampede else value
+        return self.client.get_or_set(key, default, None, lock_timeout=self.lock_timeout)
 
 
 class AsyncAdapter(Adapter):
     """``AsyncCacheClient`` on an event loop of the thread's own (one per client thread)."""
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: Any, lock_timeout: float) -> None:
         import asyncio
 
         from sentinel_cache.core.ops.aio import AsyncCacheClient
@@ -400,15 +423,16 @@ class AsyncAdapter(Adapter):
 
         self.loop = asyncio.new_event_loop()
         self.client = AsyncCacheClient(core, Codec())
+        self.lock_timeout = lock_timeout
 
     @classmethod
     def build(cls, sentinels: Any, options: Mapping[str, Any]) -> Callable[[], Adapter]:
         from sentinel_cache.core.config import parse_cache_config
         from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
-        config, _ = parse_cache_config(sentinels, options)
+        config, cache_options = parse_cache_config(sentinels, options)
         core = ShardedSentinelPool.from_config(config)
-        return lambda: cls(core)
+        return lambda: cls(core, cache_options.stampede_lock_timeout)
 
     def __repr__(self) -> str:
         return f"<AsyncAdapter {self.client.core!r}>"
@@ -443,8 +467,9 @@ class AsyncAdapter(Adapter):
     def touch(self, key: str) -> bool:
         return self._run(self.client.touch(key, None))
 
-    def get_or_set(self, key: str, value: Any, stampede: bool) -> Any:
-        return self._run(self.client.get_or_set(key, (lambda: value) if stampede else value, None))
+    def get_or_set(self, key: str, value: Any, stampede: bool, seconds: float = 0.0) -> Any:
+        default = computation(value, seconds) if stampede else value
+        return self._run(self.client.get_or_set(key, default, None, lock_timeout=self.lock_timeout))
 
     def close(self) -> None:
         try:
@@ -515,8 +540,9 @@ class DjangoAdapter(Adapter):
     def touch(self, key: str) -> bool:
         return self.cache.touch(key, None)
 
-    def get_or_set(self, key: str, value: Any, stampede: bool) -> Any:
-        return self.cache.get_or_set(key, (lambda: value) if stampede else value, None)
+    def get_or_set(self, key: str, value: Any, stampede: bool, seconds: float = 0.0) -> Any:
+        default = computation(value, seconds) if stampede else value
+        return self.cache.get_or_set(key, default, None)
 
     def close(self) -> None:
         self.cache.close()
