@@ -36,6 +36,11 @@ SCENARIOS = [
     Scenario("async, CLIENT KILL", adapter="async", nemesis="client kill"),
     Scenario("django, planned failover", adapter="django", nemesis="planned failover"),
 ]
+#: Nemeses this phase runs only in the long versions (``make chaos``).
+LONG_ONLY = [
+    Scenario("core, frozen master", nemesis="frozen master"),
+    Scenario("core, replica cut from its master", nemesis="replica cut"),
+]
 
 
 def _judge(scenario: Scenario, topology: LocalSentinelCluster) -> None:
@@ -61,7 +66,9 @@ def test_history(scenario: Scenario, topology: LocalSentinelCluster) -> None:
 
 @pytest.mark.slow
 @pytest.mark.chaos
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+@pytest.mark.parametrize(
+    "scenario", SCENARIOS + LONG_ONLY, ids=[s.name for s in SCENARIOS + LONG_ONLY]
+)
 def test_history_long(scenario: Scenario, topology: LocalSentinelCluster) -> None:
     factor = scale() if SCALE_ENV in os.environ else 4.0
     _judge(scenario.scaled(factor), topology)
