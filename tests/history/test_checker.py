@@ -4,6 +4,8 @@ Pure: no servers."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -280,3 +282,10 @@ def test_get_or_set_joining_a_flight_of_its_process_reads_as_of_the_flight() -> 
     # a caller of another process shares no flight: its read is stale
     other = Op(1, "p1t0", 99, "get_or_set", ("k",), ("o", True), 2.5, 3.0, OK, "a")
     assert judged(*history[:3], other) == {"stale-read": 1}
+
+
+def test_the_docs_table_lists_every_rule() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
+    section = page.read_text().split("## The history checker", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([a-z-]+)` \|", section, re.MULTILINE))
+    assert listed == set(RULES)
