@@ -120,6 +120,26 @@ def replica_cut(ctx: Context, seconds: float = 2.0) -> str:
     return f"{ctx.target}: replica {_addr(replica)} cut from {_addr(master)} for {seconds}s"
 
 
+def stale_replica_outage(ctx: Context, behind: float = 3.0, outage: float = 2.0) -> str:
+    """Issue 36, finding 12: a replica's stream silently cut (its link still reads "up") while
+    the master goes on taking writes for ``behind`` seconds, then the master cut from the
+    clients only (no failover: the sentinels still see it) for ``outage`` seconds, so that
+    OUTAGE_READS sends the clients' reads to the replica that fell behind."""
+    master = ctx.cluster.master_address(ctx.target)
+    replica = ctx.cluster.replica_addresses(ctx.target)[0]
+    ctx.cluster.partition(replica, peers=[master])
+    try:
+        time.sleep(behind)
+        ctx.cluster.partition(ctx.target, peers=["client"])
+        time.sleep(outage)
+    finally:
+        ctx.cluster.heal()
+    return (
+        f"{ctx.target}: replica {_addr(replica)} cut from {_addr(master)}, "
+        f"{behind}s later the master cut from the clients for {outage}s"
+    )
+
+
 @dataclass(frozen=True)
 class AtStep:
     """Strike ``strike`` when a client reaches the step hook ``step`` (armed in the plan's
@@ -149,6 +169,7 @@ NEMESES: dict[str, Strike] = {
     "client kill": client_kill,
     "frozen master": frozen_master,
     "replica cut": replica_cut,
+    "stale replica, then outage": stale_replica_outage,
 }
 
 

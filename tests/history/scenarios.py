@@ -16,6 +16,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,7 +26,7 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 from . import nemeses
 from .checker import STRICT, Modes, Verdict, check
-from .recorder import Plan, Recorder, StepHook, Workload
+from .recorder import Event, Plan, Recorder, StepHook, Workload
 
 SEED_ENV = "SENTINEL_CACHE_HISTORY_SEED"
 SCALE_ENV = "SENTINEL_CACHE_HISTORY_SCALE"
@@ -88,8 +89,16 @@ def scale() -> float:
     return factor
 
 
-def run(scenario: Scenario, cluster: LocalSentinelCluster, run_seed: int) -> Verdict:
-    """Record ``scenario`` on ``cluster`` (settled, faults cleared) and judge it."""
+def run(
+    scenario: Scenario,
+    cluster: LocalSentinelCluster,
+    run_seed: int,
+    *,
+    modes_from_events: Callable[[list[Event]], Modes] | None = None,
+) -> Verdict:
+    """Record ``scenario`` on ``cluster`` (settled, faults cleared) and judge it;
+    ``modes_from_events``: the modes depend on when the nemesis struck (a relaxation that
+    holds only inside the fault's window)."""
     slug = "".join(c if c.isalnum() else "-" for c in scenario.name)[:24]
     workload = Workload.hot(f"h{run_seed}:{slug}")
     options = {"MASTERS": list(cluster.master_names), **scenario.options}
@@ -119,7 +128,8 @@ def run(scenario: Scenario, cluster: LocalSentinelCluster, run_seed: int) -> Ver
     settled = settle(cluster)
     history = recorder.finish()
     history.events = ctx.events
-    verdict = check(history, scenario.modes, scenario.rules)
+    modes = scenario.modes if modes_from_events is None else modes_from_events(ctx.events)
+    verdict = check(history, modes, scenario.rules)
     verdict.figures["settled ms"] = round(settled * 1000)
     print(f"{scenario.name}: {verdict.report()}", file=sys.stderr)
     return verdict
