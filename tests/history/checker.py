@@ -307,7 +307,9 @@ def _register(key: str, ops: _Key, modes: Modes) -> list[Violation]:
     return out
 
 
-FLIGHT_OPS = ("get_or_set", "get_or_set_plain", "get_or_set_slow")
+#: get_or_set with a callable default: one flight per key and process (the core's and the
+#: asyncio client's; Django's without STAMPEDE_PROTECTION has none, and is judged as if it did)
+FLIGHT_OPS = ("get_or_set", "get_or_set_slow")
 
 
 def _flight_starts(ops: _Key) -> dict[int, float]:

@@ -810,9 +810,10 @@ class Recorder:
         for n, ready in enumerate(self.control["ready"]):
             while not ready.wait(0.2):
                 if not self.procs[n].is_alive() or time.monotonic() > deadline:
-                    self.stop()
+                    self.abort()
                     raise AssertionError(
-                        f"client process {n} not ready (exit code {self.procs[n].exitcode})"
+                        f"client process {n} not ready (exit code {self.procs[n].exitcode}): "
+                        + "\n".join(self._errors())
                     )
         self.t0 = time.monotonic()
         self.control["go"].set()
@@ -831,6 +832,29 @@ class Recorder:
             while not done.wait(0.2):
                 if not self.procs[n].is_alive() or time.monotonic() > deadline:
                     break
+
+    def _errors(self) -> list[str]:
+        """What the client processes reported so far (their output files)."""
+        errors: list[str] = []
+        for n in range(self.plan.processes):
+            try:
+                with open(self._out(n), "rb") as f:
+                    errors += pickle.load(f)[1]
+            except (FileNotFoundError, EOFError, pickle.UnpicklingError):
+                continue
+        return errors
+
+    def abort(self, timeout: float = 30.0) -> None:
+        """Stop every client process now (the run failed): nothing is judged."""
+        self.control["stop"].set()
+        self.control["final"].set()
+        for hook in self.control["hooks"].values():
+            hook[1].set()
+        for proc in self.procs:
+            proc.join(timeout)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(10)
 
     def finish(self, timeout: float = 180.0) -> History:
         self.control["final"].set()

@@ -12,6 +12,7 @@ versions (``make chaos``).
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import sys
@@ -29,6 +30,7 @@ from .checker import STRICT, Modes, Verdict, check
 from .recorder import Event, Plan, Recorder, StepHook, Workload
 
 SEED_ENV = "SENTINEL_CACHE_HISTORY_SEED"
+_RUNS = itertools.count()
 SCALE_ENV = "SENTINEL_CACHE_HISTORY_SCALE"
 
 #: What every history scenario runs on (faults=True: the proxy, for partitions).
@@ -100,7 +102,8 @@ def run(
     ``modes_from_events``: the modes depend on when the nemesis struck (a relaxation that
     holds only inside the fault's window)."""
     slug = "".join(c if c.isalnum() else "-" for c in scenario.name)[:24]
-    workload = Workload.hot(f"h{run_seed}:{slug}")
+    # fresh keys for every run of the session (a replayed seed runs twice on one topology)
+    workload = Workload.hot(f"h{run_seed}.{next(_RUNS)}:{slug}")
     options = {"MASTERS": list(cluster.master_names), **scenario.options}
     plan = Plan(
         scenario.adapter,
@@ -119,13 +122,17 @@ def run(
     strike = scenario.strike or nemeses.NEMESES[scenario.nemesis]
     recorder.start()
     try:
-        time.sleep(scenario.before)
-        nemeses.run(scenario.nemesis, strike, ctx)
-        time.sleep(scenario.after)
-    finally:
-        recorder.stop()
-        cluster.clear_faults()
-    settled = settle(cluster)
+        try:
+            time.sleep(scenario.before)
+            nemeses.run(scenario.nemesis, strike, ctx)
+            time.sleep(scenario.after)
+        finally:
+            recorder.stop()
+            cluster.clear_faults()
+        settled = settle(cluster)
+    except BaseException:
+        recorder.abort()
+        raise
     history = recorder.finish()
     history.events = ctx.events
     modes = scenario.modes if modes_from_events is None else modes_from_events(ctx.events)

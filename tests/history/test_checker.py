@@ -282,6 +282,9 @@ def test_get_or_set_joining_a_flight_of_its_process_reads_as_of_the_flight() -> 
     # a caller of another process shares no flight: its read is stale
     other = Op(1, "p1t0", 99, "get_or_set", ("k",), ("o", True), 2.5, 3.0, OK, "a")
     assert judged(*history[:3], other) == {"stale-read": 1}
+    # nor does a get_or_set with a plain value (no computation, no flight)
+    plain = op("get_or_set_plain", "k", ("j", False), (2.5, 3.0), OK, "a", client="p0t1")
+    assert judged(*history[:3], plain) == {"stale-read": 1}
 
 
 def test_the_docs_table_lists_every_rule() -> None:
