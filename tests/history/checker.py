@@ -144,6 +144,14 @@ class Verdict:
             f"\n  nemesis {e.name} [{e.start - h.t0:.3f}, {e.end - h.t0:.3f}] {e.detail}"
             for e in h.events
         )
+        errors: dict[str, int] = defaultdict(int)
+        for op in h.ops:
+            if op.error:
+                errors[f"{op.name}: {op.error[:120]}"] += 1
+        if errors:
+            head += "\n  errors: " + "; ".join(
+                f"{n} x {e}" for e, n in sorted(errors.items(), key=lambda i: -i[1])[:8]
+            )
         shown = [v.report(h.t0, h.events) for v in self.violations[:limit]]
         more = len(self.violations) - len(shown)
         return "\n".join([head, *shown] + ([f"... {more} more"] if more > 0 else []))
