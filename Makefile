@@ -47,7 +47,9 @@ pytest: venv
 		tests/test_docs_promises_options.py tests/test_docs_promises_metrics.py \
 		tests/test_metrics_batches.py tests/test_scatter_ready.py tests/test_sync_quick_release.py tests/test_sentinel_epoch_refused.py \
 		tests/test_shard_outage_state.py tests/test_feature_denied.py tests/test_adoption_durable.py tests/test_durable_shortfall_log.py \
-		tests/test_feature_revoked.py tests/test_closed_connections.py
+		tests/test_feature_revoked.py tests/test_closed_connections.py \
+		tests/test_adoption_races.py tests/test_reshard_read_race.py tests/test_resend_rules.py tests/test_value_limit.py \
+		tests/test_stampede_lock_expiry.py tests/test_incr_foreign.py tests/test_lock_outage.py tests/java/test_jedis.py
 
 # Every network-fault scenario, the long heal-at-switch rounds included (not part of `make test`).
 chaos: venv

@@ -29,6 +29,7 @@ TARGETS, LATENCY, CPU, MIXED, ASYNC = (
 )
 FAILOVER, RATIOS, NEAR, RESHARD = "Failover", "Side-by-side ratios", "Near cache", "Resharding"
 STAMPEDE = "Stampede and crashes"
+FULLSTACK = "Full stack"
 MEMORY, SCALE, PROFILE = "Memory", "Scale", "Profile of the Django backend"
 MEASURED, CONTENDERS = "How it was measured", "Contenders"
 SECTIONS = (
@@ -42,6 +43,7 @@ SECTIONS = (
     NEAR,
     RESHARD,
     STAMPEDE,
+    FULLSTACK,
     MEMORY,
     SCALE,
     PROFILE,
@@ -101,6 +103,7 @@ CHARTS = {  # file -> the section whose end it is shown at
     "bench-cpu-pinned.svg": CPU,
     "bench-throughput.svg": MIXED,
     "bench-async-many.svg": ASYNC,
+    "bench-fullstack.svg": FULLSTACK,
 }
 
 
@@ -202,7 +205,8 @@ def _rounds_note(data: dict[str, Any]) -> str:
         f"{rounds}, the {PROCESSES}-process mix {2 * rounds}, the async API {rounds}, async "
         f"multi-key {max(2, rounds - 2)} per mode (steady: each round is 64 tasks x "
         f"{data['settings']['duration_s']:g} s), the ratios, near cache, resharding, stampede "
-        f"and scale sections {rounds} (each module caps its own repeats), failover one run per "
+        f"and scale sections {rounds} (each module caps its own repeats), the full stack "
+        f"{max(2, rounds - 2)}, failover one run per "
         f"contender. Time per section: {took or 'not recorded'}."
     )
 

@@ -7,8 +7,10 @@ noisy: read the medians and, above all, the ratios measured in the same run.
 
 Sections: per-call latency (get, set, get_many/set_many/delete_many of 10 and 100 keys, incr),
 an 8-thread 90/10 read/write mix (ops/s), the async API, failover figures (fresh topologies,
-see ``benchmarks.failover``), stampede protection and sessions through a crash
-(``benchmarks.stampede``), memory and scale on 16 shards (``benchmarks.scale``), a profile of
+see ``benchmarks.failover``), the cost of building the Django backend object
+(``benchmarks.construct``), stampede protection and sessions through a crash
+(``benchmarks.stampede``), the full stack (Django under uvicorn and gunicorn, loaded by ``wrk``:
+``benchmarks.fullstack``), memory and scale on 16 shards (``benchmarks.scale``), a profile of
 our hot paths, and the targets as PASS/FAIL lines.
 
 Output (rendered by ``benchmarks.page``): the report on stdout (progress on stderr),
@@ -34,7 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    construct,
     failover,
+    fullstack,
+    fullstack_wrk,
     measure,
     near,
     page,
@@ -52,6 +57,7 @@ from benchmarks.page import (
     ASYNC,
     CPU,
     FAILOVER,
+    FULLSTACK,
     LATENCY,
     MIXED,
     NEAR,
@@ -107,10 +113,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--skip-ratios", action="store_true")
+    parser.add_argument("--skip-construct", action="store_true")
     parser.add_argument("--skip-near", action="store_true")
     parser.add_argument("--skip-reshard", action="store_true")
     parser.add_argument("--skip-stampede", action="store_true")
     parser.add_argument("--skip-profile", action="store_true")
+    parser.add_argument("--skip-fullstack", action="store_true")
+    parser.add_argument(
+        "--fullstack-seconds", type=float, default=10.0, help="wrk run per full-stack cell"
+    )
     parser.add_argument(
         "--docs",
         action="store_true",
@@ -145,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--docs writes every section: drop {' '.join(partial)}")
     if args.quick:
         args.rounds, args.scale, args.duration = 2, 0.25, 0.25
+    if not args.skip_fullstack:
+        try:  # before an hour of other sections, not after
+            fullstack_wrk.ensure(log)
+        except fullstack_wrk.WrkError as exc:
+            parser.error(f"{exc} (or leave the full-stack section out: --skip-fullstack)")
     warnings.filterwarnings("ignore", module="django_redis")
     warnings.filterwarnings("ignore", message=".*sharded client should not specify client.*")
     from sentinel_cache.core.topology.sharded_pool import close_all
@@ -393,6 +409,13 @@ def main(argv: list[str] | None = None) -> int:
          "thread's (task's) GETs through the fair pool at least 0.6x the rate of redis-py's "
          "BlockingConnectionPool; more than 1,000 round trips/s through the fault proxy to a "
          "node without faults while another is delayed 100 ms."),
+        (args.skip_construct, "construct", construct,
+         "building the Django backend object, settings seen and first seen, vs RedisCache",
+         RATIOS,
+         "Building the Django backend object (`benchmarks.construct`), as Django's cache "
+         "handler does for every ASGI request and thread; batches of 10 builds, interleaved. "
+         "Target (issue 37): at most 25 µs from settings already seen; first seen is the parse "
+         "every build paid before."),
         (args.skip_near, "near_cache", near, "hit vs raw GET, staleness, 90/10 mix",
          NEAR,
          "Targets: a hit at most 0.05x raw GET; staleness p99 <= 5 ms, max <= 50 ms; "
@@ -419,6 +442,33 @@ def main(argv: list[str] | None = None) -> int:
             sections.append((title, targets, *module.table(data[key])))
             if hasattr(module, "targets"):
                 data["targets"] += module.targets(data[key])
+    if not args.skip_fullstack:
+        fullstack_rounds = max(2, args.rounds - 2)
+        log(f"full stack: Django under uvicorn and gunicorn, wrk, {fullstack_rounds} rounds")
+        t0 = time.monotonic()
+        data["fullstack"] = fullstack.run(
+            rounds=fullstack_rounds, seconds=args.fullstack_seconds, progress=log
+        )
+        timed("full stack", t0)
+        data["targets"] += fullstack.targets(data["fullstack"])
+        described = False
+        for note, header, rows in fullstack.tables(data["fullstack"]):
+            if not described:
+                note = "\n".join(
+                    [
+                        FULLSTACK_NOTE,
+                        "",
+                        note,
+                        "",
+                        *(f"- {line}" for line in fullstack.notes(data["fullstack"])),
+                    ]
+                )
+                described = True
+            sections.append((FULLSTACK, note, header, rows))
+        svg = fullstack.chart(data["fullstack"])
+        if svg is not None:
+            (image_dir / fullstack.CHART).write_text(svg)
+            data["charts"].append(str((image_dir / fullstack.CHART).relative_to(ROOT)))
     if not args.skip_scale:
         log("memory and scale (16 shards, 5 sentinels)")
         t0 = time.monotonic()
@@ -439,6 +489,18 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     log(f"done in {data['elapsed_s']:.0f} s; JSON in {(RESULTS / 'latest.json').relative_to(ROOT)}")
     return 0
+
+
+FULLSTACK_NOTE = (
+    "`benchmarks.fullstack`: a tiny Django app doing 6 cache operations per request (get, "
+    "get_many of 3, set, set of a 4 KB value, incr, get of a 4 KB value) on keys spread over a "
+    "keyspace, an async view under uvicorn (1 worker) and a sync one under gunicorn (sync "
+    "workers; gthread 1 worker x 8 threads), loaded by `wrk` at 100 and 300 connections, each "
+    "contender x server on a fresh server process, in a new random order every round. Targets "
+    "(issue 37): under ASGI, ours on 1 shard >= 1.0x django-vcache's req/s and a p99 no higher, "
+    ">= 2x django-redis and Django RedisCache, <= 2 connections per shard per uvicorn worker; "
+    "under WSGI, >= 1.0x every contender."
+)
 
 
 def _async_many(*, pin: bool, rounds: int, duration: float) -> dict[str, Any]:

@@ -22,11 +22,13 @@ from sentinel_cache.exceptions import (
     PicklingError,
     PoolExhaustedError,
     ProbeFailed,
+    ReplyProtocolError,
     SentinelAuthenticationError,
     SentinelCacheError,
     SerializationError,
     ShardUnavailableError,
     StaleReplyError,
+    ValueTooLargeError,
 )
 from sentinel_cache.version import __version__
 
@@ -68,10 +70,12 @@ __all__ = [
     "PicklingError",
     "PoolExhaustedError",
     "ProbeFailed",
+    "ReplyProtocolError",
     "SentinelAuthenticationError",
     "SentinelCacheError",
     "SerializationError",
     "ShardUnavailableError",
     "StaleReplyError",
+    "ValueTooLargeError",
     "__version__",
 ]

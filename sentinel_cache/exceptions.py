@@ -126,6 +126,15 @@ class StaleReplyError(ShardUnavailableError):
         self.address = address
 
 
+class ReplyProtocolError(ShardUnavailableError):
+    """A shard's node answered with bytes that break the protocol: garbage, a reply of the
+    wrong kind to the connection's handshake, or a declared size over the bound (an aggregate
+    of more than ``MAX_REPLY_ELEMENTS`` elements, a bulk string over ``proto-max-bulk-len``),
+    refused before anything was allocated for it. The connection was dropped; the message
+    names the shard and the node's address. A :class:`ShardUnavailableError`: a node that
+    answers so serves nothing."""
+
+
 class PoolExhaustedError(SentinelCacheError, RedisConnectionError):
     """No free connection to a shard within the configured wait (Jedis ``maxWaitMillis``)."""
 
@@ -177,6 +186,25 @@ class ArgumentValueError(InvalidArgumentError, ValueError):
     timeout, one beyond the server's range, a key that is not valid Unicode)."""
 
 
+class ValueTooLargeError(ArgumentValueError):
+    """A value (or any argument) of a write is larger than its master accepts in one bulk
+    string (its ``proto-max-bulk-len``, 512 MiB unless configured): refused before anything was
+    sent. ``key``, ``size`` and ``limit`` (bytes) are attributes."""
+
+    def __init__(self, key: object, size: int, limit: int) -> None:
+        super().__init__(
+            f"value of key {_shown(key)}",
+            size,
+            f"{size} bytes is over the master's proto-max-bulk-len of {limit} bytes",
+        )
+        self.key = key
+        self.size = size
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.size, self.limit))
+
+
 class ArgumentTypeError(InvalidArgumentError, TypeError):
     """The argument is of a type the cache refuses (a string or bool timeout, a float delta,
     a key that is neither str nor bytes)."""
@@ -214,9 +242,11 @@ __all__ = [
     "PicklingError",
     "PoolExhaustedError",
     "ProbeFailed",
+    "ReplyProtocolError",
     "SentinelAuthenticationError",
     "SentinelCacheError",
     "SerializationError",
     "ShardUnavailableError",
     "StaleReplyError",
+    "ValueTooLargeError",
 ]

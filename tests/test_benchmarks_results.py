@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 from benchmarks import run
-from benchmarks.page import CHARTS, GENERATED, SECTIONS
+from benchmarks.page import CHARTS, FULLSTACK, GENERATED, SECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "benchmarks-results.md"
@@ -50,9 +50,24 @@ def test_the_page_says_it_is_generated_and_carries_a_well_formed_stamp() -> None
     assert int(stamp["seconds"]) > 0
 
 
+# Sections added after a page was generated, with the module that writes each: a page stamped
+# with a commit that lacks the module predates the section and is not expected to have it (the
+# lead regenerates the page on a quiet machine); once stamped after it, the section is required.
+NEWER_SECTIONS = {FULLSTACK: "benchmarks/fullstack.py"}
+
+
+def expected_sections() -> list[str]:
+    commit = stamped_commit()
+    return [
+        title
+        for title in SECTIONS
+        if title not in NEWER_SECTIONS or source_at(commit, NEWER_SECTIONS[title]) is not None
+    ]
+
+
 def test_the_page_has_every_section_the_generator_writes_in_order() -> None:
     titles = [line[3:] for line in page().splitlines() if line.startswith("## ")]
-    assert titles == list(SECTIONS)
+    assert titles == expected_sections()
 
 
 def stamped_commit() -> str:
@@ -115,7 +130,8 @@ def test_every_place_the_page_cites_in_our_code_exists() -> None:
 
 def test_the_page_shows_every_plot_the_generator_draws_and_each_is_an_svg() -> None:
     shown = re.findall(r"^!\[[^\]]*\]\(img/([\w.-]+\.svg)\)$", page(), re.MULTILINE)
-    assert sorted(shown) == sorted(CHARTS), "the page's plots are not the generator's"
+    expected = [name for name, title in CHARTS.items() if title in expected_sections()]
+    assert sorted(shown) == sorted(expected), "the page's plots are not the generator's"
     for name in shown:
         path = ROOT / "docs" / "img" / name
         assert path.is_file(), f"docs/img/{name} is missing: commit it with the page"

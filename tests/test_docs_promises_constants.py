@@ -31,6 +31,11 @@ from sentinel_cache.core.ops.scripts import CLOCK_MARGIN_MS, TOMBSTONE_MS
 from sentinel_cache.core.ring import NODES_PER_WEIGHT
 from sentinel_cache.core.topology.discovery import CONFLICT_LOG_INTERVAL
 from sentinel_cache.core.topology.housekeeping import CHECK_TIMEOUT
+from sentinel_cache.core.topology.lean_rules import (
+    DEFAULT_BULK_LIMIT,
+    MAX_REPLY_ELEMENTS,
+    MIN_BULK_LIMIT,
+)
 from sentinel_cache.core.topology.listener import CHANNELS
 from sentinel_cache.core.topology.near import WRITER_WAIT
 from sentinel_cache.core.topology.sentinels import IDLE_SOCKET_SECONDS, MAX_SENTINELS
@@ -102,6 +107,16 @@ STATED: list[tuple[str, str, str, float]] = [
     ("stampede.md", "poll the lock and the value every {} to 50 ms", "5", FIRST_WAIT * 1000),
     ("stampede.md", "poll the lock and the value every 5 to {} ms", "50", LONGEST_WAIT * 1000),
     ("migration.md", "mark every shard cleared for {} s", "10", TOMBSTONE_MS / 1000),
+    (
+        "reliability.md",
+        "of more than {} elements (`MAX_REPLY_ELEMENTS`)",
+        "16,777,216",
+        MAX_REPLY_ELEMENTS,
+    ),
+    ("reliability.md", "({} MiB unless it allows more)", "512", DEFAULT_BULK_LIMIT / 2**20),
+    ("reliability.md", "where `CONFIG` is refused, {} MiB)", "512", DEFAULT_BULK_LIMIT / 2**20),
+    ("reliability.md", "larger than {} MiB (the smallest limit", "1", MIN_BULK_LIMIT / 2**20),
+    ("security.md", "the server's default, {} MiB, is assumed", "512", DEFAULT_BULK_LIMIT / 2**20),
 ]
 
 

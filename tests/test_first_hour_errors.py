@@ -5,6 +5,7 @@ which was meant, as the system check does; an unknown option names the closest o
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -111,3 +112,52 @@ def test_a_string_masters_is_refused_unless_it_lists_several() -> None:
     assert config.masters == ("shard_a", "shard_b")
     config, _ = parse_cache_config("sentinel://127.0.0.1:26379?masters=shard_a", {})
     assert config.masters == ("shard_a",)
+
+
+def test_data_nodes_in_location_say_so_per_shard_without_acl_advice(
+    cluster: LocalSentinelCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LOCATION listing the data nodes (issue 38): each shard's error quotes its own command
+    (shard 1 quoted shard 0's), says the addresses are data nodes, not sentinels, and nothing
+    advises an ACL change (a data node refuses SENTINEL MASTER too, without NOPERM)."""
+    caplog.set_level(logging.WARNING, logger="sentinel_cache")
+    nodes = ["{}:{}".format(*cluster.master_address(name)) for name in cluster.master_names]
+    config, _ = parse_cache_config(
+        nodes, {"MASTERS": cluster.master_names, "DISCOVERY_TIMEOUT": DISCOVERY_TIMEOUT}
+    )
+    pool = ShardedSentinelPool.from_config(config)
+    messages = []
+    try:
+        for index, name in enumerate(cluster.master_names):
+            with pytest.raises(ShardUnavailableError) as raised:
+                pool.client_for(key_on(pool, index)).get("k")
+            message = str(raised.value)
+            messages.append(message)
+            assert f"'GET-MASTER-ADDR-BY-NAME' '{name}'" in message, message
+            other = cluster.master_names[1 - index]
+            assert f"'{other}'" not in message, message
+            assert (
+                f"{nodes[0]}: not a sentinel: " in message
+                and f"{nodes[1]}: not a sentinel" in message
+            )
+            assert (
+                "answers as a Redis data node, not as a sentinel: LOCATION (Flask: CACHE_REDIS_SENTINELS) must list the "
+                "sentinels' host:port" in message
+            )
+    finally:
+        pool.close()
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "+sentinel|master" not in logged + "".join(messages)
+
+
+def test_a_master_name_no_sentinel_monitors_gets_no_acl_advice(
+    cluster: LocalSentinelCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="sentinel_cache")
+    pool = ShardedSentinelPool([cluster.master_names[0], "nosuch"], cluster.config()["sentinels"])
+    try:
+        with pytest.raises(ShardUnavailableError, match="no sentinel monitors this name"):
+            pool.client_for(key_on(pool, 1)).get("k")
+    finally:
+        pool.close()
+    assert "+sentinel|master" not in "\n".join(r.getMessage() for r in caplog.records)

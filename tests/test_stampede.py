@@ -6,7 +6,6 @@ two computations overwrite each other unnoticed. Real servers; processes are rea
 from __future__ import annotations
 
 import asyncio
-import logging
 import multiprocessing
 import os
 import signal
@@ -134,11 +133,11 @@ def test_a_holder_killed_mid_computation_hands_over_when_its_lock_expires(
         pool.close()
 
 
-def test_a_lost_lock_stores_nothing_and_says_so(
-    cluster: LocalSentinelCluster, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_lost_lock_lets_the_value_stored_meanwhile_win(cluster: LocalSentinelCluster) -> None:
     """The first holder's lock vanishes mid-computation (as after a failover that lost it): a
-    second caller computes and stores; the first one's late value is not stored over it."""
+    second caller computes and stores; the first one's late value is not stored over it, and
+    the first caller returns the stored value (tests/test_stampede_lock_expiry.py: a holder
+    whose lock expired still stores when nothing was written meanwhile)."""
     pool, other = pool_of(cluster), pool_of(cluster)  # two cores: as two processes
     first, second = CacheClient(pool, Codec()), CacheClient(other, Codec())
     key = f"lost-{time.time_ns()}"
@@ -155,12 +154,10 @@ def test_a_lost_lock_stores_nothing_and_says_so(
     try:
         assert computing.wait(10)
         pool.client_for(key).delete(lock_key(key))  # the lock is lost
-        with caplog.at_level(logging.WARNING, logger="sentinel_cache"):
-            outcomes["second"] = second.get_or_set(key, lambda: "fresh", 60, lock_timeout=30)
-            workers.join(timeout=15)
-        assert outcomes == {"first": "late", "second": "fresh"}
+        outcomes["second"] = second.get_or_set(key, lambda: "fresh", 60, lock_timeout=30)
+        workers.join(timeout=15)
+        assert outcomes == {"first": "fresh", "second": "fresh"}
         assert first.get(key) == "fresh"  # the late value did not overwrite it
-        assert any("lock expired or was lost" in r.getMessage() for r in caplog.records)
     finally:
         pool.close()
         other.close()

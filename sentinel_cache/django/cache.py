@@ -42,6 +42,7 @@ the database is shared with anything else.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -52,6 +53,8 @@ from django.core.cache.backends.base import (
     BaseCache,
 )
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from sentinel_cache.core.admin.reshard.previous import refuse_with_resharding
 from sentinel_cache.core.arguments import (
@@ -60,13 +63,14 @@ from sentinel_cache.core.arguments import (
     valid_timeout,
 )
 from sentinel_cache.core.config import CacheOptions, PoolConfig, parse_cache_config
+from sentinel_cache.core.memo import Memo, settings_key
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.client import SCAN_COUNT, CacheClient
 from sentinel_cache.core.ops.plans import FailOpen
 from sentinel_cache.core.options import did_you_mean
 from sentinel_cache.core.serializers import Codec, build_codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool, shared_pool
-from sentinel_cache.django.compat import translate_options
+from sentinel_cache.django.compat import HONOURED_GLOBALS, translate_options
 from sentinel_cache.django.expiry import ExpiryMethods
 from sentinel_cache.django.hashes import HashMethods, no_client
 from sentinel_cache.django.keys import InvalidKeyError, KeyMethods
@@ -114,6 +118,103 @@ def _check_entry(params: Mapping[str, Any]) -> None:
             )
 
 
+class _Parsed:
+    """What a backend makes of LOCATION, OPTIONS and the django-redis globals: shared by every
+    instance built from equal ones (Django builds one per ASGI request and per thread), with the
+    clients built on first use (:meth:`ShardedSentinelCache._shared`)."""
+
+    __slots__ = (
+        "clients",
+        "codec",
+        "config",
+        "logger",
+        "options",
+        "previous_alias",
+        "scan_itersize",
+    )
+
+    def __init__(
+        self,
+        config: PoolConfig,
+        options: CacheOptions,
+        codec: Codec,
+        log: logging.Logger,
+        scan_itersize: int,
+        previous_alias: str | None,
+    ) -> None:
+        self.config, self.options, self.codec = config, options, codec
+        self.logger, self.scan_itersize = log, scan_itersize
+        self.previous_alias = previous_alias
+        self.clients: dict[type, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<_Parsed {self.config!r} clients={sorted(k.__name__ for k in self.clients)}>"
+
+
+def _parse(cache: Any, server: Any, given: Mapping[str, Any]) -> _Parsed:
+    """The one parse of a backend's settings; ConfigurationError naming the field. A cache that
+    adopts another one (``PREVIOUS_CACHE``) is given its ``previous_alias`` as soon as the alias
+    is known, as before a resharding setting is refused."""
+    options = {
+        name: value
+        for name, value in given.items()
+        if str(name).upper() not in _DJANGO_OPTIONS and str(name).upper() != PREVIOUS_CACHE
+    }
+    # django-redis's settings in this library's terms (see compat), then the core's.
+    translated = translate_options(options, settings if settings.configured else None)
+    config, cache_options = parse_cache_config(server, translated.options)
+    previous_alias = None
+    if previous_option(given) is not None:
+        previous_alias = cache.previous_alias = check_alias(previous_option(given))
+        refuse_with_resharding(config.previous_masters, PREVIOUS_SETTING, previous_alias)
+    return _Parsed(
+        config,
+        cache_options,
+        build_codec(cache_options),
+        translated.logger or logger,
+        translated.scan_itersize or SCAN_COUNT,
+        previous_alias,
+    )
+
+
+# Settings are few: 64 covers every alias and test override, and bounds a program that builds
+# caches from ever-new settings.
+_PARSED: Memo[_Parsed] = Memo(64)
+# The django-redis globals translate_options reads, read once per change, not per instance:
+# a missing setting costs LazySettings an AttributeError, several microseconds each.
+_GLOBALS = tuple(sorted(HONOURED_GLOBALS))
+_globals_lock = threading.Lock()
+_globals_read: list[Any] = [0, None]  # [generation, (configured, values) or None]
+_MISSING: Any = object()
+
+
+def _globals_key() -> tuple[Any, ...]:
+    """Whether settings are configured, and the globals' values (a missing one apart from any
+    value): part of the memo's key, so a change parses afresh. Read again after Django's
+    ``setting_changed`` (``override_settings``, pytest-django's ``settings``) for one of them
+    or ``settings.configure()``; a value assigned to ``settings`` directly, which sends no
+    signal (and which Django says not to do), is not seen by settings already memoized."""
+    configured = settings.configured
+    generation, read = _globals_read
+    if read is not None and read[0] == configured:
+        return read
+    found = [getattr(settings, name, _MISSING) if configured else _MISSING for name in _GLOBALS]
+    read = (configured, *[() if value is _MISSING else (value,) for value in found])
+    with _globals_lock:
+        if _globals_read[0] == generation:  # no change signalled while these were read
+            _globals_read[1] = read
+    return read
+
+
+@receiver(setting_changed)
+def _forget_globals(*, setting: str, **kwargs: Any) -> None:
+    """A django-redis global changed: read them again for the next instance."""
+    if setting in HONOURED_GLOBALS:
+        with _globals_lock:
+            _globals_read[0] += 1
+            _globals_read[1] = None
+
+
 class DjangoCacheClient(CacheClient):
     """The sync client, with a clear error for ``django_redis.get_redis_connection(alias)``,
     which calls ``cache.client.get_client(write)``: a bool where the key goes."""
@@ -156,36 +257,36 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods, ExpiryMeth
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         super().__init__(params)
-        given = params.get("OPTIONS") or {}
-        options = {
-            name: value
-            for name, value in given.items()
-            if str(name).upper() not in _DJANGO_OPTIONS and str(name).upper() != PREVIOUS_CACHE
-        }
         self._config_error: str | None = None
         self._config: PoolConfig | None = None
         self._options: CacheOptions | None = None
         self._codec: Codec | None = None
         self._fail_open_logger = logger
         self._scan_itersize = SCAN_COUNT
+        self._parsed: _Parsed | None = None
         try:
             _check_entry(params)
-            # django-redis's settings in this library's terms (see compat), then the core's.
-            translated = translate_options(options, settings if settings.configured else None)
-            self._fail_open_logger = translated.logger or logger
-            self._scan_itersize = translated.scan_itersize or SCAN_COUNT
-            config, cache_options = parse_cache_config(server, translated.options)
-            if previous_option(given) is not None:
-                self.previous_alias = check_alias(previous_option(given))
-                refuse_with_resharding(
-                    config.previous_masters, PREVIOUS_SETTING, self.previous_alias
-                )
-            self._codec = build_codec(cache_options)
-            self._config, self._options = config, cache_options
+            given = params.get("OPTIONS") or {}
+            # Settings already seen: what they parsed to, shared (a lookup, not a parse).
+            key = settings_key(type(self), server, given, *_globals_key())
+            parsed = None if key is None else _PARSED.get(key)
+            if parsed is None:
+                parsed = _parse(self, server, given)
+                if key is not None:
+                    parsed = self._parsed = _PARSED.put(key, parsed)
+            else:
+                self._parsed = parsed
+            if parsed.previous_alias is not None:
+                self.previous_alias = parsed.previous_alias
+            self._fail_open_logger = parsed.logger
+            self._scan_itersize = parsed.scan_itersize
+            self._codec = parsed.codec
+            self._config, self._options = parsed.config, parsed.options
         except ConfigurationError as exc:
             # Raised (as ImproperlyConfigured) on first use, not here: Django's own system
             # checks build every cache with caches[alias] and would crash before
-            # sentinel_cache.django.checks reports this as sentinel_cache.E001.
+            # sentinel_cache.django.checks reports this as sentinel_cache.E001. Never kept in
+            # the memo: a bad configuration is parsed again, and fails the same way.
             self._config_error = str(exc)
         self._core: ShardedSentinelPool | None = None
         self._client: DjangoCacheClient | None = None
@@ -240,7 +341,7 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods, ExpiryMeth
         """The sync operations, on :attr:`core` (a new client once that core is closed)."""
         client = self._client
         if client is None or client.core.closed:
-            client = self._client = self._build(DjangoCacheClient)
+            client = self._client = self._shared(DjangoCacheClient)
         return client
 
     @property
@@ -248,7 +349,20 @@ class ShardedSentinelCache(SortedSetMethods, SetMethods, HashMethods, ExpiryMeth
         """The native asyncio operations, on the same :attr:`core`."""
         client = self._aclient
         if client is None or client.core.closed:
-            client = self._aclient = self._build(AsyncCacheClient)
+            client = self._aclient = self._shared(AsyncCacheClient)
+        return client
+
+    def _shared(self, kind: type[ClientT]) -> ClientT:
+        """The client of this flavour shared by every instance built from these settings (it
+        holds only what they determine: the core, codec, durability and fail-open rule; its
+        connections and per-loop state are the core's); built here when there is none yet, or
+        its core was closed. Settings that could not be keyed: this instance's own."""
+        parsed = self._parsed
+        if parsed is None:
+            return self._build(kind)
+        client = parsed.clients.get(kind)
+        if client is None or client.core.closed:
+            client = parsed.clients[kind] = self._build(kind)
         return client
 
     def _build(self, kind: type[ClientT]) -> ClientT:

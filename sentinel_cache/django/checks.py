@@ -4,8 +4,10 @@ A typo in ``OPTIONS`` should fail ``manage.py check`` (and so CI and deploys), n
 request. The plain checks only build the backend object (which parses its settings with the core
 parser and connects nowhere); the network is touched only by ``check --deploy``, with short
 timeouts, every sentinel asked at once about every master (about a second at most): a master
-name no sentinel monitors or a refused password fails the deploy; a sentinel that does not
-answer is only a warning (the machine running the check may not reach production).
+name no sentinel monitors, a refused password, an address of LOCATION that is a Redis data node
+and not a sentinel, or no sentinel answering at all fails the deploy; some sentinels not
+answering is a warning. The sentinels that answered, and the masters they named, are listed (an
+Info), so a passing check shows what it confirmed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from django.utils.module_loading import import_string
 
 from sentinel_cache.core.admin.status import (
     NOT_MONITORED,
+    SENTINEL_NOT_SENTINEL,
     SentinelProbe,
     master_view,
     probe_sentinels,
@@ -126,13 +129,90 @@ def check_previous_cache(
     return errors
 
 
+#: The value format of the Redis backends a PREVIOUS_CACHE may be: django-redis's serializer
+#: (by class name) and Django's RedisCache (pickle; both store integers as plain decimals).
+DJANGO_REDIS = "django_redis.cache.RedisCache"
+DJANGO_REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
+_DJANGO_REDIS_SERIALIZERS = {
+    "pickleserializer": "pickle",
+    "jsonserializer": "json",
+    "msgpackserializer": "msgpack",
+}
+_IDENTITY = "identitycompressor"
+
+
+def previous_value_format(entry: Mapping[str, Any]) -> str | None:
+    """The value format of a ``CACHES`` entry, as this library names it with
+    ``VALUE_FORMAT: "plain"`` (``"pickle"``, ``"json"``, ``"msgpack"``), ``"compressed"`` for a
+    compressed django-redis, None for a backend that is not a Redis one (no key to share)."""
+    backend = entry.get("BACKEND")
+    if backend == DJANGO_REDIS_CACHE:
+        return "pickle"
+    if backend != DJANGO_REDIS:
+        return None
+    options = entry.get("OPTIONS") or {}
+    compressor = str(options.get("COMPRESSOR") or _IDENTITY).rsplit(".", 1)[-1].lower()
+    if compressor != _IDENTITY:
+        return "compressed"
+    serializer = str(options.get("SERIALIZER") or "PickleSerializer").rsplit(".", 1)[-1]
+    return _DJANGO_REDIS_SERIALIZERS.get(serializer.lower(), serializer)
+
+
+def check_previous_format(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """W007 (``check --deploy``): a ``PREVIOUS_CACHE`` that stores the same keys as this cache
+    (the same key function, prefix and version) in another value format. During a rolling
+    deploy a process still on the old cache then reads this cache's values and fails
+    (django-redis: ``UnpicklingError: invalid load key, '\\xfe'``), unless the servers differ."""
+    configured: Mapping[str, Any] = getattr(settings, "CACHES", {}) or {}
+    messages: list[checks.CheckMessage] = []
+    for alias, entry in sentinel_aliases().items():
+        previous = previous_option(entry.get("OPTIONS") or {})
+        if not isinstance(previous, str) or previous not in configured or previous == alias:
+            continue  # E004's
+        theirs = previous_value_format(configured[previous])
+        if theirs is None:
+            continue
+        try:
+            ours = build_backend(entry)
+            old = build_backend(configured[previous])
+            options = ours.cache_options
+            probe = "profile:42"
+            key, old_key = ours.make_key(probe), old.make_key(probe)
+        except Exception:  # E001/E004 report what does not build
+            continue
+        if key != old_key:
+            continue  # another prefix or version: the keys cannot collide
+        if options.value_format == "plain" and options.serializer == theirs:
+            continue
+        ours_format = f"{options.value_format} {options.serializer}"
+        messages.append(
+            checks.Warning(
+                f"PREVIOUS_CACHE {previous!r} stores the same keys as this cache (both store "
+                f"{probe!r} as {key!r}) in another value format ({theirs}; this cache: "
+                f"VALUE_FORMAT {ours_format}): during a rolling deploy, a process still on "
+                f"{previous!r} that reads a key this cache wrote fails to decode it "
+                "(django-redis: UnpicklingError: invalid load key, '\\xfe').",
+                hint="Give this cache another KEY_PREFIX or VERSION, or store the old format "
+                '(VALUE_FORMAT "plain" with SERIALIZER "pickle" is django-redis\'s and '
+                "RedisCache's) until every process runs the new settings; if the two caches "
+                "use different servers, silence sentinel_cache.W007 (docs/migration.md).",
+                obj=alias,
+                id="sentinel_cache.W007",
+            )
+        )
+    return messages
+
+
 def check_deployment(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """W001 for fewer than three sentinels; then every sentinel asked about every master:
-    W002 unreachable sentinels, E002 sentinels refusing our credentials, E003 a master that no
-    sentinel monitors, W003 one that some sentinels do not monitor, W006 masters the sentinels
-    monitor that MASTERS leaves out."""
+    W002 unreachable sentinels, E005 when none answered, E006 addresses that are data nodes, not
+    sentinels, E002 sentinels refusing our credentials, E003 a master that no sentinel monitors,
+    W003 one that some sentinels do not monitor, W006 masters the sentinels monitor that MASTERS
+    leaves out; I001 the sentinels that answered and the masters they named."""
     configs: dict[str, PoolConfig] = {}
     for alias, entry in sentinel_aliases().items():
         try:
@@ -183,7 +263,39 @@ def _sentinel_messages(
     total = len(config.sentinels)
     messages: list[checks.CheckMessage] = []
     failed = [f"{p.address} ({p.error})" for p in probes if p.state == "unreachable"]
-    if failed:
+    answering = [p for p in probes if p.reachable]
+    data_nodes = [p for p in probes if p.state == SENTINEL_NOT_SENTINEL]
+    if data_nodes:
+        messages.append(
+            checks.Error(
+                f"{len(data_nodes)} of {total} addresses in LOCATION "
+                f"{'is a Redis data node' if len(data_nodes) == 1 else 'are Redis data nodes'}, "
+                f"not {'a sentinel' if len(data_nodes) == 1 else 'sentinels'}: "
+                + "; ".join(
+                    f"{p.address} ({'ROLE ' + p.role + ', ' if p.role else ''}{p.error})"
+                    for p in data_nodes
+                ),
+                hint="LOCATION must hold the sentinels' host:port (their port is 26379 by "
+                "default), not the masters' or replicas': the sentinels name the masters.",
+                obj=alias,
+                id="sentinel_cache.E006",
+            )
+        )
+    refused_all = all(p.state == "auth_refused" for p in probes)
+    if not answering and not refused_all:  # refusals alone are E002's
+        messages.append(
+            checks.Error(
+                f"no sentinel answered: none of the {total} addresses in LOCATION is a sentinel "
+                f"this machine can ask ({'; '.join(f'{p.address}: {p.error}' for p in probes)}); "
+                "the cache cannot find any master.",
+                hint="Check the addresses (the sentinels', not the data nodes') and firewalls; "
+                "run the check where production's network is reachable. `manage.py "
+                "sentinel_status` shows the whole topology.",
+                obj=alias,
+                id="sentinel_cache.E005",
+            )
+        )
+    elif failed:
         messages.append(
             checks.Warning(
                 f"{len(failed)} of {total} sentinels unreachable: {'; '.join(failed)}",
@@ -194,6 +306,10 @@ def _sentinel_messages(
                 obj=alias,
                 id="sentinel_cache.W002",
             )
+        )
+    if answering:
+        messages.append(
+            checks.Info(_answered(answering, config), obj=alias, id="sentinel_cache.I001")
         )
     unlisted = unlisted_masters(probes, [*config.masters, *config.previous_masters])
     if unlisted:
@@ -209,7 +325,7 @@ def _sentinel_messages(
     views = [master_view(name, probes) for name in config.masters]
     answered = {p.address for p in probes if p.reachable}
     refused = [f"{p.address} ({p.refused}: {p.error})" for p in probes if p.refused]
-    hints = [p.hint for p in probes if p.hint]
+    hints = [p.hint for p in probes if p.refused and p.hint]
     for view in views:  # an ACL user may connect, yet be denied the questions about a master
         refused += [f"{a} for {view.name!r} ({why})" for a, why in view.refused if a in answered]
         hints += view.hints
@@ -250,6 +366,22 @@ def _sentinel_messages(
                 )
             )
     return messages
+
+
+def _answered(answered: Sequence[SentinelProbe], config: PoolConfig) -> str:
+    """ "sentinels answered: a (shard_a -> host:port, shard_b -> ...); b (...)": what the check
+    confirmed, so a passing deploy check says it asked and what it heard."""
+    rows = []
+    for probe in answered:
+        named = []
+        for name in config.masters:
+            answer = probe.masters.get(name)
+            if isinstance(answer, BaseException):
+                named.append(f"{name}: error")
+            else:
+                named.append(f"{name} -> {answer if answer is not None else 'not monitored'}")
+        rows.append(f"{probe.address} ({', '.join(named)})")
+    return f"{len(answered)} of {len(config.sentinels)} sentinels answered: {'; '.join(rows)}"
 
 
 def check_django_redis_settings(
@@ -314,3 +446,4 @@ def register() -> None:
     checks.register(check_django_redis_settings, checks.Tags.caches, TAG)
     checks.register(check_previous_cache, checks.Tags.caches, TAG)
     checks.register(check_deployment, checks.Tags.caches, TAG, deploy=True)
+    checks.register(check_previous_format, checks.Tags.caches, TAG, deploy=True)

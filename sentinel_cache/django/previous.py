@@ -8,12 +8,16 @@ The alias names the old backend's entry, left in ``CACHES`` as it was (django-re
 * a miss (``get``, ``get_many``, ``has_key``) is read from the old backend itself (its key
   function, serializer, compressor, sharding), copied to the key's shard with its remaining
   TTL (``PTTL`` on the old server; a backend that cannot tell: this cache's default timeout),
-  and deleted there;
+  and deleted there; a key the old cache no longer has is read here again (another reader
+  moved it meanwhile) before it is reported missing;
 * the operations on an existing value adopt a missing key first: :data:`ADOPT_TO_READ`
   (``ttl``, ``pttl``) and :data:`ADOPT_FIRST` (``add``, ``incr``, ``touch``, ... which then
   also delete an old copy that could not be moved);
 * :data:`FORGET_FIRST` (``set``, ``set_many``, ``delete``, ``delete_many``) delete the old
-  copies first and leave tombstones; ``clear`` and ``delete_pattern`` empty the old cache of
+  copies first, through the old servers' own clients (django-redis's ``IGNORE_EXCEPTIONS``
+  would hide a failure: it fails the write instead), and leave tombstones; ``set`` with
+  ``nx``/``xx`` (:data:`CONDITIONAL`) adopts first instead, as ``add`` does (an old value this
+  cache cannot store is present to them: :data:`WHERE_ABSENT`); ``clear`` and ``delete_pattern`` empty the old cache of
   those keys first; so no stale or deleted value comes back
   (:mod:`sentinel_cache.core.admin.reshard.previous` holds the rules).
 
@@ -36,14 +40,16 @@ from django.core.cache.backends.base import BaseCache, default_key_func
 from django.core.cache.backends.redis import RedisCache
 from django.core.exceptions import ImproperlyConfigured
 
-from sentinel_cache.core.admin.reshard.previous import KEPT, LATE, Adopter, pttls_on
+from sentinel_cache.core.admin.reshard.previous import KEPT, Adopter, pttls_on
 from sentinel_cache.core.ops.client import escape_pattern
 from sentinel_cache.exceptions import ConfigurationError
 
 __all__ = [
     "ADOPT_FIRST",
     "ADOPT_TO_READ",
+    "CONDITIONAL",
     "FORGET_FIRST",
+    "WHERE_ABSENT",
     "OPTION",
     "SETTING",
     "DjangoPrevious",
@@ -72,6 +78,15 @@ ADOPT_FIRST = (
 )
 #: The operations that replace or delete values: the old copies go first.
 FORGET_FIRST = ("set", "set_many", "delete", "delete_many")
+#: Those that, given one of these arguments, write only where the key is absent or present:
+#: the old copy counts as present (as for ``add``), so they adopt first (:data:`ADOPT_FIRST`).
+CONDITIONAL = {"set": ("nx", "xx")}
+#: The writes only where a key is absent (with ``set(nx=True)``): an old value this cache's
+#: serializer cannot store (held there, served by ``get``) is present to them too, so they
+#: answer as for a present key without writing (``add`` and ``set(nx=True)`` False, the
+#: ``get_or_set`` twins that value) and leave it there; ``set(xx=True)`` stores over it
+#: (:meth:`~sentinel_cache.core.admin.reshard.previous.Adopter.adopt_to_write`).
+WHERE_ABSENT = ("add", "get_or_set", "get_or_set_many")
 _MISSING: Any = object()
 
 
@@ -111,15 +126,16 @@ class DjangoPrevious:
     def read(self, keys: Sequence[Any]) -> dict[Any, Any]:
         return dict(self.cache.get_many(keys, version=self.version))
 
-    def pttls(self, keys: Sequence[Any]) -> dict[Any, int | None]:
-        """``PTTL`` on the old server holding each key (its own connections and key function);
-        any other backend cannot tell: this cache's default timeout."""
+    def _stored(self, keys: Sequence[Any]) -> list[tuple[Any, list[tuple[Any, Any]]]] | None:
+        """``[(server, [(key, stored key)])]``: the old server's own redis-py client holding
+        each key (its key function, a ShardClient's sharding), or None for a backend whose
+        servers are not known (not Redis)."""
         cache: Any = self.cache
         if isinstance(cache, RedisCache):  # one server takes its writes (a new client per call)
             made = [(key, cache.make_key(key, version=self.version)) for key in keys]
-            return pttls_on([(cache._cache.get_client(None, write=True), made)])
+            return [(cache._cache.get_client(None, write=True), made)]
         if not _is_django_redis(cache):
-            return dict.fromkeys(keys, self.default_ms)
+            return None
         client = cache.client
         by_key = getattr(client, "get_server", None)  # ShardClient: the key's server
         servers: dict[int, tuple[Any, list[tuple[Any, Any]]]] = {}
@@ -127,17 +143,36 @@ class DjangoPrevious:
             made = client.make_key(key, version=self.version)
             server = by_key(made) if by_key else client.get_client(write=True)
             servers.setdefault(id(server), (server, []))[1].append((key, made))
-        return pttls_on(list(servers.values()))
+        return list(servers.values())
+
+    def pttls(self, keys: Sequence[Any]) -> dict[Any, int | None]:
+        """``PTTL`` on the old server holding each key (its own connections and key function);
+        any other backend cannot tell: this cache's default timeout."""
+        servers = self._stored(keys)
+        if servers is None:
+            return dict.fromkeys(keys, self.default_ms)
+        return pttls_on(servers)
 
     def remove(self, keys: Sequence[Any]) -> None:
-        self.cache.delete_many(list(keys), version=self.version)
+        """``DEL`` through the old servers' own clients, not the backend's ``delete_many``:
+        django-redis with ``IGNORE_EXCEPTIONS`` returns 0 for a server it cannot reach, and the
+        copy it did not delete would come back after our write. Any other backend: its own
+        ``delete_many`` (its errors are its own)."""
+        servers = self._stored(keys)
+        if servers is None:
+            self.cache.delete_many(list(keys), version=self.version)
+            return
+        for server, pairs in servers:
+            server.delete(*[made for _, made in pairs])
 
     def clear(self, pattern: str | None) -> None:
+        """As :meth:`remove`, through the old servers' own clients for Redis backends."""
         cache: Any = self.cache
-        if pattern is None:
+        if pattern is None and not _is_django_redis(cache):
             cache.clear()
-        elif _is_django_redis(cache):
-            cache.delete_pattern(pattern, version=self.version)
+        elif pattern is None:  # django-redis's clear() is FLUSHDB on each server
+            for _, server in self.servers():
+                server.flushdb()
         else:
             full = self._pattern(pattern)  # refused for a backend that cannot list its keys
             for _, server in self.servers():
@@ -233,31 +268,40 @@ class AdoptingCache:
         return adopter, previous
 
     def adopt(self, keys: Sequence[Any], version: Any = None) -> dict[Any, Any]:
-        """Keys missing here, read from the previous cache and copied: the values found."""
+        """Keys missing here, read from the previous cache and copied: the values found (a key
+        the previous cache no longer has is read here again: a concurrent reader moved it)."""
         adopter, previous = self.adoption(version)
-        found, _ = adopter.adopt(previous, keys, strict=False)
+        found, _ = adopter.adopt(previous, keys, strict=False, recheck=True)
         return found
+
+    def _missing(self, keys: Sequence[Any], version: Any) -> list[Any]:
+        """The keys this cache does not have (its own reads, not the adopting ones)."""
+        base: Any = self._plain
+        if len(keys) == 1:
+            return [] if base.has_key(self, keys[0], version) else list(keys)
+        found = base.get_many(self, keys, version)
+        return [key for key in keys if key not in found]
 
     def _adopt_missing(self, keys: Sequence[Any], version: Any) -> list[Any]:
         """The keys missing here adopted; returns those the old cache still holds (their copy
         was refused or failed)."""
-        cache: Any = self
-        base = cache._plain
-        if len(keys) == 1:
-            missing = [] if base.has_key(self, keys[0], version) else list(keys)
-        else:
-            found = base.get_many(self, keys, version)
-            missing = [key for key in keys if key not in found]
+        missing = self._missing(keys, version)
         if not missing:
             return []
         adopter, previous = self.adoption(version)
-        values, outcomes = adopter.adopt(previous, missing, strict=False)
-        return [key for key in values if outcomes.get(key, ("", LATE))[1] in KEPT]
+        _, outcomes = adopter.adopt(previous, missing, strict=False)
+        return [key for key, (_, outcome) in outcomes.items() if outcome in KEPT]
 
-    def _adopt_to_write(self, keys: Sequence[Any], version: Any) -> None:
-        left = self._adopt_missing(keys, version)
-        if left:
-            self._forget(left, version)
+    def _adopt_to_write(
+        self, keys: Sequence[Any], version: Any, keep_held: bool = False
+    ) -> dict[Any, Any]:
+        """The keys missing here adopted, then the old copies that could not be moved deleted;
+        returns the old values this cache cannot store (present; ``keep_held``: left there)."""
+        missing = self._missing(keys, version)
+        if not missing:
+            return {}
+        adopter, previous = self.adoption(version)
+        return adopter.adopt_to_write(previous, missing, keep_held=keep_held)
 
     def _forget(self, keys: Sequence[Any], version: Any) -> None:
         adopter, previous = self.adoption(version)
@@ -331,12 +375,14 @@ def _ruled(
     plain: type, name: str, rule: Callable[[Any, Sequence[Any], Any], object]
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``name`` and its ``a`` twin of ``plain``, with ``rule(self, keys, version)`` first (the
-    twin runs the rule in a thread)."""
+    twin runs the rule in a thread); a call given one of its :data:`CONDITIONAL` arguments
+    adopts first instead, and a write only where absent (:data:`WHERE_ABSENT`) is answered
+    without writing when the old value is present but cannot be stored here."""
     sync, asynchronous = getattr(plain, name), getattr(plain, f"a{name}")
     signature = inspect.signature(sync)
     first = list(signature.parameters)[1]  # key, keys, data or defaults
 
-    def split(args: Any, kwargs: Any) -> tuple[list[Any], Any, tuple[Any, ...], dict[str, Any]]:
+    def split(args: Any, kwargs: Any) -> tuple[list[Any], Any, inspect.BoundArguments]:
         bound = signature.bind(None, *args, **kwargs)
         given = bound.arguments[first]
         if first == "key":
@@ -345,19 +391,57 @@ def _ruled(
             keys = list(given)
         else:  # an iterator is read once: the method gets the list
             keys = bound.arguments[first] = list(given)
-        return keys, bound.arguments.get("version"), bound.args[1:], bound.kwargs
+        return keys, bound.arguments.get("version"), bound
+
+    def before(
+        self: Any, keys: list[Any], version: Any, bound: inspect.BoundArguments
+    ) -> tuple[Any, dict[Any, Any]]:
+        """The rule applied: (the call's answer, or _MISSING to run it; the held values)."""
+        absent = name in WHERE_ABSENT or bool(bound.arguments.get("nx"))
+        present = bool(bound.arguments.get("xx")) and not absent
+        if not (absent or present):
+            rule(self, keys, version)
+            return _MISSING, {}
+        held = AdoptingCache._adopt_to_write(self, keys, version, keep_held=absent)
+        if not held:
+            return _MISSING, held
+        if present:  # set(xx=True): the key is present, its old copy deleted: stored
+            bound.arguments["xx"] = False
+            return _MISSING, held
+        if name == "get_or_set":
+            return held[keys[0]], held
+        if name == "get_or_set_many":
+            rest = {key: value for key, value in bound.arguments[first].items() if key not in held}
+            if not rest:
+                return {key: held[key] for key in keys}, held
+            bound.arguments[first] = rest
+            return _MISSING, held
+        return False, held  # add, set(nx=True)
+
+    def after(result: Any, keys: list[Any], held: dict[Any, Any]) -> Any:
+        if name != "get_or_set_many" or not held:
+            return result
+        return {
+            key: held[key] if key in held else result[key]
+            for key in keys
+            if key in result or key in held
+        }
 
     @functools.wraps(sync)
     def ruled(self: Any, *args: Any, **kwargs: Any) -> Any:
-        keys, version, args, kwargs = split(args, kwargs)
-        rule(self, keys, version)
-        return sync(self, *args, **kwargs)
+        keys, version, bound = split(args, kwargs)
+        answer, held = before(self, keys, version, bound)
+        if answer is not _MISSING:
+            return answer
+        return after(sync(self, *bound.args[1:], **bound.kwargs), keys, held)
 
     @functools.wraps(asynchronous)
     async def aruled(self: Any, *args: Any, **kwargs: Any) -> Any:
-        keys, version, args, kwargs = split(args, kwargs)
-        await sync_to_async(rule)(self, keys, version)
-        return await asynchronous(self, *args, **kwargs)
+        keys, version, bound = split(args, kwargs)
+        answer, held = await sync_to_async(before)(self, keys, version, bound)
+        if answer is not _MISSING:
+            return answer
+        return after(await asynchronous(self, *bound.args[1:], **bound.kwargs), keys, held)
 
     return ruled, aruled
 

@@ -225,7 +225,7 @@ class ShardedSentinelCache(BaseCache):
                 ignore_delete_many_errors=ignore_delete_many_errors,
             )
         except ConfigurationError as exc:
-            raise in_flask_terms(exc, location_key, sources) from exc
+            raise in_flask_terms(exc, location_key, sources, config) from exc
         if previous:
             kind = previous[0].get("CACHE_TYPE") if isinstance(previous[0], Mapping) else None
             refuse_with_resharding(cache.pool_config.previous_masters, PREVIOUS_SETTING, kind)

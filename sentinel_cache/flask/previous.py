@@ -10,9 +10,10 @@ While it is set:
 * a miss (``get``, ``get_many``, ``has``; and first, for ``add``, ``inc``, ``dec`` and
   ``get_or_set_many``, which then also delete an old copy that could not be moved) is read
   from the old backend, copied to the key's shard with its remaining TTL (a Redis backend's
-  ``PTTL``; any other: ``CACHE_DEFAULT_TIMEOUT``), and deleted there;
+  ``PTTL``; any other: ``CACHE_DEFAULT_TIMEOUT``), and deleted there; a key the old backend
+  no longer has is read here again (another reader moved it meanwhile) before it is a miss;
 * ``set``, ``set_many``, ``delete``, ``delete_many`` and ``unlink`` delete the old copies first
-  (and leave tombstones); ``clear`` empties the old cache first.
+  (a Redis backend's through its own client: a failure fails the write) and leave tombstones; ``clear`` empties the old cache first.
 
 ``flask sentinel-reshard --from-previous-cache`` empties it. The rules are the core's
 (:mod:`sentinel_cache.core.admin.reshard.previous`), declared once in :data:`ADOPT_FIRST` and
@@ -25,7 +26,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sentinel_cache.core.admin.reshard.previous import KEPT, LATE, Adopter, pttls_on
+from sentinel_cache.core.admin.reshard.previous import Adopter, pttls_on
 from sentinel_cache.core.ops.client import escape_pattern
 from sentinel_cache.exceptions import ConfigurationError
 
@@ -34,6 +35,7 @@ __all__ = [
     "FORGET_FIRST",
     "OPTION",
     "SETTING",
+    "WHERE_ABSENT",
     "FlaskPrevious",
     "adopting",
     "build_previous",
@@ -42,6 +44,10 @@ __all__ = [
 OPTION = "PREVIOUS_CACHE"
 #: The writes on an existing value: adopted first (see :meth:`AdoptingCache._adopt_to_write`).
 ADOPT_FIRST = ("add", "inc", "dec", "get_or_set_many")
+#: Those that write only where a key is absent: an old value this cache's serializer cannot
+#: store (held there, served by ``get``) is present to them, so they answer without writing
+#: (``add`` False, ``get_or_set_many`` that value) and leave it there.
+WHERE_ABSENT = ("add", "get_or_set_many")
 FORGET_FIRST = ("set", "set_many", "delete", "delete_many", "unlink")
 SETTING = f"CACHE_OPTIONS[{OPTION!r}]"
 
@@ -105,7 +111,14 @@ class FlaskPrevious:
         return pttls_on([(self.cache._write_client, [(key, f"{prefix}{key}") for key in keys])])
 
     def remove(self, keys: Sequence[Any]) -> None:
-        self.cache.delete_many(*keys)
+        """``DEL`` through the Redis backend's own client (cachelib's ``delete_many`` ignores
+        errors by default, and a copy it did not delete would come back); any other backend:
+        its own ``delete_many``."""
+        if not _is_redis(self.cache):
+            self.cache.delete_many(*keys)
+            return
+        prefix = self.cache._get_prefix()
+        self.cache._write_client.delete(*[f"{prefix}{key}" for key in keys])
 
     def clear(self, pattern: str | None) -> None:
         self.cache.clear()
@@ -145,20 +158,18 @@ class AdoptingCache:
     def adopt(self, keys: Sequence[Any]) -> dict[Any, Any]:
         """Keys missing here, read from the previous cache and copied: the values found."""
         adopter, previous = self.adoption()
-        return adopter.adopt(previous, keys, strict=False)[0]
+        return adopter.adopt(previous, keys, strict=False, recheck=True)[0]
 
-    def _adopt_to_write(self, keys: Sequence[Any]) -> None:
+    def _adopt_to_write(self, keys: Sequence[Any], keep_held: bool = False) -> dict[Any, Any]:
         """The keys missing here adopted, then the old copies that could not be moved (their
-        copy refused or failed) deleted: none outlives the write that follows."""
+        copy refused or failed) deleted: none outlives the write that follows. Returns the old
+        values this cache's serializer cannot store (present; ``keep_held``: left there)."""
         found = self._plain.get_many(self, *keys)
         missing = [key for key, value in zip(keys, found, strict=True) if value is None]
         if not missing:
-            return
+            return {}
         adopter, previous = self.adoption()
-        values, outcomes = adopter.adopt(previous, missing, strict=False)
-        left = [key for key in values if outcomes.get(key, ("", LATE))[1] in KEPT]
-        if left:
-            adopter.forget(previous, left)
+        return adopter.adopt_to_write(previous, missing, keep_held=keep_held)
 
     def _forget(self, keys: Sequence[Any]) -> None:
         adopter, previous = self.adoption()
@@ -202,15 +213,30 @@ def _keys_of(args: tuple[Any, ...], kwargs: Mapping[str, Any], name: str) -> lis
     return [args[0] if args else kwargs["key"]]
 
 
-def _ruled(plain: type, name: str, rule: Callable[[Any, Sequence[Any]], None]) -> Any:
+def _ruled(plain: type, name: str, rule: Callable[[Any, Sequence[Any]], object]) -> Any:
     method = getattr(plain, name)
 
     @functools.wraps(method)
     def ruled(self: Any, *args: Any, **kwargs: Any) -> Any:
         keys = _keys_of(args, kwargs, name)
-        if keys:
+        if not keys:
+            return method(self, *args, **kwargs)
+        if name not in WHERE_ABSENT:
             rule(self, keys)
-        return method(self, *args, **kwargs)
+            return method(self, *args, **kwargs)
+        held = AdoptingCache._adopt_to_write(self, keys, keep_held=True)
+        if not held:
+            return method(self, *args, **kwargs)
+        if name == "add":
+            return False
+        defaults = args[0] if args else kwargs.pop("defaults")  # get_or_set_many
+        rest = {key: value for key, value in defaults.items() if key not in held}
+        found = method(self, rest, *args[1:], **kwargs) if rest else {}
+        return {
+            key: held[key] if key in held else found[key]
+            for key in keys
+            if key in held or key in found
+        }
 
     return ruled
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sentinel_cache.core.options import did_you_mean
 from sentinel_cache.exceptions import ConfigurationError
 
 # Flask-Caching setting -> the option name parse_cache_config knows.
@@ -18,6 +19,22 @@ FLASK_OPTION_KEYS: Mapping[str, str] = {
     "CACHE_REDIS_DB": "DB",
 }
 _SECRET_KEYS = frozenset({"CACHE_REDIS_PASSWORD", "CACHE_REDIS_SENTINEL_PASSWORD"})
+#: Every Flask setting this backend reads, for "did you mean" on a misspelled one.
+READ_SETTINGS = frozenset(
+    {*FLASK_OPTION_KEYS, "CACHE_REDIS_SENTINELS", "CACHE_REDIS_URL", "CACHE_OPTIONS"}
+)
+
+
+def misspelled(config: Mapping[str, Any], wanted: str) -> str:
+    """``"; CACHE_REDIS_SENTINEL_MASTRES is set: did you mean 'CACHE_REDIS_SENTINEL_MASTERS'?"``
+    when a setting this backend does not read is close to ``wanted`` (a required setting found
+    missing), else "": the error then names the typo, not only the setting it left unset."""
+    for key in sorted(str(k) for k in config):
+        if key in READ_SETTINGS or not key.upper().startswith("CACHE_"):
+            continue
+        if did_you_mean(key, [wanted], cutoff=0.8):
+            return f"; {key} is set, which is not read: did you mean {wanted!r}?"
+    return ""
 
 
 def translate_settings(
@@ -82,15 +99,19 @@ def translate_settings(
         value=sentinels,
         reason='required, the sentinel addresses as a list of "host:port" '
         "(or a sentinel:// URL in CACHE_REDIS_URL)"
-        + (f" (got {sentinels!r})" if sentinels is not None else ""),
+        + (f" (got {sentinels!r})" if sentinels is not None else "")
+        + misspelled(config, "CACHE_REDIS_SENTINELS"),
     )
 
 
 def in_flask_terms(
-    exc: ConfigurationError, location_key: str, sources: Mapping[str, str]
+    exc: ConfigurationError,
+    location_key: str,
+    sources: Mapping[str, str],
+    config: Mapping[str, Any] | None = None,
 ) -> ConfigurationError:
     """Name the Flask setting a core error is about (the core names its own options), from the
-    error's ``option``, ``value`` and ``reason``."""
+    error's ``option``, ``value`` and ``reason``; ``config`` (the app's) for "did you mean"."""
     option = exc.option
     if option is None:
         return ConfigurationError(option="CACHE_OPTIONS", value=exc.value, reason=str(exc))
@@ -102,7 +123,8 @@ def in_flask_terms(
         if exc.value is None:  # the one option that must be given
             return ConfigurationError(
                 option="CACHE_REDIS_SENTINEL_MASTERS",
-                reason="required, the ordered list of master names",
+                reason="required, the ordered list of master names"
+                + misspelled(config or {}, "CACHE_REDIS_SENTINEL_MASTERS"),
             )
         if location_key == "CACHE_REDIS_URL" and str(exc.value).upper() not in sources:
             return exc.renamed("CACHE_REDIS_URL")  # from its query string

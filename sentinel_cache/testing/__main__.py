@@ -13,6 +13,7 @@ Exit codes: 0 ok, 1 the operation failed (start-up, a failover that did not comp
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import shlex
@@ -46,6 +47,10 @@ from sentinel_cache.testing.topology import (
 PROG = "python -m sentinel_cache.testing"
 #: ``up``'s ports when none are chosen: the same every run, so the settings pasted stay valid.
 DEFAULT_PORT_BASE = 6390
+# The topology's own defaults, read from it so the help cannot drift from what `up` starts.
+_TOPOLOGY_DEFAULTS = inspect.signature(LocalSentinelCluster.__init__).parameters
+DEFAULT_DOWN_AFTER_MS: int = _TOPOLOGY_DEFAULTS["down_after_ms"].default
+DEFAULT_FAILOVER_TIMEOUT_MS: int = _TOPOLOGY_DEFAULTS["failover_timeout_ms"].default
 _USAGE, _FAILED = 2, 1
 
 
@@ -65,10 +70,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     secrets = argparse.ArgumentParser(add_help=False)
     secrets.add_argument(
-        "--password", default=None, help="the data nodes' password, if the state file lacks it"
+        "--password",
+        default=None,
+        help="the data nodes' password, if the state file lacks it (default: the state file's, "
+        "else none)",
     )
     secrets.add_argument(
-        "--sentinel-password", default=None, help="the sentinels' password, if the file lacks it"
+        "--sentinel-password",
+        default=None,
+        help="the sentinels' password, if the file lacks it (default: the state file's, else none)",
     )
     timeout = argparse.ArgumentParser(add_help=False)
     timeout.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
@@ -79,7 +89,10 @@ def _parser() -> argparse.ArgumentParser:
         parents=[state],
         help="start a topology, print its settings, run until Ctrl-C",
         description="Start a topology, write the state file, print the settings to paste and "
-        "run in the foreground until Ctrl-C/SIGTERM (`down` from another terminal sends that).",
+        "run in the foreground until Ctrl-C/SIGTERM (`down` from another terminal sends that). "
+        f"Every node listens on {HOST}; the sentinels' quorum is a majority of --sentinels, "
+        f"their failover-timeout {DEFAULT_FAILOVER_TIMEOUT_MS} ms, parallel-syncs 1; no "
+        "persistence.",
     )
     up.add_argument("--shards", type=int, default=2, help="number of masters (default 2)")
     up.add_argument("--replicas", type=int, default=1, help="replicas per master (default 1)")
@@ -106,10 +119,18 @@ def _parser() -> argparse.ArgumentParser:
         "random free ports if one of those is taken; 0: random free ports)",
     )
     up.add_argument(
-        "--down-after-ms", type=int, default=1000, help="sentinel down-after-milliseconds"
+        "--down-after-ms",
+        type=int,
+        default=DEFAULT_DOWN_AFTER_MS,
+        help="sentinel down-after-milliseconds: how long a master must not answer before the "
+        f"sentinels fail it over (default {DEFAULT_DOWN_AFTER_MS})",
     )
-    up.add_argument("--password", default=None, help="requirepass for the data nodes")
-    up.add_argument("--sentinel-password", default=None, help="requirepass for the sentinels")
+    up.add_argument(
+        "--password", default=None, help="requirepass for the data nodes (default: none)"
+    )
+    up.add_argument(
+        "--sentinel-password", default=None, help="requirepass for the sentinels (default: none)"
+    )
     up.add_argument(
         "--print-secrets",
         action="store_true",
@@ -161,7 +182,11 @@ def _parser() -> argparse.ArgumentParser:
         "roughly as redis-cli does. The password comes from --password, else from the state "
         "file (the sentinels' one for a sentinel port) when it holds it.",
     )
-    cli.add_argument("--password", default=None, help="password for AUTH")
+    cli.add_argument(
+        "--password",
+        default=None,
+        help="password for AUTH (default: the state file's, when it holds it; else none)",
+    )
     cli.add_argument("port", type=int, help="a port on 127.0.0.1")
     cli.add_argument("args", nargs=argparse.REMAINDER, metavar="COMMAND", help="command and args")
     return parser

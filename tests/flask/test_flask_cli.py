@@ -161,3 +161,33 @@ def test_app_without_our_cache() -> None:
     result = app.test_cli_runner().invoke(args=["sentinel-status"])
     assert result.exit_code == 3  # a configuration error, not "down"
     assert "no cache of type sentinel_cache.flask.ShardedSentinelCache" in result.output
+
+
+def test_a_data_node_is_not_a_sentinel_and_an_idle_pool_says_not_started(
+    cluster: LocalSentinelCluster,
+) -> None:
+    """Issue 38: the words of ``manage.py sentinel_status`` (tests/django_ops/test_ops_verdicts.py):
+    a data node in the sentinel list is "NOT A SENTINEL", with no ACL advice; a process that has
+    run no pool says "not started" in the listener and last-switch columns, as Django's does."""
+    node = "{}:{}".format(*cluster.master_address(cluster.master_names[0]))
+    settings = settings_for(cluster, CACHE_REDIS_SENTINELS=[*cluster.config()["sentinels"], node])
+    app, _, backend = build_app(settings)
+    try:
+        assert not backend.core.started
+        result = app.test_cli_runner().invoke(args=["sentinel-status"])
+        assert result.exit_code == 1, result.output
+        lines = result.output.splitlines()
+        row = next(line for line in lines if line.startswith(node))
+        assert "NOT A SENTINEL" in row and "not started" in row
+        assert (
+            f"sentinel {node} is not a sentinel: {node} (ROLE master): it answers as a Redis "
+            in (result.output)
+        )
+        shard_rows = [line for line in lines if line.startswith(("0 ", "1 "))]
+        assert len(shard_rows) == 2 and all("not started" in r for r in shard_rows)
+        assert "+sentinel|master" not in result.output
+        report = json.loads(app.test_cli_runner().invoke(args=["sentinel-status", "--json"]).output)
+        (entry,) = [s for s in report["sentinels"] if s["address"] == node]
+        assert entry["state"] == "not_sentinel" and entry["role"] == "master"
+    finally:
+        backend.core.close()

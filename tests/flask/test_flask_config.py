@@ -148,6 +148,39 @@ def test_masters_required() -> None:
 
 
 @pytest.mark.parametrize(
+    ("typo", "meant", "unset"),
+    [
+        (
+            "CACHE_REDIS_SENTINEL_MASTRES",
+            "CACHE_REDIS_SENTINEL_MASTERS",
+            "CACHE_REDIS_SENTINEL_MASTERS",
+        ),
+        (
+            "CACHE_REDIS_SENTINEL_MASTERs",
+            "CACHE_REDIS_SENTINEL_MASTERS",
+            "CACHE_REDIS_SENTINEL_MASTERS",
+        ),
+        (
+            "CACHE_REDIS_SENTINAL_MASTERS",
+            "CACHE_REDIS_SENTINEL_MASTERS",
+            "CACHE_REDIS_SENTINEL_MASTERS",
+        ),
+        ("CACHE_REDIS_SENTINEL", "CACHE_REDIS_SENTINELS", "CACHE_REDIS_SENTINELS"),
+        ("CACHE_REDIS_SENTINELLS", "CACHE_REDIS_SENTINELS", "CACHE_REDIS_SENTINELS"),
+    ],
+)
+def test_a_misspelled_required_setting_says_did_you_mean(typo: str, meant: str, unset: str) -> None:
+    """Issue 38: "...MASTERS: required" alone left the typo to be found by eye."""
+    error = fails(f"^{unset}: required", **{unset: None, typo: BASE[meant]})
+    assert f"; {typo} is set, which is not read: did you mean {meant!r}?" in str(error)
+
+
+def test_unrelated_settings_get_no_suggestion() -> None:
+    error = fails("^CACHE_REDIS_SENTINEL_MASTERS: required", CACHE_REDIS_SENTINEL_MASTERS=None)
+    assert "did you mean" not in str(error)  # Flask-Caching's own CACHE_* defaults are not typos
+
+
+@pytest.mark.parametrize(
     ("value", "why"),
     [(["a", "a"], "listed twice"), ([], "at least one"), (["a b"], "white space")],
 )

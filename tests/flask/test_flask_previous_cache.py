@@ -21,6 +21,7 @@ from durable_support import while_frozen
 from flask import Flask
 from flask_caching import Cache
 from flask_support import build_app, settings_for
+from threads import Workers
 
 from sentinel_cache.exceptions import ConfigurationError
 from sentinel_cache.testing import LocalSentinelCluster
@@ -243,3 +244,38 @@ def test_durable_replicas_hold_the_old_copies_until_our_replica_has_them(
     assert old_server.exists(*stored) == 0
     with ours.node_client(replica, db=DB) as node:
         assert node.exists(*[backend._key(k) for k in keys]) == len(keys)
+
+
+def test_concurrent_first_reads_of_old_only_keys_never_miss(
+    apps: Any, old_server: redis.Redis
+) -> None:
+    """12 threads read the same 100 keys only the old cache has, at once, 3 rounds, with
+    ``get`` and ``get_many``: not one miss (a reader that missed here and then on the old cache,
+    whose copy another reader had just moved, reads here again before reporting a miss)."""
+    previous, _, cache, backend = apps
+    keys = {f"race{i}": {"i": i} for i in range(100)}
+    misses: list[tuple[int, str]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(12)
+
+    def reader(round_: int, many: bool) -> None:
+        start.wait(timeout=60)
+        if many:
+            got = dict(zip(keys, cache.get_many(*keys), strict=True))
+        else:
+            got = {key: cache.get(key) for key in keys}
+        with lock:
+            misses.extend((round_, key) for key, value in keys.items() if got[key] != value)
+
+    cache.has("-")  # connected: each shard's master known
+    for round_ in range(3):
+        for shard in backend.core.shards:  # ours emptied behind its back: no tombstones
+            for key in shard.client.scan_iter(match=f"{backend.resolved_prefix()}*"):
+                shard.client.delete(key)
+        previous.set_many(keys, timeout=600)
+        start.reset()
+        with Workers(timeout=120) as workers:
+            for i in range(12):
+                workers.spawn(reader, round_, i % 2 == 1)
+    print(f"\n{len(misses)} misses of {3 * 12 * len(keys)} reads")
+    assert misses == []

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import select
 import threading
 import weakref
 from collections.abc import AsyncIterator
@@ -39,7 +40,7 @@ import redis.asyncio
 import redis.asyncio.connection
 from redis.asyncio.connection import async_timeout
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, ResponseError
+from redis.exceptions import InvalidResponse, ReadOnlyError, ResponseError
 
 from sentinel_cache.core.config import (
     Address,
@@ -51,7 +52,16 @@ from sentinel_cache.core.ops.deadlines import ReadDeadlines, read_deadlines
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._async.connection import AsyncShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import AsyncFairBlockingConnectionPool
-from sentinel_cache.core.topology.lean_rules import CLOSED, broken, lean_reader, socket_failure
+from sentinel_cache.core.topology.lean_rules import (
+    CLOSED,
+    MIN_BULK_LIMIT,
+    broken,
+    lean_reader,
+    mark_unsent,
+    overfull,
+    oversized,
+    socket_failure,
+)
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 
@@ -72,6 +82,9 @@ except ImportError:  # pragma: no cover - older redis-py
     EventDispatcher = None  # type: ignore[assignment, misc]
 
 _READ_SIZE = 65536
+_POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
+#: Below this many buffered bytes no reply item is looked at (``overfull``'s bound is larger).
+_OVERFULL_FROM = MIN_BULK_LIMIT
 #: The ``asyncio.StreamReader`` internals the lean read uses (Python 3.10 to 3.13 have them);
 #: a connection whose stream lacks one is left to redis-py's own path.
 STREAM_INTERNALS = ("_buffer", "_exception", "_paused", "_eof", "_maybe_resume_transport")
@@ -139,6 +152,9 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
         self._sent_promotions = self._shard.state.promotions  # ShardBound._note_sent
         try:
             transport = writer.transport
+            if transport.is_closing() or self._reader._eof:  # type: ignore[union-attr]
+                # Closed before anything was written: the command cannot have run.
+                raise mark_unsent(RedisConnectionError(CLOSED))
             if len(command) == 1:
                 transport.write(command[0])
             else:
@@ -166,12 +182,20 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
                 while response is pending:
                     buffer = stream._buffer  # type: ignore[attr-defined]
                     if buffer and stream._exception is None:  # type: ignore[attr-defined]
-                        # arrived: taken as stream.read() would, without a coroutine or a copy
+                        # arrived: taken as stream.read() would, without a coroutine or a copy;
+                        # the reply guard first: no header declaring a huge size is fed
+                        hostile, self._carry = oversized(
+                            buffer, len(buffer), self._carry, self.bulk_limit
+                        )
+                        if hostile is not None:
+                            raise self.protocol_error(hostile)
                         parser.feed(buffer)
                         buffer.clear()
                         if stream._paused:  # type: ignore[attr-defined]
                             stream._maybe_resume_transport()  # type: ignore[attr-defined]
                         response = parser.gets()
+                        if response is pending and parser.len() > _OVERFULL_FROM:
+                            self._overfull(parser)
                         continue
                     limit = self.socket_timeout
                     deadlines = self._deadlines or self._loop_deadlines()
@@ -190,8 +214,13 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
                             deadlines.waiting.pop(task, None)
                     if not data:
                         raise RedisConnectionError(CLOSED)
+                    hostile, self._carry = oversized(data, len(data), self._carry, self.bulk_limit)
+                    if hostile is not None:
+                        raise self.protocol_error(hostile)
                     parser.feed(data)
                     response = parser.gets()
+                    if response is pending and parser.len() > _OVERFULL_FROM:
+                        self._overfull(parser)
                 if push is None or not isinstance(response, push):
                     break
                 await self._parser.handle_push_response(response)  # type: ignore[attr-defined]
@@ -199,6 +228,9 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
             kind = type(response)
             if kind is not bytes and (failure := broken(response)) is not None:
                 raise failure
+        except InvalidResponse as exc:  # garbage: the socket is out of step
+            await self.disconnect(nowait=True)
+            raise self.protocol_error(f"sent bytes that are no reply ({exc})") from exc
         except BaseException as exc:
             raise await self._failed(exc, writing=False)  # noqa: B904 - _failed chains it
         if kind is not bytes and kind is not list and isinstance(response, ResponseError):
@@ -211,6 +243,12 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
             await self.disconnect()
             raise untrusted  # type: ignore[misc]
         return response
+
+    def _overfull(self, parser: Any) -> None:
+        """Raise if the reply item the parser waits for is larger than the master can hold."""
+        hostile = overfull(parser.len(), self.bulk_limit)
+        if hostile is not None:
+            raise self.protocol_error(hostile)
 
     # The running loop's ReadDeadlines (a connection lives in the loop of its pool).
     _deadlines: ReadDeadlines | None = None
@@ -240,7 +278,32 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
         ):
             return False
         # stream.at_eof() is "_eof and not _buffer": with _buffer asked too, _eof says it
-        return not (stream._buffer or stream._eof or state[0].has_data())  # type: ignore[attr-defined]
+        if stream._buffer or stream._eof or state[0].has_data():  # type: ignore[attr-defined]
+            return False
+        return not self.idle_readable()
+
+    # (the writer, a poller registered for its socket, or None without select.poll)
+    _poll_for: tuple[Any, Any] | None = None
+
+    def idle_readable(self) -> bool:
+        """Whether the socket of this idle connection has something the event loop has not
+        read yet: an end of file or a reset (the node closed it: a ``CLIENT KILL``, a restart)
+        or bytes out of step. The loop learns it only when it next runs, so without this look a
+        call right after a kill was written to a closed connection and could not tell whether
+        the node ran it; with it the connection is replaced before anything is sent. One
+        ``poll`` per checkout, as the sync pool's (:meth:`LeanShardIO.ready_to_send`)."""
+        writer = self._writer
+        if writer is None:
+            return False
+        found = self._poll_for
+        if found is None or found[0] is not writer:
+            sock = writer.transport.get_extra_info("socket")
+            poller = None
+            if _POLL_IN and sock is not None:
+                poller = select.poll()
+                poller.register(sock.fileno(), _POLL_IN)
+            found = self._poll_for = (writer, poller)
+        return found[1] is not None and bool(found[1].poll(0))
 
 
 class AsyncShardPool(AsyncFairBlockingConnectionPool):
@@ -256,7 +319,16 @@ class AsyncShardPool(AsyncFairBlockingConnectionPool):
 
     async def ensure_connection(self, connection: Any) -> None:
         if not connection.ready_to_send():
+            await self._renew_if_closed(connection)
             await super().ensure_connection(connection)
+
+    @staticmethod
+    async def _renew_if_closed(connection: Any) -> None:
+        """Drop the socket of a connection the node closed while it idled
+        (:meth:`AsyncLeanShardIO.idle_readable`), which redis-py's check cannot see until the
+        loop has run: the check then connects anew, and nothing was sent on the closed one."""
+        if connection.idle_readable():
+            await connection.disconnect()
 
     async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
         """The fair pool's checkout; an idle connection ready to send is handed out at once
@@ -267,6 +339,7 @@ class AsyncShardPool(AsyncFairBlockingConnectionPool):
             if connection.ready_to_send():
                 return connection
             try:
+                await self._renew_if_closed(connection)
                 await super().ensure_connection(connection)
             except BaseException:
                 await self._discard(connection)

@@ -56,6 +56,7 @@ from sentinel_cache.exceptions import (
     DataNodeAuthenticationError,
     MasterNotFoundError,
     NoSentinelReachableError,
+    ReplyProtocolError,
     SentinelAuthenticationError,
 )
 
@@ -95,7 +96,14 @@ def check_role(address: Address, connection_kwargs: Mapping[str, Any]) -> str:
     """``ROLE`` of the node at ``address`` ("master", "slave", ...), with the data nodes' options."""
     client = direct_client(address, connection_kwargs)
     try:
-        role = client.execute_command("ROLE")
+        try:
+            role = client.execute_command("ROLE")
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+            # redis-py's handshake met a reply of the wrong kind (``+OK`` for HELLO's map)
+            raise ReplyProtocolError(
+                f"the node at {address} answered the connection handshake with a reply of "
+                f"the wrong kind ({type(exc).__name__}: {exc})"
+            ) from exc
         if not isinstance(role, (list, tuple)) or not role or not isinstance(role[0], (bytes, str)):
             raise redis.ResponseError(f"malformed ROLE reply: {role!r:.80}")
         return reply_text(role[0])

@@ -24,13 +24,23 @@ from typing import Any
 
 import redis.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, ResponseError
+from redis.exceptions import InvalidResponse, ReadOnlyError, ResponseError
 
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._sync.connection import ShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import FairBlockingConnectionPool
-from sentinel_cache.core.topology.lean_rules import CLOSED, broken, lean_reader, socket_failure
+from sentinel_cache.core.topology.lean_rules import (
+    CLOSED,
+    MIN_BULK_LIMIT,
+    broken,
+    lean_reader,
+    overfull,
+    oversized,
+    socket_failure,
+)
 
+#: Below this many buffered bytes no reply item is looked at (``overfull``'s bound is larger).
+_OVERFULL_FROM = MIN_BULK_LIMIT
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
 
 
@@ -146,8 +156,16 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
                         size = sock.recv_into(buffer)
                         if not size:
                             raise RedisConnectionError(CLOSED)
+                        # The reply guard: no header declaring a huge size reaches the reader.
+                        hostile, self._carry = oversized(buffer, size, self._carry, self.bulk_limit)
+                        if hostile is not None:
+                            raise self.protocol_error(hostile)
                         reader.feed(buffer, 0, size)
                         response = reader.gets()
+                        if response is pending and reader.len() > _OVERFULL_FROM:
+                            hostile = overfull(reader.len(), self.bulk_limit)
+                            if hostile is not None:
+                                raise self.protocol_error(hostile)
                 if push is None or type(response) is not push:
                     break
                 self._parser.handle_push_response(response)
@@ -155,6 +173,9 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
             kind = type(response)
             if kind is not bytes and (failure := broken(response)) is not None:
                 raise failure
+        except InvalidResponse as exc:  # garbage: the socket is out of step
+            self.disconnect()
+            raise self.protocol_error(f"sent bytes that are no reply ({exc})") from exc
         except BaseException as exc:
             raise self._failed(exc, writing=False)  # noqa: B904 - _failed chains it
         if kind is not bytes and kind is not list and isinstance(response, ResponseError):

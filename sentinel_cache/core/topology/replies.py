@@ -32,6 +32,9 @@ class SentinelReply:
     replicas: dict[str, list[Address]] = field(default_factory=dict)
     peers: list[Address] = field(default_factory=list)
     error: BaseException | None = None
+    # Per master, the error its own question got: a data node refuses every SENTINEL command,
+    # and each shard's message should quote that shard's command, not the first one's.
+    failures: dict[str, BaseException] = field(default_factory=dict)
     elapsed: float = 0.0
 
 
@@ -114,6 +117,29 @@ def credential_failure(exc: BaseException | None) -> str | None:
     return None
 
 
+def acl_refusal(exc: BaseException | None) -> bool:
+    """``exc`` is an ACL refusal (``NOPERM``): the user lacks a command, not a wrong master
+    name (``ERR No such master``) or a server that is no sentinel (``unknown command``)."""
+    return credential_failure(exc) == "permission"
+
+
+#: What a Redis/Valkey data node answers to SENTINEL commands (it has no such command).
+NOT_A_SENTINEL_REPLY = "unknown command 'sentinel'"
+
+
+def not_a_sentinel(exc: BaseException | None) -> bool:
+    """``exc`` says the server asked is no sentinel: a data node's "unknown command 'SENTINEL'"."""
+    return isinstance(exc, redis.ResponseError) and NOT_A_SENTINEL_REPLY in str(exc).lower()
+
+
+#: What to do about an address of LOCATION that answers as a data node.
+NOT_A_SENTINEL_HINT = (
+    "it answers as a Redis data node, not as a sentinel: LOCATION (Flask: "
+    "CACHE_REDIS_SENTINELS) must list the sentinels' host:port (their port is 26379 by "
+    "default), not the masters' or replicas'"
+)
+
+
 def refusal(exc: BaseException | None, side: str) -> tuple[str, str] | None:
     """``(what the server did, what to check)`` if ``exc`` says a ``side`` (``"sentinel"`` or
     ``"data node"``) refused our credentials, permissions or certificates; None otherwise.
@@ -174,14 +200,20 @@ def summarize_failures(
     replies: Sequence[SentinelReply], name: str, secrets: Sequence[str] = ()
 ) -> str:
     parts = []
+    data_nodes = False
     for reply in replies:
         if reply.error is not None:
-            kind = credential_failure(reply.error)
+            failure = reply.failures.get(name, reply.error)  # this master's own command
+            kind = credential_failure(failure)
             verb = "" if kind is None else f"{VERBS[kind]}: "
-            error = redact(f"{type(reply.error).__name__}: {reply.error}", secrets)
+            error = redact(f"{type(failure).__name__}: {failure}", secrets)
+            if not_a_sentinel(failure):
+                verb, data_nodes = "not a sentinel: ", True
             parts.append(f"{reply.sentinel}: {verb}{error}")
         elif reply.masters.get(name) is None:
             parts.append(f"{reply.sentinel}: does not monitor {name!r}")
         else:
             parts.append(f"{reply.sentinel}: named {reply.masters[name]}")
+    if data_nodes:
+        parts.append(NOT_A_SENTINEL_HINT.replace("it answers", "an address that answers", 1))
     return redact("; ".join(parts), secrets)

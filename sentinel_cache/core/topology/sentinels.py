@@ -22,6 +22,7 @@ from sentinel_cache.core.topology.replies import (
     HINTS,
     VERBS,
     SentinelReply,
+    acl_refusal,
     config_epoch,
     credential_failure,
     direct_client,
@@ -117,7 +118,11 @@ class SentinelSet:
         """Warn once per sentinel that refuses ``SENTINEL MASTER`` (an ACL without
         ``+sentinel|master``): its answers then carry no config epoch, so a switch is ordered by
         when it was heard, not by the sentinels' epoch (a late answer from a sentinel that missed
-        the failover can then win until the next one)."""
+        the failover can then win until the next one). Only for an ACL refusal (``NOPERM``): an
+        unmonitored name or a data node also refuses the command, and the ACL advice would
+        send the operator the wrong way (the name's or the address's error says why)."""
+        if not acl_refusal(error):
+            return
         with self._lock:
             if address in self._no_epoch:
                 return
@@ -214,6 +219,9 @@ class SentinelSet:
                     pipe.execute_command("SENTINEL", "REPLICAS", name)
             results = pipe.execute(raise_on_error=False)
             step = 4 if replicas else 3
+            for i, name in enumerate(masters):
+                if isinstance(results[i * step], BaseException):
+                    reply.failures[name] = results[i * step]
             for i, name in enumerate(masters):
                 master, peers = results[i * step], results[i * step + 1]
                 detail = results[i * step + 2]

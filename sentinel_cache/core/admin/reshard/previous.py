@@ -4,9 +4,15 @@ Flask-Caching's Redis backend) read through and emptied into this one, framework
 The adapters wrap the old backend in a :class:`PreviousCache` (its own key function, serializer,
 compressor and sharding read the values) and apply two rules, each declared once there:
 
-* a miss is served from the previous cache and copied (:meth:`Adopter.adopt`);
-* a write or delete removes the previous copy first (:meth:`Adopter.forget`), and a ``clear``
-  or pattern delete empties the previous cache first (:meth:`Adopter.cleared`).
+* a miss is served from the previous cache and copied (:meth:`Adopter.adopt`); a key the
+  previous cache no longer has is read on ours again before it is reported missing (a
+  concurrent reader copies before it deletes the previous copy, so the second read finds it);
+  a value the previous backend cannot decode is a miss, one our serializer cannot store is
+  served from there and not copied: both stay there, skipped and listed by the migration (the
+  second is present to a conditional write too: :meth:`Adopter.adopt_to_write`);
+* a write or delete removes the previous copy first (:meth:`Adopter.forget`; a previous cache
+  that cannot delete it fails the write, whatever its backend's ``IGNORE_EXCEPTIONS``), and a
+  ``clear`` or pattern delete empties the previous cache first (:meth:`Adopter.cleared`).
 
 The copies pass the resharding's guard (:data:`~sentinel_cache.core.ops.scripts.COPY_MISSING`):
 never over a value there, never over a delete since (its tombstone), never after the copy's
@@ -34,7 +40,7 @@ from sentinel_cache.core.admin.reshard.calls import TokenBucket
 from sentinel_cache.core.admin.reshard.rendering import render_report
 from sentinel_cache.core.admin.reshard.reports import PairReport, Progress, Report, ShardReport
 from sentinel_cache.core.ops.client import CacheClient
-from sentinel_cache.core.ops.plans import Command
+from sentinel_cache.core.ops.plans import MISS, Command
 from sentinel_cache.core.ops.scripts import (
     CLEARED,
     COPY_MISSING,
@@ -43,7 +49,7 @@ from sentinel_cache.core.ops.scripts import (
     copy_deadline,
 )
 from sentinel_cache.core.topology.shard import MASTER_ERRORS, Shard
-from sentinel_cache.exceptions import ConfigurationError
+from sentinel_cache.exceptions import ConfigurationError, SerializationError, ShardUnavailableError
 
 __all__ = [
     "COPIED",
@@ -52,7 +58,11 @@ __all__ = [
     "GONE",
     "KEPT",
     "LATE",
+    "LISTED",
     "PRESENT",
+    "SKIPPED",
+    "UNREADABLE",
+    "UNREPRESENTABLE",
     "Adopter",
     "PreviousCache",
     "PreviousPlan",
@@ -69,8 +79,15 @@ logger = logging.getLogger("sentinel_cache")
 #: A copy's outcome: copied; refused, a value is on ours (it wins); refused, deleted or cleared
 #: on ours since; gone from the previous cache before its TTL was read; refused, too late.
 COPIED, PRESENT, DELETED, EXPIRED, LATE = "copied", "present", "deleted", "expired", "late"
-#: The outcomes that leave the previous copy where it is.
-KEPT = (DELETED, LATE)
+#: Not copied, left on the previous cache: its backend raised decoding the value (a "poison"
+#: value: a miss to a reader, skipped and listed by the migration); our serializer cannot store
+#: the value (served as the previous cache decodes it, on every read, until written here).
+UNREADABLE, UNREPRESENTABLE = "unreadable", "unrepresentable"
+SKIPPED = (UNREADABLE, UNREPRESENTABLE)
+#: The outcomes that leave the previous copy where it is (a write deletes it first).
+KEPT = (DELETED, LATE, *SKIPPED)
+#: How many skipped keys a migration report lists by name (all are counted).
+LISTED = 100
 #: What :meth:`PreviousCache.pttls` says of a key that is not there (any more).
 GONE = -2
 
@@ -100,7 +117,8 @@ class PreviousCache(Protocol):
         the backend cannot tell (the adapter's rule). One round trip per server."""
 
     def remove(self, keys: Sequence[Any]) -> None:
-        """Delete these keys from it."""
+        """Delete these keys from it, raising if it cannot: through its servers' own clients
+        where the backend would hide the error (django-redis's ``IGNORE_EXCEPTIONS``)."""
 
     def clear(self, pattern: str | None) -> None:
         """Empty it (``pattern``: only the keys of ours matching this glob)."""
@@ -132,21 +150,37 @@ class Adopter:
         return groups
 
     def adopt(
-        self, previous: PreviousCache, keys: Sequence[Any], *, strict: bool = True
+        self,
+        previous: PreviousCache,
+        keys: Sequence[Any],
+        *,
+        strict: bool = True,
+        recheck: bool = False,
     ) -> tuple[dict[Any, Any], dict[Any, tuple[str, str]]]:
         """Read ``keys`` from the previous cache and copy what it has to their shards with its
         remaining TTL (with DURABLE_REPLICAS, each shard's copies followed by its WAIT), then
-        delete the previous copies that are on ours now. Returns the values read (served
-        whatever the copy's outcome) and each key's (shard name, outcome). A shard's error is
-        raised, or with ``strict`` False (a reader: the value is served anyway) logged, that
-        shard's keys left uncopied (:data:`LATE`) and their previous copies kept. A key the
-        previous cache does not have costs its one read, nothing on ours."""
+        delete the previous copies that are on ours now. Returns the values read and each key's
+        (shard name, outcome). A value is served as ours will return it (a tuple our JSON makes
+        a list is a list from the first read); one our serializer cannot store is served as the
+        previous cache decodes it, not copied (:data:`UNREPRESENTABLE`); one the previous
+        backend cannot decode is a miss (:data:`UNREADABLE`); both stay on the previous cache.
+        A shard's error is raised, or with ``strict`` False (a reader: the value is served
+        anyway) logged, that shard's keys left uncopied (:data:`LATE`) and their previous copies
+        kept. ``recheck`` (a reader): keys the previous cache does not have are read on ours
+        again: a concurrent reader may have moved them between our miss and this read (its copy
+        lands on ours before it deletes the previous copy), so they are not reported missing.
+        A key the previous cache does not have costs its one read (and the recheck)."""
         began = time.monotonic()
-        found = previous.read(list(keys))
-        if not found:
-            return found, {}
-        ttls = previous.pttls([key for key in keys if key in found])
-        groups = self._by_shard([key for key in keys if key in found])
+        found, outcomes = self._read(previous, list(keys))
+        readable = [key for key in keys if key in found]
+        if recheck and len(readable) + len(outcomes) < len(keys):
+            found.update(
+                self._ours([key for key in keys if key not in found and key not in outcomes])
+            )
+        if not readable:
+            return found, outcomes
+        ttls = previous.pttls(readable)
+        groups = self._by_shard(readable)
         run = self.client.run
         # Each owner's clock, read after the previous cache: its TIME ran at most ``elapsed``
         # after that read, so every deadline is no later than TOMBSTONE_MS after the read.
@@ -160,17 +194,19 @@ class Adopter:
                     raise
                 self._not_copied(previous, shard, exc)
                 deadlines[shard] = None
-        outcomes: dict[Any, tuple[str, str]] = {}
         for shard, made in groups.items():
             items: list[tuple[str, Any, tuple[Any, int]]] = []
             for final, key in made.items():
-                if key not in found:
-                    continue
                 ttl = ttls[key]
                 if ttl == GONE or ttl == 0:  # expired between its read and now
                     outcomes[key] = (shard.name, EXPIRED)
-                else:  # 0 is "no expiry" to the copy script
-                    items.append((final, key, (self.client.encode(found[key]), ttl or 0)))
+                    continue
+                data = self._encoded(previous, key, found[key])
+                if data is None:
+                    outcomes[key] = (shard.name, UNREPRESENTABLE)
+                    continue
+                found[key] = self._as_stored(data, found[key])
+                items.append((final, key, (data, ttl or 0)))  # 0 is "no expiry" to the copy
             deadline = deadlines[shard]
             if not items:
                 continue
@@ -194,6 +230,68 @@ class Adopter:
             previous.remove(done)
         return found, outcomes
 
+    def _read(
+        self, previous: PreviousCache, keys: list[Any]
+    ) -> tuple[dict[Any, Any], dict[Any, tuple[str, str]]]:
+        """The previous cache's values of ``keys``, and :data:`UNREADABLE` for each key whose
+        value its backend raised decoding: a batch that raises is read again key by key, so
+        one such value costs only itself. Connection errors are the previous cache's own."""
+        try:
+            return dict(previous.read(keys)), {}
+        except MASTER_ERRORS:
+            raise
+        except Exception as exc:
+            if len(keys) == 1:
+                return {}, {keys[0]: ("-", self._unreadable(previous, keys[0], exc))}
+        found: dict[Any, Any] = {}
+        outcomes: dict[Any, tuple[str, str]] = {}
+        for key in keys:
+            try:
+                found.update(previous.read([key]))
+            except MASTER_ERRORS:
+                raise
+            except Exception as exc:
+                outcomes[key] = ("-", self._unreadable(previous, key, exc))
+        return found, outcomes
+
+    @staticmethod
+    def _unreadable(previous: PreviousCache, key: Any, exc: Exception) -> str:
+        logger.warning(
+            "%s cannot read its value of key %r (a miss here, left there): %s: %s",
+            previous.label,
+            key,
+            type(exc).__name__,
+            exc,
+        )
+        return UNREADABLE
+
+    def _encoded(self, previous: PreviousCache, key: Any, value: Any) -> Any:
+        """The value in our format, or None if our serializer cannot store it (logged)."""
+        try:
+            return self.client.encode(value)
+        except SerializationError as exc:
+            logger.warning(
+                "%s: its value of key %r cannot be stored by this cache's serializer (served "
+                "from there, not copied): %s",
+                previous.label,
+                key,
+                exc,
+            )
+            return None
+
+    def _as_stored(self, data: Any, value: Any) -> Any:
+        """What a read of the copy will return (JSON makes a tuple a list): served from the
+        first read, so the first and the later reads agree."""
+        if type(data) is int:
+            return value
+        decoded = self.client.decode(data)
+        return value if decoded is MISS else decoded
+
+    def _ours(self, keys: Sequence[Any]) -> dict[Any, Any]:
+        """The values ours has of ``keys`` (the caller's keys), read on their shards."""
+        made = {self.make_key(key): key for key in keys}
+        return {made[final]: value for final, value in self.client.get_many(list(made)).items()}
+
     def _written(self, shard: Shard, commands: Sequence[Command]) -> list[Any]:
         """One shard's batch of writes followed by the WAIT of DURABLE_REPLICAS (the client's
         rule, a shortfall logged): the previous copies are removed only once our replicas have
@@ -214,12 +312,42 @@ class Adopter:
             exc,
         )
 
+    def adopt_to_write(
+        self, previous: PreviousCache, keys: Sequence[Any], *, keep_held: bool
+    ) -> dict[Any, Any]:
+        """Before a write on an existing value of ``keys`` (missing on ours): adopted, then the
+        previous copies that could not be moved deleted, so none outlives the write. Returns
+        the values held there that our serializer cannot store (:data:`UNREPRESENTABLE`): such
+        a key is present, as ``get`` just said, so a conditional write answers as for a present
+        key (``add`` refuses, ``get_or_set`` returns it; ``keep_held``: their copies are left
+        there, nothing being written), and one that replaces it (``set(xx=True)``) stores. A
+        value the previous backend cannot decode is absent to all of them, as to ``get``."""
+        found, outcomes = self.adopt(previous, keys, strict=False)
+        held = {key: found[key] for key, (_, done) in outcomes.items() if done == UNREPRESENTABLE}
+        left = [
+            key
+            for key, (_, done) in outcomes.items()
+            if done in KEPT and not (keep_held and key in held)
+        ]
+        if left:
+            self.forget(previous, left)
+        return held
+
     def forget(self, previous: PreviousCache, keys: Sequence[Any]) -> None:
         """Before a write or delete of ``keys`` on ours: their previous copies deleted, then a
-        tombstone for each on its shard (no copy read before the delete lands after it)."""
+        tombstone for each on its shard (no copy read before the delete lands after it). A
+        previous cache that cannot delete them fails the write (ShardUnavailableError naming
+        it): the old copy would come back once ours is deleted or expires."""
         if not keys:
             return
-        previous.remove(keys)
+        try:
+            previous.remove(keys)
+        except MASTER_ERRORS as exc:
+            raise ShardUnavailableError(
+                f"{previous.label} (PREVIOUS_CACHE) cannot delete its copies of {len(keys)} "
+                f"key(s) (first {keys[0]!r}), so this write is refused (the old value would "
+                f"come back): {type(exc).__name__}: {exc}"
+            ) from exc
         for shard, made in self._by_shard(keys).items():
             marks = [(f"{TOMBSTONE_PREFIX}{final}", TOMBSTONE_MS) for final in made]
             self._mark(shard, marks, "tombstones of a write")
@@ -341,7 +469,9 @@ def migrate_previous(
     TTLs, never over a value ours has), then deleted from it. Resumable: what is adopted is
     gone from the previous cache, so a second run (or a run after a killed one) handles only
     what is left. A server or shard error gives that server up (the report says so; run again).
-    ``rate`` caps the keys adopted per second."""
+    A value the previous backend cannot decode, or this cache's serializer cannot store, is
+    skipped and left there, counted and listed in the report (``error``, the run still
+    complete): it cannot stop the others. ``rate`` caps the keys adopted per second."""
     if batch < 1:
         raise ValueError(f"batch must be a positive number of keys, got {batch}")
     if rate is not None and rate <= 0:
@@ -363,6 +493,7 @@ def migrate_previous(
     for position, (label, server) in enumerate(servers):
         began = time.monotonic()
         counts = {"scanned": 0, COPIED: 0, PRESENT: 0, "gone": 0, LATE: 0}
+        skipped: dict[str, list[Any]] = {UNREADABLE: [], UNREPRESENTABLE: []}
         error: str | None = None
         try:
             for stored in _scan(server, pattern, batch):
@@ -375,6 +506,9 @@ def migrate_previous(
                     _, outcomes = adopter.adopt(previous, part)
                     for key in part:
                         shard, outcome = outcomes.get(key, ("-", EXPIRED))
+                        if outcome in SKIPPED:  # left there, listed: no run can move it
+                            skipped[outcome].append(key)
+                            continue
                         # Refused as deleted: the old copy is kept (see adopt), so run again.
                         kind = {COPIED: COPIED, PRESENT: PRESENT, EXPIRED: "gone"}.get(
                             outcome, LATE
@@ -395,9 +529,14 @@ def migrate_previous(
                 f"{counts[LATE]} keys not copied (deleted or cleared on this cache in the last "
                 f"{TOMBSTONE_MS // 1000} s, or their copy came after its deadline): run again"
             )
+        complete = error is None  # skipped keys do not make it incomplete: no run moves them
+        if any(skipped.values()):
+            note = _skipped_note(skipped)
+            logger.error("adoption from %s: server %s: %s", previous.label, label, note)
+            error = note if error is None else f"{error}; {note}"
         if progress is not None:
             last = _progress(label, position, len(servers), counts, sizes, totals, started)
-            progress(dataclasses.replace(last, done=True, error=error))
+            progress(dataclasses.replace(last, done=True, error=None if complete else error))
         totals[0] += counts["scanned"]
         totals[1] += counts[COPIED] + counts[PRESENT] + counts["gone"]
         shards.append(
@@ -412,7 +551,7 @@ def migrate_previous(
                 expired=counts["gone"],
                 restarts=0,
                 seconds=time.monotonic() - began,
-                complete=error is None,
+                complete=complete,
                 error=error,
             )
         )
@@ -422,6 +561,19 @@ def migrate_previous(
         seconds=time.monotonic() - started,
         shards=tuple(shards),
         pairs=tuple(PairReport(a, b, *c) for (a, b), c in sorted(pairs.items())),
+    )
+
+
+def _skipped_note(skipped: dict[str, list[Any]]) -> str:
+    """The report's words on the keys a migration skipped: counted, the first LISTED named."""
+    unreadable, unrepresentable = skipped[UNREADABLE], skipped[UNREPRESENTABLE]
+    keys = [*unreadable, *unrepresentable]
+    shown = ", ".join(repr(key) for key in keys[:LISTED])
+    more = f" and {len(keys) - LISTED} more" if len(keys) > LISTED else ""
+    return (
+        f"{len(keys)} keys skipped, left on the previous cache ({len(unreadable)} its backend "
+        f"cannot decode: delete them there or let them expire; {len(unrepresentable)} this "
+        f"cache's serializer cannot store: read through until written here): {shown}{more}"
     )
 
 

@@ -29,6 +29,7 @@ from sentinel_cache.core.admin.status.judge import (
 from sentinel_cache.core.admin.status.probes import (
     NODE_FIELDS,
     SENTINEL_AUTH_REFUSED,
+    SENTINEL_NOT_SENTINEL,
     SENTINEL_OK,
     SENTINEL_UNREACHABLE,
     SentinelProbe,
@@ -80,6 +81,7 @@ __all__ = [
     "SENTINELS_FAILED",
     "SENTINELS_UNREACHABLE",
     "SENTINEL_AUTH_REFUSED",
+    "SENTINEL_NOT_SENTINEL",
     "SENTINEL_OK",
     "SENTINEL_UNREACHABLE",
     "MasterView",

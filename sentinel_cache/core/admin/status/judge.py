@@ -22,6 +22,7 @@ from sentinel_cache.core.admin.states import (
 from sentinel_cache.core.admin.status.probes import (
     NODE_FIELDS,
     SENTINEL_AUTH_REFUSED,
+    SENTINEL_NOT_SENTINEL,
     SENTINEL_UNREACHABLE,
     SentinelProbe,
     milliseconds,
@@ -249,6 +250,7 @@ def _sentinel_entries(
                 "latency_ms": probe.latency_ms,
                 "error": probe.error,
                 "refused": probe.refused,
+                "role": probe.role,
                 "listener_connected": listener,
             }
         )
@@ -258,6 +260,13 @@ def _sentinel_entries(
                 SENTINEL_AUTH_REFUSED,
                 f"sentinel {key}: authentication refused: it {probe.refused} ({probe.error}); "
                 f"{probe.hint}",
+                sentinel=key,
+            )
+        elif probe.state == SENTINEL_NOT_SENTINEL:
+            problems.add(
+                DEGRADED,
+                SENTINEL_NOT_SENTINEL,
+                f"sentinel {key} is not a sentinel: {probe.hint}",
                 sentinel=key,
             )
         elif not probe.reachable:

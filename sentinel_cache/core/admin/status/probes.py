@@ -23,9 +23,11 @@ from sentinel_cache.core.topology.discovery import (
     reply_text,
     secret_values,
 )
+from sentinel_cache.core.topology.replies import NOT_A_SENTINEL_HINT, not_a_sentinel
 
-# What a sentinel did when asked.
+# What a sentinel did when asked; ``not_sentinel``: the address answers as a data node.
 SENTINEL_OK, SENTINEL_UNREACHABLE, SENTINEL_AUTH_REFUSED = "ok", "unreachable", "auth_refused"
+SENTINEL_NOT_SENTINEL = "not_sentinel"
 
 
 def milliseconds(seconds: float) -> float:
@@ -63,8 +65,10 @@ class SentinelProbe:
     """What one sentinel answered: its state, latency and, per master, its view.
 
     ``state`` is ``"ok"`` (it answered), ``"unreachable"`` (refused, timed out, or the
-    connection failed) or ``"auth_refused"`` (it refused our credentials, our ACL user or our
-    certificates: ``refused`` says which, ``hint`` what to check).
+    connection failed), ``"auth_refused"`` (it refused our credentials, our ACL user or our
+    certificates: ``refused`` says which, ``hint`` what to check) or ``"not_sentinel"`` (it
+    answered, as a Redis data node: no SENTINEL command; ``role`` is its ROLE, ``hint`` says
+    what LOCATION must hold).
     """
 
     address: Address
@@ -78,6 +82,7 @@ class SentinelProbe:
     ckquorum: dict[str, tuple[bool, str]] = field(default_factory=dict)
     details: dict[str, dict[str, str]] = field(default_factory=dict)  # SENTINEL MASTER replies
     monitored: list[str] | None = None  # every master name it monitors (SENTINEL MASTERS)
+    role: str | None = None  # a data node's ROLE ("master", "slave"), for ``not_sentinel``
 
     @property
     def reachable(self) -> bool:
@@ -130,11 +135,22 @@ def _probe_sentinel(
                 pipe.execute_command("SENTINEL", "MASTER", name)
             pipe.execute_command("SENTINEL", "MASTERS")
             results = pipe.execute(raise_on_error=False)
-        else:
-            client.ping()
+        else:  # PING, and SENTINEL MASTERS only to tell a data node (which lacks it) apart
+            pipe = client.pipeline(transaction=False)
+            pipe.ping()
+            pipe.execute_command("SENTINEL", "MASTERS")
+            results = pipe.execute(raise_on_error=False)
+            if isinstance(results[0], BaseException):
+                raise results[0]
         probe.latency_ms = _timed_ping(client)
         probe.state = SENTINEL_OK
+        if results and not_a_sentinel(results[-1]):  # SENTINEL MASTERS: unknown command
+            _not_a_sentinel(probe, client, results[-1])
+            return probe
     except (redis.RedisError, OSError) as exc:
+        if not_a_sentinel(exc):
+            _not_a_sentinel(probe, client, exc)
+            return probe
         probe.error = redact(describe(exc), secret_values(kwargs))
         refused = refusal(exc, "sentinel")
         if refused is not None:
@@ -159,6 +175,18 @@ def _probe_sentinel(
     if masters:
         probe.monitored = _monitored_names(results[-1])
     return probe
+
+
+def _not_a_sentinel(probe: SentinelProbe, client: redis.Redis, exc: BaseException) -> None:
+    """Mark ``probe`` as a data node, with its ROLE when it says (one more short round trip)."""
+    probe.state = SENTINEL_NOT_SENTINEL
+    try:
+        probe.role = reply_text(client.execute_command("ROLE")[0])
+    except (redis.RedisError, OSError, IndexError, TypeError):
+        probe.role = None
+    role = f" (ROLE {probe.role})" if probe.role else ""
+    probe.error = f"not a sentinel: {describe(exc)}"
+    probe.hint = f"{probe.address}{role}: {NOT_A_SENTINEL_HINT}"
 
 
 def probe_sentinels(

@@ -16,6 +16,7 @@ from sentinel_cache.core.admin.states import (
 from sentinel_cache.core.admin.status.judge import EXIT_CODES
 from sentinel_cache.core.admin.status.probes import (
     SENTINEL_AUTH_REFUSED,
+    SENTINEL_NOT_SENTINEL,
     SENTINEL_OK,
     SENTINEL_UNREACHABLE,
 )
@@ -72,9 +73,14 @@ def _replicas_cell(shard: Mapping[str, Any]) -> str:
     return f"{text} {','.join(healthy)}" if healthy else text
 
 
+#: The listener and last-switch cells of a process that has run no pool (a separate
+#: ``sentinel_status`` or ``flask sentinel-status``), in words, the same in Django and Flask.
+NOT_STARTED = "not started"
+
+
 def _switch_cell(shard: Mapping[str, Any], started: bool) -> str:
     if not started:
-        return "-"  # this process runs no pool: it has seen nothing switch
+        return NOT_STARTED  # this process runs no pool: it has seen nothing switch
     if not shard["switch_count"] or shard["last_switch"] is None:
         return "never"
     at = datetime.fromtimestamp(shard["last_switch"]).strftime("%Y-%m-%d %H:%M:%S")
@@ -91,6 +97,7 @@ _SENTINEL_STATES = {
     SENTINEL_OK: "ok",
     SENTINEL_UNREACHABLE: "UNREACHABLE",
     SENTINEL_AUTH_REFUSED: "AUTH REFUSED",
+    SENTINEL_NOT_SENTINEL: "NOT A SENTINEL",
 }
 
 
@@ -117,7 +124,7 @@ def _quorum_cell(quorum: Mapping[str, Any]) -> str:
 
 def _listener_cell(value: bool | None) -> str:
     if value is None:
-        return "-"
+        return NOT_STARTED  # this process runs no pool, so no listener
     return "connected" if value else "DISCONNECTED"
 
 

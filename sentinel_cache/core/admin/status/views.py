@@ -7,7 +7,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sentinel_cache.core.admin.states import describe
-from sentinel_cache.core.admin.status.probes import SENTINEL_AUTH_REFUSED, SentinelProbe
+from sentinel_cache.core.admin.status.probes import (
+    SENTINEL_AUTH_REFUSED,
+    SENTINEL_NOT_SENTINEL,
+    SentinelProbe,
+)
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.topology.discovery import config_epoch, monitored_hint, refusal
 
@@ -145,6 +149,10 @@ def master_view(name: str, probes: Sequence[SentinelProbe]) -> MasterView:
             view.refused.append((probe.address, f"it {probe.refused} ({probe.error})"))
             if probe.hint and probe.hint not in view.hints:
                 view.hints.append(probe.hint)
+            continue
+        if probe.state == SENTINEL_NOT_SENTINEL:  # answered, as a data node: no view at all
+            role = f", ROLE {probe.role}" if probe.role else ""
+            view.failed.append((probe.address, f"not a sentinel (a Redis data node{role})"))
             continue
         if not probe.reachable:
             view.unreachable.append((probe.address, str(probe.error)))

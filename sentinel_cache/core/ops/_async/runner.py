@@ -38,7 +38,7 @@ from sentinel_cache.core.ops.plans import (
     unknown_command,
 )
 from sentinel_cache.core.serializers import Codec
-from sentinel_cache.core.topology.lean_rules import closed_by_node
+from sentinel_cache.core.topology.lean_rules import closed_by_node, mark_unsent, may_resend
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import PoolExhaustedError, ShardUnavailableError
@@ -198,7 +198,7 @@ class AsyncRunner(AsyncMoves):
                     shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
                     return await operation(await self.io.master(shard))
                 error: BaseException = exc
-                if not retry and idempotent and closed_by_node(exc):
+                if not retry and may_resend(exc, idempotent) and closed_by_node(exc):
                     try:
                         return await self.reconnected(shard, operation, client)
                     except PoolExhaustedError:
@@ -208,8 +208,14 @@ class AsyncRunner(AsyncMoves):
                 # The same rules when the one retry failed too (the shard moved to a node that
                 # is down as well, or the move was a re-resolve naming the same dead master), so
                 # an outage holds it, then the shard's error, never the connection's bare one.
+                # What was never sent is held and resent as an idempotent call is (may_resend).
                 served, reply = await self._recover(
-                    shard, error, address, generation, read, idempotent=idempotent
+                    shard,
+                    error,
+                    address,
+                    generation,
+                    read,
+                    idempotent=may_resend(error, idempotent),
                 )
                 if served:
                     return reply
@@ -233,8 +239,9 @@ class AsyncRunner(AsyncMoves):
         """``operation`` once more after the master closed the connection it was sent on
         (:func:`~sentinel_cache.core.topology.lean_rules.closed_by_node`): on a new connection,
         the pool's idle ones closed first, since whatever closed one (a ``CLIENT KILL``, a
-        restart) closed them too. Only for what may be sent twice: the node may have run it
-        before it closed. What this attempt raises takes the safety net's path."""
+        restart) closed them too. Only for what may be sent again
+        (:func:`~sentinel_cache.core.topology.lean_rules.may_resend`): idempotent, or never
+        sent. What this attempt raises takes the safety net's path."""
         note(self.core, shard, retried=True)
         await client.connection_pool.disconnect(inuse_connections=False)
         return await operation(client)
@@ -377,12 +384,18 @@ class AsyncRunner(AsyncMoves):
                     connection = await connections.get_connection()
                 except PoolExhaustedError:
                     raise
-                except MASTER_ERRORS as exc:  # a refused connect
-                    failed[shard] = (exc, address, generation)
+                except MASTER_ERRORS as exc:  # a refused connect: nothing sent
+                    failed[shard] = (mark_unsent(exc), address, generation)
                     continue
                 in_flight.append((shard, connections, connection, commands, address, generation))
+            # Every batch packed before any is sent: one with a value over its master's limit
+            # (pack raises ValueTooLargeError) leaves every shard unwritten.
+            packed = [pack(connection, commands) for _, _, connection, commands, *_ in in_flight]
+            for (shard, _, connection, _, address, generation), data in zip(
+                in_flight, packed, strict=True
+            ):
                 try:
-                    await connection.send_packed_command(pack(connection, commands))
+                    await connection.send_packed_command(data)
                 except MASTER_ERRORS as exc:
                     failed[shard] = (exc, address, generation)
             if metrics is not None:
@@ -646,10 +659,18 @@ async def send(client: Any, commands: Sequence[Command]) -> list[Any]:
 
     An error reply is raised after the replies that follow it were read (the connection stays
     in step); a connection failure (or a cancelled task) drops the socket before it goes back.
+    A failure to get a connection is noted as sent nothing
+    (:func:`~sentinel_cache.core.topology.lean_rules.mark_unsent`).
     ``READONLY`` counts as a connection failure: the node is no master.
     """
     connections = client.connection_pool
-    connection = await connections.get_connection()
+    try:
+        connection = await connections.get_connection()
+    except PoolExhaustedError:
+        raise
+    except MASTER_ERRORS as exc:  # the connect or the checkout's check: nothing sent
+        mark_unsent(exc)
+        raise
     try:
         await connection.send_packed_command(pack(connection, commands))
         replies: list[Any] = []

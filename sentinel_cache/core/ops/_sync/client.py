@@ -50,6 +50,7 @@ from sentinel_cache.core.ops.plans import (
     UPDATE,
     WRITE,
     Command,
+    counter_value,
     expiry_args,
     incr_refused,
     is_ok,
@@ -249,8 +250,8 @@ class CacheOperations(Runner):
             )
             if data is None or data is SKIPPED:
                 return data
-            value = self.decode(data, key)
-            if type(value) is not int:  # a str, a float, unreadable: what INCRBY refused
+            value = counter_value(self.codec, data)
+            if value is None:  # not what INCR takes for an integer, nor ours for a big one
                 raise incr_refused(key, refusal) from None
             swap: Command = ("EVAL", SWAP_IF_SAME, 1, key, data, self.encode(value + delta))
             (swapped,), _ = self.keyed(key, [swap], [SKIPPED], UPDATE, idempotent=False)

@@ -6,6 +6,8 @@
 what it finds there (:meth:`Moves.adopt_many`, posted copies), an operation that acts on
 the key where it lives now moves it first (``_move``: ``DUMP``/``RESTORE``, acknowledged), and
 the previous owner's copy is deleted after a write or before a delete (``_drop_previous``).
+A read that finds a key on neither its owner nor its previous owner reads the owner again
+before it reports a miss (:meth:`Moves._on_owners` states the rule).
 Which operation needs which is its :class:`~sentinel_cache.core.ops.plans.Access`, applied by the
 runner's ``keyed`` and ``planned`` (:mod:`~sentinel_cache.core.ops._sync.runner`, which builds
 on this class and sends the moves' batches).
@@ -18,7 +20,7 @@ from time import perf_counter
 from typing import Any
 
 from sentinel_cache.core.ops.plans import MISS, ClientBase, Command, Groups, copy_deadline
-from sentinel_cache.core.topology.shard import Shard
+from sentinel_cache.core.topology.shard import MASTER_ERRORS, Shard
 
 #: What a scatter returns: each shard's replies, or None where IGNORE_EXCEPTIONS skipped it.
 Replies = dict[Shard, list[Any] | None]
@@ -31,6 +33,7 @@ class Moves(ClientBase):
     scatter: Callable[..., Replies]
     learn: Callable[[Iterable[Shard], str], None]
     post: Callable[[Mapping[Shard, Sequence[Command]]], None]
+    execute: Callable[..., Any]
 
     def _with_adopted(self, found: dict[Any, Any], groups: Groups) -> dict[Any, Any]:
         """``get_many``'s misses read from their previous owners (and moved), batched."""
@@ -42,7 +45,11 @@ class Moves(ClientBase):
                 previous = None if key in found else self.core.previous_shard_for(key)
                 if previous is not None:
                     missing.setdefault(previous, []).append(key)
-        for key, data in (self.adopt_many(missing)).items():
+        adopted = self.adopt_many(missing)
+        gone = [key for keys in missing.values() for key in keys if key not in adopted]
+        if gone:  # on neither: moved meanwhile? (see _on_owners)
+            adopted.update(self._on_owners(gone))
+        for key, data in adopted.items():
             value = self.decode(data, key)
             if value is not MISS:
                 found[key] = value
@@ -62,15 +69,40 @@ class Moves(ClientBase):
         copies = self.copies({previous: [key]}, {previous: replies.get(previous)})
         if own is None:  # the owner skipped (IGNORE_EXCEPTIONS): nothing to copy onto
             return copies[key][0] if key in copies else None
+        if key not in copies:  # on neither: moved meanwhile? (see _on_owners)
+            return (self._on_owners([key])).get(key)
         deadlines = {owner: copy_deadline(own[1], elapsed)}
         return (self._restore(copies, deadlines)).get(key)
+
+    def _on_owners(self, keys: Sequence[Any]) -> dict[Any, Any]:
+        """The rule of a read that missed keys on their owners and then on their previous
+        owners: it reads the owners again, on their masters, before it reports a miss. An
+        operation that moved a key between the two reads (``_move``: ``incr``, ``add``,
+        ``touch``, ``ttl``, ...) restored it on the owner's master, acknowledged, before it
+        deleted the previous copy, so that key is on the owner now. A miss stays a miss: a
+        delete drops the previous copy first, then deletes on the owner (its tombstone after),
+        an expired key is gone from both, and the migration deletes a previous copy only
+        ``delete_delay`` after its restore. One more round trip per owner, only for keys
+        missing on both while resharding. Key -> the stored data found."""
+        groups, plan = self.mget_plan(keys)
+        found: dict[Any, Any] = {}
+        for shard, commands in plan.items():
+            try:
+                replies = self.execute(shard, commands, write=False, replicas=False)
+            except MASTER_ERRORS as exc:
+                if not self.fail_open.skip(shard, exc, "get"):
+                    raise
+                continue
+            found.update(self.raw_found({shard: groups[shard]}, {shard: replies}))
+        return found
 
     def adopt_many(self, groups: Mapping[Shard, Sequence[Any]]) -> dict[Any, Any]:
         """Move keys from their previous owners (``groups``: previous shard -> keys) to their
         owners, batched per shard: read value and TTL, then write them where the owner has no
         newer value (:meth:`_restore`). Key -> the stored data now on its owner. The previous
         owner keeps its copy until the migration (or a write through the new placement) deletes
-        it, so concurrent readers of the same key never find it gone from both."""
+        it, so concurrent readers of the same key never find it gone from both (an operation
+        that moves the key deletes it: :meth:`_on_owners`)."""
         if not groups:
             return {}
         plan = {shard: self.copy_plan(keys) for shard, keys in groups.items()}

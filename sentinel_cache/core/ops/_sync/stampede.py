@@ -8,10 +8,12 @@ the value it stores. The asyncio source; ``_sync/stampede.py`` is generated from
   share its outcome without a round trip or a connection of their own. On a hit they share the
   stored bytes, each decoding its own copy (:class:`Stored`); a computed value is shared.
 - The lock is ``SET <lock> <token> NX PX <lock timeout>`` on the key's shard. Its holder computes,
-  then stores the value only while it still holds the lock (:data:`PUBLISH_IF_HELD`, one script:
-  the value written and the lock released at once). A holder that lost its lock (it expired
-  during a long computation, or a failover lost it) stores nothing, and says so in the log: two
-  computations never overwrite each other unnoticed.
+  then stores the value over what the key held when it was read (:data:`PUBLISH_IF_HELD`, one
+  script: the value written and its lock released at once), so a value written meanwhile wins.
+  The lock bounds how long the others wait for a holder, not whether it may store: one whose
+  computation outlasted it (or whose lock a failover lost) still stores if nothing newer was
+  written meanwhile (a second computation begun after the expiry then finds that value and
+  returns it), and says so in the log: the lock timeout is too short for the computation.
 - The lock's end is announced: the script that stores the value and releases the lock (or
   only releases it) also adds an entry to a stream beside the lock (:func:`wake_key`, one
   entry, gone :data:`WAKE_MS` after it). A waiter in another process blocks on that stream
@@ -89,14 +91,15 @@ redis.call('PEXPIRE', KEYS[{wake}], ARGV[{ms}])
 #: KEYS: the key, its lock, its delta key, its wake key; ARGV: the token, the data, the ms to
 #: live (0: none), the computation's ms, WAKE_MS, and what the computation replaces: "0" (the
 #: key was missing) or "1" and the bytes it held (a refresh, or a value this cache cannot
-#: read). 1 if stored (with its delta, for the same time; the lock released and announced), 0
-#: if the lock is not the holder's any more, or the bytes the key holds if it was written
-#: meanwhile: then nothing is stored and the lock is still held (a write made during the
-#: computation is never overwritten by it, as Django's get_or_set adds rather than sets).
-#: A key that holds no string (a list) counts as missing: computed over.
+#: read). The bytes the key holds if it was written meanwhile: then nothing is stored (a write
+#: made during the computation is never overwritten by it, as Django's get_or_set adds rather
+#: than sets) and a lock still held stays held. Else the value is stored (with its delta, for
+#: the same time) and announced: 1 if the lock was still the holder's (now released), 2 if not
+#: (it expired during the computation, or a failover lost it; another caller's lock is left
+#: alone, and that caller will find this value written meanwhile). A key that holds no string
+#: (a list) counts as missing: computed over.
 PUBLISH_IF_HELD = (
     """
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 local now = redis.pcall('GET', KEYS[1])
 if type(now) == 'table' then now = false end
 if now and (ARGV[6] == '0' or now ~= ARGV[7]) then return now end
@@ -107,11 +110,17 @@ else
     redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
     redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[3])
 end
-redis.call('DEL', KEYS[2])
+local held = 2
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+    redis.call('DEL', KEYS[2])
+    held = 1
+end
 """
     + ANNOUNCE.format(wake=4, ms=5)
-    + "return 1\n"
+    + "return held\n"
 )
+#: What :data:`PUBLISH_IF_HELD` answers when it stored the value without the lock.
+STORED_UNLOCKED = 2
 #: KEYS: the lock, its wake key; ARGV: the token, WAKE_MS. Released (and announced) only by
 #: its holder.
 RELEASE_IF_HELD = (
@@ -426,10 +435,11 @@ class StampedeOperations(CacheOperations):
             if current is not MISS:
                 return current
             log.warning("get_or_set of key %s: written meanwhile, not stored", short_key(key))
-        elif written != 1:
+        elif written == STORED_UNLOCKED:
             log.warning(
-                "get_or_set of key %s: its lock expired or was lost while computing (%.2fs); "
-                "the value was not stored, another caller may compute it",
+                "get_or_set of key %s: its lock expired or was lost while computing (%.2fs, "
+                "more than STAMPEDE_LOCK_TIMEOUT?); stored, nothing newer having been written, "
+                "but another caller may have computed it too",
                 short_key(key),
                 monotonic() - began,
             )

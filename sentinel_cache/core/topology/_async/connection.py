@@ -12,13 +12,30 @@ import time
 from typing import Any
 
 import redis.asyncio.connection
-from redis.exceptions import ReadOnlyError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, ReadOnlyError, ResponseError
 
 from sentinel_cache.core.topology.following import ShardBound
+from sentinel_cache.core.topology.lean_rules import DEFAULT_BULK_LIMIT, LINE_START, bulk_limit_of
+from sentinel_cache.exceptions import ReplyProtocolError
+
+#: What redis-py's handshake raises when a reply has the wrong kind (``+OK`` where ``HELLO``'s
+#: map is expected: ``'bytes' object has no attribute 'get'``) or says nothing it understands.
+_HANDSHAKE_GARBAGE = (AttributeError, TypeError, KeyError, IndexError, ValueError, InvalidResponse)
+#: redis-py's words for a handshake reply that is not the one expected.
+_HANDSHAKE_REFUSALS = ("Invalid RESP version", "Error setting client name")
 
 
 class AsyncShardConnectionMixin(ShardBound):
-    """Drops a stale socket before connecting, so the next one goes to the current master."""
+    """Drops a stale socket before connecting, so the next one goes to the current master;
+    learns the master's ``proto-max-bulk-len`` (``bulk_limit``) when it connects; names the
+    shard and the node in every protocol error (:class:`~sentinel_cache.ReplyProtocolError`)."""
+
+    #: The master's ``proto-max-bulk-len``, asked on every new connection (``CONFIG GET``; the
+    #: server's default where refused): what a write's arguments are checked against.
+    bulk_limit: int = DEFAULT_BULK_LIMIT
+    #: What the reply guard carries from the last chunk read to the next (``oversized``).
+    _carry: bytes = LINE_START
 
     async def _follow(self) -> None:
         """The shard switched: drop the socket and take its current master."""
@@ -33,7 +50,15 @@ class AsyncShardConnectionMixin(ShardBound):
             await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
 
         async def on_connect_check_health(self, check_health: bool = True) -> None:
-            await super().on_connect_check_health(check_health)  # type: ignore[misc]
+            self._carry = LINE_START
+            try:
+                await super().on_connect_check_health(check_health)  # type: ignore[misc]
+            except _HANDSHAKE_GARBAGE as exc:
+                raise await self._handshake_failed(exc)  # noqa: B904 - chained there
+            except RedisConnectionError as exc:
+                if type(exc) is not RedisConnectionError or str(exc) not in _HANDSHAKE_REFUSALS:
+                    raise
+                raise await self._handshake_failed(exc)  # noqa: B904 - chained there
             await self._ask_run_id()
 
     else:  # pragma: no cover - older redis-py
@@ -44,18 +69,49 @@ class AsyncShardConnectionMixin(ShardBound):
             await super().connect()  # type: ignore[misc]
 
         async def on_connect(self) -> None:
-            await super().on_connect()  # type: ignore[misc]
+            self._carry = LINE_START
+            try:
+                await super().on_connect()  # type: ignore[misc]
+            except _HANDSHAKE_GARBAGE as exc:
+                raise await self._handshake_failed(exc)  # noqa: B904 - chained there
             await self._ask_run_id()
 
+    async def _handshake_failed(self, exc: BaseException) -> ReplyProtocolError:
+        """The error for a handshake reply of the wrong kind, the socket dropped."""
+        await self.disconnect()  # type: ignore[attr-defined]
+        error = self.protocol_error(
+            f"answered the connection handshake with a reply of the wrong kind "
+            f"({type(exc).__name__}: {exc})"
+        )
+        error.__cause__ = exc
+        return error
+
+    def protocol_error(self, what: str) -> ReplyProtocolError:
+        """:class:`~sentinel_cache.ReplyProtocolError` for a node that ``what``, naming the
+        shard and the node's address (the caller drops the socket)."""
+        return ReplyProtocolError(
+            f"shard {self._shard.label}: the node at {self.host}:{self.port} {what}; "
+            "the connection was dropped"
+        )
+
     async def _ask_run_id(self) -> None:
-        """Each new connection asks the master's run_id (see ``ShardBound._note_run_id``)."""
+        """Each new connection asks the master's run_id (see ``ShardBound._note_run_id``) and
+        its ``proto-max-bulk-len`` (:attr:`bulk_limit`), in one round trip; either refused (an
+        ACL, a renamed command) is left unknown: ``+reboot`` still tells a restart, and the
+        server's default limit is assumed."""
         asked_at = time.monotonic()
-        try:
-            await self.send_command("INFO", "server", check_health=False)  # type: ignore[attr-defined]
-            reply = await self.read_response()
-        except ResponseError:  # INFO refused (an ACL, a renamed command): +reboot still tells
-            return
-        self._note_run_id(reply, asked_at)
+        asks = [("INFO", "server"), ("CONFIG", "GET", "proto-max-bulk-len")]
+        await self.send_packed_command(self.pack_commands(asks), check_health=False)  # type: ignore[attr-defined]
+        replies: list[Any] = []
+        for _ in asks:
+            try:
+                replies.append(await self.read_response())
+            except ResponseError:
+                replies.append(None)
+        info, limit = replies
+        self.bulk_limit = bulk_limit_of(limit)
+        if info is not None:
+            self._note_run_id(info, asked_at)
 
     async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
         self._note_sent()
@@ -69,6 +125,9 @@ class AsyncShardConnectionMixin(ShardBound):
             # reconnects to wherever the shard points by then.
             await self.disconnect()  # type: ignore[attr-defined]
             raise
+        except InvalidResponse as exc:  # garbage: the socket is out of step
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise self.protocol_error(f"sent bytes that are no reply ({exc})") from exc
         untrusted = self._untrusted_reply()  # no acknowledgement from a replaced master
         if untrusted is not None:
             await self.disconnect()  # type: ignore[attr-defined]
