@@ -80,12 +80,8 @@ def test_history_long(scenario: Scenario, topology: LocalSentinelCluster) -> Non
     _judge(scenario.scaled(factor), topology)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug, issue 36 finding 6: a get_or_set whose computation outlasts "
-    "STAMPEDE_LOCK_TIMEOUT returns its value and stores nothing (first run: 367 misses after "
-    "an acknowledged get_or_set, 12 keys empty at the end, 23 get-or-set-stored)",
-)
+# Issue 36, finding 6, fixed in 746cdd8: 367 misses after an acknowledged get_or_set,
+# 12 keys empty at the end, 23 get-or-set-stored before the fix.
 def test_get_or_set_longer_than_its_lock_stores_its_value(
     topology: LocalSentinelCluster,
 ) -> None:
