@@ -77,6 +77,24 @@ RULES: dict[str, tuple[str, str]] = {
         "not) that could overwrite or delete the key ran",
         "Modes.lag, as stale-read",
     ),
+    # ---- phase 2a (issue 35): availability, locks, set moves; models in the block at the end
+    "unavailable": (
+        "under a nemesis that promises the cache stays available (AVAILABLE_UNDER: CLIENT KILL "
+        "on a healthy master, a planned failover within FAILOVER_HOLD, no fault), no "
+        "operation raises",
+        "a nemesis not in AVAILABLE_UNDER (a crash, a partition); a scenario leaves the rule "
+        "out of its rules where its options allow errors",
+    ),
+    "lock-exclusive": (
+        "at most one lock holder at a time: two holders' intervals (acquire completed, "
+        "release begun) never overlap",
+        "the lock's timeout: a hold is certain only until timeout after its acquire began",
+    ),
+    "smove-lost": (
+        "a member smove tried to move is afterwards in its source or its destination, never "
+        "in neither (unless something removed it)",
+        "none",
+    ),
 }
 
 
@@ -218,6 +236,8 @@ def check(history: History, modes: Modes = STRICT, rules: Iterable[str] | None =
         found += _register(key, ops, modes)
     for key, ops in sorted(counters.items()):
         found += _counter(key, ops)
+    for model in EXTRA_MODELS:  # the phase-2 models (their block at the end)
+        found += model(history, modes)
     verdict.violations = [v for v in found if v.rule in wanted]
     kinds = history.counts()
     verdict.figures = {
@@ -441,3 +461,138 @@ def _counter(key: str, ops: list[tuple[Op, Effect]]) -> list[Violation]:
                 )
             )
     return out
+
+
+# --------------------------------------------------------------------------- phase 2a models
+# Availability, locks and set moves (issue 35): each a function (history, modes) ->
+# violations, run by check() through EXTRA_MODELS. Sets, hashes, sorted sets and sessions need
+# no model of their own: their ops map onto the register and counter models above (one
+# register per set member, hash field, sorted-set member or session; see
+# tests/history/ops_structures.py and ops_sessions.py).
+
+#: What each nemesis promises (the one place it is stated): the nemeses under which the cache
+#: stays available, so an operation that raised is a violation (rule ``unavailable``). Not
+#: here: a crash (SIGKILL), a partition, a frozen master: their errors are allowed.
+AVAILABLE_UNDER: dict[str, str] = {
+    "none": "a healthy topology: nothing raises",
+    "client kill": "CLIENT KILL TYPE normal on a healthy master (as the sentinels send on "
+    "every reconfiguration): a command never sent is sent again, one whose reply was lost "
+    "is resent when idempotent; issue 36's target: 0 of 20 asyncio incr/add raise",
+    "planned failover": "SENTINEL FAILOVER: the writes wait on the fence for the switch, "
+    "within FAILOVER_HOLD (docs/failover.md), instead of failing",
+}
+
+#: ops whose value is a lock hold: {"token", "acquired", "begin", "held", "released", "timeout"}
+LOCK_OPS = ("lock", "lock_expiring")
+
+
+def _unavailable(history: History, modes: Modes) -> list[Violation]:
+    """Every op that raised, when every nemesis of the run promises availability (a
+    hand-written history without events promises nothing)."""
+    names = {e.name for e in history.events}
+    if not names or not names <= set(AVAILABLE_UNDER):
+        return []
+    promise = "; ".join(AVAILABLE_UNDER[n] for n in sorted(names))
+    return [
+        Violation(
+            "unavailable",
+            op.keys[0] if op.keys else "-",
+            f"the op raised, though the nemesis promises availability ({promise})",
+            [("E", op)],
+        )
+        for op in history.ops
+        if op.kind == INFO
+    ]
+
+
+def _lock_holds(history: History) -> dict[str, list[tuple[float, float, Op]]]:
+    """Per lock, the certain holds: from the acquire's completion to the release's start,
+    cut at the expiry (timeout after the acquire began: it may have been set that early)."""
+    holds: dict[str, list[tuple[float, float, Op]]] = defaultdict(list)
+    for op in history.ops:
+        if op.name not in LOCK_OPS or op.kind != OK or not op.value.get("acquired"):
+            continue
+        v = op.value
+        end = v["released"] if v.get("released") is not None else op.complete
+        if v.get("timeout"):
+            end = min(end, v["begin"] + v["timeout"])
+        if end > v["held"]:
+            holds[op.keys[0]].append((v["held"], end, op))
+    return holds
+
+
+def _locks(history: History, modes: Modes) -> list[Violation]:
+    """lock-exclusive: no two certain holds of one lock overlap."""
+    out: list[Violation] = []
+    for key, holds in sorted(_lock_holds(history).items()):
+        holds.sort(key=lambda h: h[0])
+        latest: tuple[float, float, Op] | None = None
+        for hold in holds:
+            if latest is not None and hold[0] < latest[1]:
+                a, b = latest[2], hold[2]
+                out.append(
+                    Violation(
+                        "lock-exclusive",
+                        key,
+                        f"two holders at once: token {a.value['token']!r} held it from "
+                        f"{latest[0] - history.t0:.4f} to {latest[1] - history.t0:.4f}, token "
+                        f"{b.value['token']!r} acquired it at {hold[0] - history.t0:.4f}",
+                        [("H1", a), ("H2", b)],
+                    )
+                )
+            if latest is None or hold[1] > latest[1]:
+                latest = hold
+    return out
+
+
+#: set ops, their keys (source, destination) and member: ``smove`` args (member,)
+MOVE_OPS = ("smove",)
+REMOVE_OPS = ("srem",)
+
+
+def member_key(key: str, member: Any) -> str:
+    """The register that stands for ``member``'s presence in the set ``key``."""
+    return f"{key}|{member}"
+
+
+def _smove_lost(history: History, modes: Modes) -> list[Violation]:
+    """smove-lost: after a move that raised, the member's last reads in both sets (each begun
+    after every op on that member ended) do not both miss, unless something removed it."""
+    touched: dict[str, list[Op]] = defaultdict(list)  # member -> ops that may change it
+    for op in history.ops:
+        if op.name in MOVE_OPS or op.name in REMOVE_OPS or op.name == "sadd":
+            for member in op.args:
+                touched[str(member)].append(op)
+    reads: dict[str, list[tuple[Op, Read]]] = defaultdict(list)
+    for op in history.ops:
+        for effect in effects(op):
+            if isinstance(effect, Read) and "|" in effect.key:
+                reads[effect.key].append((op, effect))
+    out: list[Violation] = []
+    for op in history.ops:
+        if op.name not in MOVE_OPS or op.kind == OK:
+            continue
+        member = str(op.args[0])
+        ops = touched[member]
+        if any(o.name in REMOVE_OPS for o in ops):
+            continue
+        settled = max(o.complete for o in ops)
+        last: list[tuple[Op, Read]] = []
+        for key in op.keys[:2]:
+            after = [(r, e) for r, e in reads[member_key(key, member)] if r.invoke > settled]
+            if not after:
+                break
+            last.append(max(after, key=lambda pair: pair[0].invoke))
+        if len(last) == 2 and all(e.value is None for _, e in last):
+            out.append(
+                Violation(
+                    "smove-lost",
+                    member,
+                    "the move raised, and afterwards the member is in neither set",
+                    [("M", op)] + [("R", r) for r, _ in last],
+                )
+            )
+    return out
+
+
+EXTRA_MODELS = [_unavailable, _locks, _smove_lost]
