@@ -80,6 +80,10 @@ def partition_healed_at_switch(ctx: Context) -> str:
     return f"{ctx.target}: {_addr(old)} cut, switched to {_addr(new)}, healed"
 
 
+#: the event of one CLIENT KILL within the "client kill" nemesis: from sending it to its reply
+KILL_SENT = "client kill sent"
+
+
 def client_kill(ctx: Context, times: int = 3, every: float = 0.3) -> str:
     """``CLIENT KILL TYPE normal`` on the master, as the sentinels send it on a
     reconfiguration: every client connection closed under the clients."""
@@ -88,7 +92,11 @@ def client_kill(ctx: Context, times: int = 3, every: float = 0.3) -> str:
     node = ctx.cluster.node_client(address, direct=True, socket_timeout=5)
     try:
         for n in range(times):
+            sent = time.monotonic()
             killed += int(node.execute_command("CLIENT", "KILL", "TYPE", "normal"))
+            # each kill's own instant (the checker's unavailable rule excuses only the ops
+            # in flight across one)
+            ctx.events.append(Event(KILL_SENT, sent, time.monotonic(), ctx.target))
             if n + 1 < times:
                 time.sleep(every)
     finally:

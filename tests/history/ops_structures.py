@@ -16,6 +16,7 @@ share them), so threads of one process remove, move and read each other's member
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections import defaultdict
@@ -245,7 +246,9 @@ def hold_lock(cache: Any, name: str, hold: float, timeout: float) -> dict[str, A
     if not acquired:
         return out
     token = lock.local.token
-    out["token"] = token.decode(errors="replace") if isinstance(token, bytes) else str(token)
+    text = token.decode(errors="replace") if isinstance(token, bytes) else str(token)
+    found = re.search(r"[0-9a-f]{32}", text)  # the uuid inside the codec's framing
+    out["token"] = found.group(0) if found else text
     time.sleep(hold)
     out["released"] = time.monotonic()
     try:

@@ -16,6 +16,7 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 from . import ops_sessions  # noqa: F401 - registers the ops
 from .ops_structures import REGISTER
+from . import nemeses
 from .scenarios import SCALE_ENV, SURVIVE_CRASH, TOPOLOGY, Scenario, run, scale, seed
 
 pytestmark = [pytest.mark.history, pytest.mark.failover]
@@ -109,3 +110,23 @@ def test_the_checker_reports_a_release_that_does_not_compare_its_token(
         seed(),
     )  # fmt: skip
     assert "lock-exclusive" in verdict.by_rule(), verdict.report()
+
+
+#: The asyncio checkout's look at an idle socket (02406dd, issue 36 finding 7) skipped: a call
+#: right after CLIENT KILL is written on the closed connection and raises.
+IDLE_LOOK = "sentinel_cache.core.ops.async_clients:AsyncLeanShardIO.idle_readable"
+
+
+def test_the_checker_reports_calls_raising_after_client_kill(
+    topology: LocalSentinelCluster,
+) -> None:
+    planted = Scenario(
+        "planted: async, CLIENT KILL, no look at idle sockets",
+        adapter="async",
+        nemesis="client kill",
+        weights=NON_IDEMPOTENT,
+        patches=((IDLE_LOOK, "history.planted:skipped"),),
+        strike=lambda ctx: nemeses.client_kill(ctx, times=10, every=0.1),
+    )
+    verdict = run(planted, topology, seed())
+    assert "unavailable" in verdict.by_rule(), verdict.report()
