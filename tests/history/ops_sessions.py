@@ -43,11 +43,15 @@ def _new(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...]
     return (), (fresh(),)
 
 
-def _existing(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def _existing(
+    rng: random.Random, w: Workload, fresh: Fresh
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     return _pick(rng, fresh), (fresh(),)
 
 
-def _existing_key(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def _existing_key(
+    rng: random.Random, w: Workload, fresh: Fresh
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     return _pick(rng, fresh), ()
 
 

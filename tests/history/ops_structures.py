@@ -48,10 +48,6 @@ def set_keys(w: Workload) -> list[str]:
     return [f"{prefix(w)}:s{i}" for i in range(SETS)]
 
 
-def _value(effect_op: Op) -> bool:
-    return effect_op.kind in (OK, INFO)
-
-
 # ------------------------------------------------------------------------------- sets
 
 
@@ -81,7 +77,9 @@ def _srem(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...
     return (taken[0],), (taken[1],)
 
 
-def _smove(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def _smove(
+    rng: random.Random, w: Workload, fresh: Fresh
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     taken = _take(rng, w)
     keys = set_keys(w)
     if taken is None:
@@ -94,7 +92,9 @@ def _smove(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ..
     return (src, dst), (member,)
 
 
-def _sismember(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def _sismember(
+    rng: random.Random, w: Workload, fresh: Fresh
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     with _pool_lock:
         if _known:
             key, member = _known[-rng.randrange(1, min(len(_known), 40) + 1)]
@@ -102,11 +102,15 @@ def _sismember(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str
     return (rng.choice(set_keys(w)),), (fresh(),)
 
 
-def _set_one(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def _set_one(
+    rng: random.Random, w: Workload, fresh: Fresh
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     return (rng.choice(set_keys(w)),), ()
 
 
-def _set_two(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def _set_two(
+    rng: random.Random, w: Workload, fresh: Fresh
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     return tuple(rng.sample(set_keys(w), 2)), ()
 
 
@@ -131,7 +135,10 @@ def _move_effects(op: Op) -> list[Any]:
     if op.kind not in (OK, INFO):
         return []
     certain = op.kind == OK
-    return [Delete(member_key(src, member), certain), Write(member_key(dst, member), member, certain)]
+    return [
+        Delete(member_key(src, member), certain),
+        Write(member_key(dst, member), member, certain),
+    ]
 
 
 def _ismember_effects(op: Op) -> list[Any]:
@@ -160,7 +167,9 @@ def _members(result: Any) -> list[str]:
 # ------------------------------------------------------------------------------- hashes
 
 
-def _hash_field(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def _hash_field(
+    rng: random.Random, w: Workload, fresh: Fresh
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     return (f"{prefix(w)}:h{rng.randrange(HASHES)}",), (rng.choice(FIELDS),)
 
 
@@ -202,7 +211,9 @@ def score(value: str) -> float:
     return float(int(p) * 10**8 + int(t) * 10**6 + int(n))
 
 
-def _zmember(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def _zmember(
+    rng: random.Random, w: Workload, fresh: Fresh
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     return (f"{prefix(w)}:z{rng.randrange(ZSETS)}",), (rng.choice(ZMEMBERS),)
 
 
@@ -211,7 +222,9 @@ def _zadd(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...
     return keys, (member, score(fresh()))
 
 
-def _zincr(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def _zincr(
+    rng: random.Random, w: Workload, fresh: Fresh
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     return (f"{prefix(w)}:z{rng.randrange(ZSETS)}",), (rng.randint(1, 5),)
 
 
@@ -228,7 +241,9 @@ LOCK_TIMEOUT = 2.0  # s: far longer than a hold, so expiry never relaxes the rul
 
 
 def _lock_args(hold: tuple[float, float], timeout: float) -> Callable[..., Any]:
-    def make(rng: random.Random, w: Workload, fresh: Fresh) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    def make(
+        rng: random.Random, w: Workload, fresh: Fresh
+    ) -> tuple[tuple[str, ...], tuple[Any, ...]]:
         return (f"{prefix(w)}:lock{rng.randrange(LOCKS)}",), (rng.uniform(*hold), timeout)
 
     return make
@@ -271,7 +286,7 @@ def unsafe_release(original: Callable[..., Any]) -> Callable[..., Any]:
 # ------------------------------------------------------------------------------- the table
 
 
-def _c(method: str, *spread: bool) -> Callable[[Any, tuple[str, ...], tuple[Any, ...]], Any]:
+def _c(method: str) -> Callable[[Any, tuple[str, ...], tuple[Any, ...]], Any]:
     """A call of ``cache.<method>(*keys, *args)`` on the Django adapter's cache."""
     return lambda a, k, x: getattr(a.cache, method)(*k, *x)
 

@@ -237,6 +237,10 @@ def test_rules_are_stated_once_with_what_relaxes_them() -> None:
         "phantom",
         "counter",
         "get-or-set-stored",
+        # phase 2a (tests/history/test_checker_structures.py)
+        "unavailable",
+        "lock-exclusive",
+        "smove-lost",
     }
     assert all(text and relaxed for text, relaxed in RULES.values())
     with pytest.raises(ValueError, match="unknown rules"):

@@ -14,9 +14,11 @@ import pytest
 
 from sentinel_cache.testing import LocalSentinelCluster
 
-from . import ops_sessions  # noqa: F401 - registers the ops
+from . import (
+    nemeses,
+    ops_sessions,  # noqa: F401 - registers the ops
+)
 from .ops_structures import REGISTER
-from . import nemeses
 from .scenarios import SCALE_ENV, SURVIVE_CRASH, TOPOLOGY, Scenario, run, scale, seed
 
 pytestmark = [pytest.mark.history, pytest.mark.failover]
@@ -92,7 +94,9 @@ def test_history_long(scenario: Scenario, topology: LocalSentinelCluster) -> Non
 
 RELEASE = "sentinel_cache.core.ops.client:CacheLock.do_release"
 UNSAFE = "history.ops_structures:unsafe_release"
-EXPIRING = Scenario("django lock, holds outlast the timeout", "django", weights={"lock_expiring": 1}, **SMALL)
+EXPIRING = Scenario(
+    "django lock, holds outlast the timeout", "django", weights={"lock_expiring": 1}, **SMALL
+)
 
 
 def test_locks_that_expire_mid_hold_stay_exclusive(topology: LocalSentinelCluster) -> None:
