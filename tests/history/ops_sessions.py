@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .ops_structures import shaped
 from .recorder import INFO, OK, OPS, Delete, Op, OpSpec, Read, Workload, Write
 
 Fresh = Callable[[], str]
@@ -133,4 +134,9 @@ SESSION_OPS: dict[str, OpSpec] = {
     "session_load": OpSpec(_existing_key, load, _load_effects, weight=0),
     "session_flush": OpSpec(_existing_key, flush, _flush_effects, weight=0),
 }
+SESSION_OPS = shaped(
+    SESSION_OPS,
+    {"session_create": (0, 1), "session_save": (0, 1), "session_load": (0, 0),
+     "session_flush": (0, 0)},
+)  # fmt: skip
 OPS.update(SESSION_OPS)

@@ -21,6 +21,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from .checker import member_key
@@ -329,6 +330,29 @@ STRUCTURE_OPS: dict[str, OpSpec] = {
         weight=0,
     ),
 }
+
+
+def shaped(specs: dict[str, OpSpec], arity: dict[str, tuple[int, int]]) -> dict[str, OpSpec]:
+    """``specs`` whose effects ignore an op without the (keys, args) its ``make`` always gives
+    (a hand-written sample: phase 1's test_every_op_states_its_effects)."""
+
+    def guard(
+        effects: Callable[[Op], list[Any]], keys: int, args: int
+    ) -> Callable[[Op], list[Any]]:
+        return lambda op: effects(op) if len(op.keys) >= keys and len(op.args) >= args else []
+
+    return {
+        name: replace(spec, effects=guard(spec.effects, *arity.get(name, (0, 0))))
+        for name, spec in specs.items()
+    }
+
+
+STRUCTURE_OPS = shaped(
+    STRUCTURE_OPS,
+    {"sadd": (1, 1), "srem": (1, 1), "smove": (2, 1), "sismember": (1, 1), "smembers": (1, 0),
+     "sdiff": (1, 0), "sinter": (2, 0), "hset": (1, 2), "hdel": (1, 1), "hget": (1, 1),
+     "hgetall": (1, 0), "zadd": (1, 2), "zrem": (1, 1), "zscore": (1, 1), "zincrby": (1, 1)},
+)  # fmt: skip
 OPS.update(STRUCTURE_OPS)
 
 

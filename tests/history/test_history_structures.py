@@ -7,6 +7,8 @@ long versions run under ``make chaos``."""
 from __future__ import annotations
 
 import os
+import sys
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +21,7 @@ from . import (
     ops_sessions,  # noqa: F401 - registers the ops
 )
 from .ops_structures import REGISTER
+from .recorder import OK, Op
 from .scenarios import SCALE_ENV, SURVIVE_CRASH, TOPOLOGY, Scenario, run, scale, seed
 
 pytestmark = [pytest.mark.history, pytest.mark.failover]
@@ -71,8 +74,23 @@ CRASH = [
 ]  # fmt: skip
 
 
+def mix(ops: list[Op]) -> dict[str, int]:
+    """Acknowledged ops by name (a smove that moved counts as ``smove moved``), so a run
+    shows it exercised what it names."""
+    out: Counter[str] = Counter()
+    for op in ops:
+        if op.kind == OK:
+            out[op.name] += 1
+            if op.name == "smove" and op.value:
+                out["smove moved"] += 1
+            if op.name in ("lock", "lock_expiring") and op.value["acquired"]:
+                out["lock held"] += 1
+    return dict(out)
+
+
 def _judge(scenario: Scenario, topology: LocalSentinelCluster) -> None:
     verdict = run(scenario, topology, seed())
+    print(f"{scenario.name}: acknowledged {mix(verdict.history.ops)}", file=sys.stderr)
     assert verdict.figures["ok"] >= 50, verdict.report()
     assert verdict.violations == [], verdict.report()
 
