@@ -53,25 +53,23 @@ SMALL: dict[str, Any] = {
     "patches": REGISTER,
 }
 
+#: Everything of this phase at once (structures, locks, sessions): one run per nemesis in CI
+EVERYTHING = {**STRUCTURES, "lock": 2, **SESSIONS}
+
 SCENARIOS = [
     Scenario("core, CLIENT KILL, non-idempotent", nemesis="client kill", weights=NON_IDEMPOTENT),
-    Scenario(
-        "async, CLIENT KILL, non-idempotent",
-        adapter="async",
-        nemesis="client kill",
-        weights=NON_IDEMPOTENT,
-    ),
-    Scenario("django structures, CLIENT KILL", "django", "client kill", weights=STRUCTURES, **SMALL),
-    Scenario("django structures, planned failover", "django", "planned failover", weights=STRUCTURES, **SMALL),
-    Scenario("django lock, planned failover", "django", "planned failover", weights=LOCKS, **SMALL),
-    Scenario("django sessions, planned failover", "django", "planned failover", weights=SESSIONS, **SMALL),
+    Scenario("async, CLIENT KILL, non-idempotent", "async", "client kill", weights=NON_IDEMPOTENT),
+    Scenario("django API, CLIENT KILL", "django", "client kill", weights=EVERYTHING, **SMALL),
+    Scenario("django API, planned failover", "django", "planned failover", weights=EVERYTHING, **SMALL),
+    # a crash: OUTAGE_HOLD set explicitly (the options that make a crash survivable)
+    Scenario("django API, SIGKILL", "django", "kill master", SURVIVE_CRASH, weights=EVERYTHING, **SMALL),
 ]  # fmt: skip
-#: A crash: OUTAGE_HOLD set explicitly (the options that make a crash survivable)
-CRASH = [
-    Scenario("django structures, SIGKILL", "django", "kill master", SURVIVE_CRASH, weights=STRUCTURES, **SMALL),
-    Scenario("django lock, SIGKILL", "django", "kill master", SURVIVE_CRASH, weights=LOCKS, **SMALL),
-    Scenario("django sessions, SIGKILL", "django", "kill master", SURVIVE_CRASH, weights=SESSIONS, **SMALL),
-]  # fmt: skip
+#: One kind of op each, in the long versions only (``make chaos``)
+LONG_ONLY = [
+    Scenario(f"django {kind}, {nemesis}", "django", nemesis, options, weights=weights, **SMALL)
+    for kind, weights in (("structures", STRUCTURES), ("lock", LOCKS), ("sessions", SESSIONS))
+    for nemesis, options in (("planned failover", {}), ("kill master", SURVIVE_CRASH))
+]
 
 
 def mix(ops: list[Op]) -> dict[str, int]:
@@ -95,14 +93,16 @@ def _judge(scenario: Scenario, topology: LocalSentinelCluster) -> None:
     assert verdict.violations == [], verdict.report()
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS + CRASH, ids=[s.name for s in SCENARIOS + CRASH])
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_history(scenario: Scenario, topology: LocalSentinelCluster) -> None:
     _judge(scenario, topology)
 
 
 @pytest.mark.slow
 @pytest.mark.chaos
-@pytest.mark.parametrize("scenario", SCENARIOS + CRASH, ids=[s.name for s in SCENARIOS + CRASH])
+@pytest.mark.parametrize(
+    "scenario", SCENARIOS + LONG_ONLY, ids=[s.name for s in SCENARIOS + LONG_ONLY]
+)
 def test_history_long(scenario: Scenario, topology: LocalSentinelCluster) -> None:
     factor = scale() if SCALE_ENV in os.environ else 4.0
     _judge(scenario.scaled(factor), topology)
@@ -117,6 +117,8 @@ EXPIRING = Scenario(
 )
 
 
+@pytest.mark.slow
+@pytest.mark.chaos
 def test_locks_that_expire_mid_hold_stay_exclusive(topology: LocalSentinelCluster) -> None:
     """The planted scenario's control: the same traffic with the shipped release."""
     _judge(EXPIRING, topology)
