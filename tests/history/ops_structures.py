@@ -368,3 +368,15 @@ REGISTER = (
     ("history.ops_structures:STRUCTURE_OPS", "history.ops_structures:same"),
     ("history.ops_sessions:SESSION_OPS", "history.ops_structures:same"),
 )
+
+
+def smove_without_add(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Planted fault: ``smove`` across shards that removes the member from the source and
+    answers True without adding it to the destination (its second step dropped)."""
+
+    def smove(self: Any, source: Any, destination: Any, member: Any) -> bool:
+        if self.one_shard([source, destination]) is not None:
+            return bool(original(self, source, destination, member))
+        return bool(self.srem(source, member))
+
+    return smove

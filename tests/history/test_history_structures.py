@@ -154,3 +154,22 @@ def test_the_checker_reports_calls_raising_after_client_kill(
     )
     verdict = run(planted, topology, seed())
     assert "unavailable" in verdict.by_rule(), verdict.report()
+
+
+SMOVE = "sentinel_cache.core.ops._sync.sets:SetOperations.smove"
+SETS = {name: STRUCTURES[name] for name in ("sadd", "srem", "smove", "sismember", "smembers")}
+
+
+@pytest.mark.slow
+@pytest.mark.chaos
+def test_the_checker_reports_an_smove_that_drops_its_second_step(
+    topology: LocalSentinelCluster,
+) -> None:
+    planted = Scenario(
+        "planted: django sets, smove across shards without its SADD",
+        "django",
+        weights=SETS,
+        **{**SMALL, "patches": (*REGISTER, (SMOVE, "history.ops_structures:smove_without_add"))},
+    )
+    verdict = run(planted, topology, seed())
+    assert "stale-read" in verdict.by_rule(), verdict.report()
