@@ -106,9 +106,26 @@ def test_history(scenario: Scenario, topology: LocalSentinelCluster) -> None:
     _judge(scenario, topology)
 
 
+#: Found by the long versions (16 clients per process): non-idempotent ops invoked 2.7-11 ms
+#: after a CLIENT KILL's reply still raise "Connection closed by server" (sync: 4 and 3 in two
+#: runs, asyncio: 6 in one; 0 in every CI-sized run), so a command was written on a connection
+#: the kill had closed, or the close reached the client that much later than the kill's reply.
+CLOSED_AFTER_KILL = pytest.mark.xfail(
+    strict=True,
+    reason="library bug (issue 36 finding 7, under load): with 16 clients per process, "
+    "non-idempotent ops begun after a CLIENT KILL's reply raise 'Connection closed by server'",
+)
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param(s, id=s.name, marks=[CLOSED_AFTER_KILL] if s.weights is NON_IDEMPOTENT_LONG else [])
+        for s in LONG
+    ],
+)  # fmt: skip
 @pytest.mark.slow
 @pytest.mark.chaos
-@pytest.mark.parametrize("scenario", LONG, ids=[s.name for s in LONG])
 def test_history_long(scenario: Scenario, topology: LocalSentinelCluster) -> None:
     factor = scale() if SCALE_ENV in os.environ else 4.0
     _judge(scenario.scaled(factor), topology)
