@@ -223,10 +223,10 @@ def test_through_the_proxy_no_call_begun_after_a_kill_was_relayed_raises(
 
 def idle_connections(cluster: LocalSentinelCluster, count: int) -> list[socket.socket]:
     """``count`` connections to the master through its proxy, each with a PING answered."""
-    address = cluster.master_address(cluster.master_names[0])
+    host, port = cluster.master_address(cluster.master_names[0])
     sockets = []
     for _ in range(count):
-        sock = socket.create_connection(tuple(address), timeout=5)
+        sock = socket.create_connection((host, port), timeout=5)
         sockets.append(sock)
         sock.sendall(b"PING\r\n")
         assert sock.recv(64) == b"+PONG\r\n"
