@@ -480,14 +480,15 @@ AVAILABLE_UNDER: dict[str, str] = {
     "client kill": "CLIENT KILL TYPE normal on a healthy master (the sentinels send it on every "
     "reconfiguration): a command written on a connection already closed is sent again, "
     "whatever its idempotence (issue 36 finding 7); excused: a non-idempotent op in flight "
-    "across one kill (from its CLIENT KILL sent to KILL_GRACE after its reply: its reply was "
+    "across one kill (from its CLIENT KILL sent to KILL_GRACE after the fault proxy relayed it "
+    "to the clients, nemeses.relayed: its reply was "
     "lost, it may have run, so it raises rather than run twice)",
     "planned failover": "SENTINEL FAILOVER: writes wait on the fence for the switch, within "
     "FAILOVER_HOLD (docs/failover.md), instead of failing",
 }
-#: after a CLIENT KILL's reply, how long the closed connections' ends may take to reach the
-#: clients: the server closes them before it replies (freeClient), and loopback delivers at
-#: once, so this covers only the clock reads around the kill
+#: after a CLIENT KILL's end (nemeses.relayed: every closed connection's end relayed to the
+#: clients by the fault proxy; without it, the kill's reply: the server closes them before it
+#: replies, and loopback delivers at once), slack for the clock reads around it
 KILL_GRACE = 0.001
 
 
