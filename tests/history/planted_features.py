@@ -1,0 +1,38 @@
+"""Planted faults of the feature scenarios (tests/history/test_history_features.py): each a
+factory ``(original) -> replacement`` named in a scenario's ``patches``, installed only in the
+client processes of the test that proves the scenario can fail (never in shipped code)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def previous_not_consulted(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Moves._drop_previous`` that drops nothing: the previous owner's copy survives a write
+    or a delete through the new ring, to be read (and moved) back."""
+
+    def keep(self: Any, keys: Any) -> int:
+        return 0
+
+    return keep
+
+
+def tombstones_off(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``ClientBase.del_commands`` that sends the plain delete without ``DELETE_MARKED``: no
+    tombstone, so a copy read from the previous owner before the delete lands after it."""
+
+    def plain(self: Any, keys: Any, command: str = "DEL") -> list[tuple[Any, ...]]:
+        return [(command, *keys)]
+
+    return plain
+
+
+def invalidations_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``NearCache.invalidate`` that evicts nothing: the server's invalidations of another
+    process's writes are dropped, and the copies kept here are served on."""
+
+    def ignore(self: Any, index: int, keys: Any) -> None:
+        return None
+
+    return ignore
