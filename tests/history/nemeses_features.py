@@ -24,6 +24,7 @@ from chaos.scenarios import settle
 from sentinel_cache.testing import LocalSentinelCluster
 
 from . import nemeses
+from .nemeses import NEMESES
 from .checker import Modes, Verdict, check
 from .recorder import ADAPTERS, OK, Adapter, CoreAdapter, Op, Plan, Recorder, Workload
 from .scenarios import Scenario
@@ -55,9 +56,11 @@ def core_pool(cluster: LocalSentinelCluster, options: Mapping[str, Any]) -> Any:
     return ShardedSentinelPool.from_config(config)
 
 
-def moving_workload(prefix: str, cluster: LocalSentinelCluster) -> Workload:
-    """Hot keys of which two thirds move (their previous owner is another shard) and a third
-    stay: the moving ones are what resharding's rules are about."""
+def moving_workload(
+    prefix: str, cluster: LocalSentinelCluster, moving_keys: int = 8, staying_keys: int = 4
+) -> Workload:
+    """Hot keys of which ``moving_keys`` move (their previous owner is another shard) and
+    ``staying_keys`` stay: the moving ones are what resharding's rules are about."""
     pool = core_pool(cluster, GROWN)
     try:
         moving: list[str] = []
@@ -65,10 +68,10 @@ def moving_workload(prefix: str, cluster: LocalSentinelCluster) -> Workload:
         for n in itertools.count():
             key = f"{prefix}:k{n}"
             (moving if pool.previous_shard_for(key) is not None else staying).append(key)
-            if len(moving) >= 8 and len(staying) >= 4:
+            if len(moving) >= moving_keys and len(staying) >= staying_keys:
                 break
         counters = tuple(f"{prefix}:c{i}" for i in range(3))
-        return Workload(tuple(moving[:8] + staying[:4]), counters)
+        return Workload(tuple(moving[:moving_keys] + staying[:staying_keys]), counters)
     finally:
         pool.close()
 
@@ -161,6 +164,17 @@ def coordinated_failover(ctx: nemeses.Context) -> str:
     return f"{ctx.target}: coordinated {old[0]}:{old[1]} -> {new[0]}:{new[1]}"
 
 
+NEMESES.update(
+    {
+        "reshard migration": migration(),
+        "reshard migration, planned failover inside a batch": migration(
+            nemeses.planned_failover
+        ),
+        "coordinated failover": coordinated_failover,
+    }
+)
+
+
 # ------------------------------------------------------------------------- fork
 
 #: The client a forked process inherits (built and used by the parent before the fork).
@@ -201,6 +215,7 @@ class Feature:
     scenario: Scenario
     target: str = "shard0"
     reshard: bool = False  # moving keys, prefilled through the previous ring
+    moving_keys: int = 8  # with reshard: how many of the hot keys move (4 more stay)
     context: str = "spawn"
     modes_from_events: Callable[[list[Any]], Modes] | None = None
 
@@ -215,7 +230,7 @@ def run_feature(feature: Feature, cluster: LocalSentinelCluster, run_seed: int) 
     slug = "".join(c if c.isalnum() else "-" for c in scenario.name)[:24]
     prefix = f"h{run_seed}.{next(_RUNS)}:{slug}"
     if feature.reshard:
-        workload = moving_workload(prefix, cluster)
+        workload = moving_workload(prefix, cluster, feature.moving_keys)
         prefilled = prefill_previous(cluster, workload)
     else:
         workload = Workload.hot(prefix)

@@ -36,3 +36,16 @@ def invalidations_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
         return None
 
     return ignore
+
+
+def copy_delayed(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Moves._restore`` (a read's copy onto the owner) sent 100 ms late: widens the window a
+    tombstone closes (a copy read before a delete landing after it) so that a run of seconds
+    meets it on most moving keys. Only with another planted fault: alone it breaks nothing."""
+    import time
+
+    def late(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.1)
+        return original(self, *args, **kwargs)
+
+    return late

@@ -21,7 +21,6 @@ from .nemeses_features import (
     GROWN,
     RESHARD_TOPOLOGY,
     Feature,
-    coordinated_failover,
     migration,
     run_feature,
 )
@@ -62,12 +61,22 @@ def _judge(feature: Feature, cluster: LocalSentinelCluster) -> None:
 # ------------------------------------------------------------------ resharding
 
 MOVES = "sentinel_cache.core.ops._sync.moves:Moves._drop_previous"
+COPY = "sentinel_cache.core.ops._sync.moves:Moves._restore"
+DEL = "sentinel_cache.core.ops.plans:ClientBase.del_commands"
+#: Reads racing deletes of keys still on their previous owner: what tombstones are for.
+MOVING_DELETES = {"get": 8, "get_many": 4, "delete": 4, "delete_many": 2, "set": 1, "incr": 1}
 
 RESHARDING = [
-    Feature(Scenario("reshard, migration, no fault", options=GROWN, strike=migration()), reshard=True),
+    Feature(Scenario(
+            "reshard, migration, no fault",
+            nemesis="reshard migration",
+            options=GROWN,
+            strike=migration(),
+        ), reshard=True),
     Feature(
         Scenario(
             "reshard, planned failover of the target inside a migration batch",
+            nemesis="reshard migration, planned failover inside a batch",
             options=GROWN,
             strike=migration(nemeses.planned_failover),
         ),
@@ -77,6 +86,7 @@ RESHARDING = [
     Feature(
         Scenario(
             "reshard, planned failover of a source inside a migration batch",
+            nemesis="reshard migration, planned failover inside a batch",
             options=GROWN,
             strike=migration(nemeses.planned_failover, step="_dump"),
         ),
@@ -86,6 +96,7 @@ RESHARDING = [
     Feature(
         Scenario(
             "reshard, planned failover of the target inside an operation's move",
+            nemesis="planned failover at an operation's move",
             options=GROWN,
             hooks=(StepHook("drop", MOVES),),
             strike=nemeses.AtStep("drop", nemeses.planned_failover),
@@ -170,7 +181,7 @@ def test_fork_during_traffic(feature: Feature, topology: LocalSentinelCluster) -
 # ------------------------------------------------------------------ coordinated failover
 
 COORDINATED = Feature(
-    Scenario("Valkey 9, coordinated failover", strike=coordinated_failover),
+    Scenario("Valkey 9, coordinated failover", nemesis="coordinated failover"),
     target="shard0",
 )
 
@@ -215,6 +226,24 @@ PLANTED_RESHARD = [
                 patches=((MOVES, "history.planted_features:previous_not_consulted"),),
             ),
             reshard=True,
+        ),
+        {"delete-undone", "stale-read", "lost-write"},
+    ),
+    (
+        Feature(
+            Scenario(
+                "planted: tombstones off, reshard, migration running",
+                nemesis="reshard migration",
+                options=GROWN,
+                weights=MOVING_DELETES,
+                strike=migration(),
+                patches=(
+                    (DEL, "history.planted_features:tombstones_off"),
+                    (COPY, "history.planted_features:copy_delayed"),
+                ),
+            ),
+            reshard=True,
+            moving_keys=60,  # each moving key is one chance: its first read against a delete
         ),
         {"delete-undone", "stale-read", "lost-write"},
     ),
