@@ -205,7 +205,158 @@ def _inherited_build(sentinels: Any, options: Mapping[str, Any]) -> Callable[[],
 ADAPTERS.update({"inherited": _inherited_build})
 
 
+# ------------------------------------------------------------------------- warm adoption
+
+#: The old cache of the adoption scenarios: django-redis (pickle) on a plain server of its own,
+#: with our KEY_PREFIX, as a site switching from django-redis runs (tests/adoption_support.py).
+#: Its address travels in the plan's options under this name (popped before our backend
+#: parses them).
+OLD = "_HISTORY_OLD_CACHE"
+ADOPTING_PREFIX = "hist"  # DjangoAdapter's KEY_PREFIX, shared by the old cache
+
+
+def old_entry(old: tuple[str, int], ignore_exceptions: bool = False) -> dict[str, Any]:
+    """The old cache's CACHES entry (django-redis), with or without IGNORE_EXCEPTIONS."""
+    return {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": f"redis://{old[0]}:{old[1]}/0",
+        "KEY_PREFIX": ADOPTING_PREFIX,
+        "TIMEOUT": None,
+        "OPTIONS": {"IGNORE_EXCEPTIONS": ignore_exceptions, "SOCKET_TIMEOUT": 0.5},
+    }
+
+
+def _adopting_build(sentinels: Any, options: Mapping[str, Any]) -> Callable[[], Adapter]:
+    """``ADAPTERS["django adopting"]``: the Django backend with ``PREVIOUS_CACHE`` naming the
+    old django-redis cache (``options[OLD]``: its CACHES entry)."""
+    import django
+    from django.conf import settings
+
+    from .recorder import DjangoAdapter
+
+    ours = {k: v for k, v in options.items() if k != OLD}
+    if not settings.configured:
+        settings.configure(
+            INSTALLED_APPS=[],
+            USE_TZ=True,
+            CACHES={
+                "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+                "old": dict(options[OLD]),
+                "history": {
+                    "BACKEND": "sentinel_cache.django.ShardedSentinelCache",
+                    "LOCATION": [f"{h}:{p}" for h, p in sentinels],
+                    "KEY_PREFIX": ADOPTING_PREFIX,
+                    "TIMEOUT": None,
+                    "OPTIONS": {**ours, "PREVIOUS_CACHE": "old"},
+                },
+            },
+        )
+        django.setup()
+    from django.core.cache import caches
+
+    return lambda: DjangoAdapter(caches["history"])
+
+
+ADAPTERS.update({"django adopting": _adopting_build})
+
+
+def prefill_old(old: tuple[str, int], workload: Workload) -> list[Op]:
+    """Every register key written on the old cache only, as django-redis stores it (a pickle
+    under ``KEY_PREFIX:1:key``), recorded as acknowledged writes."""
+    import pickle
+
+    import redis
+
+    server = redis.Redis(host=old[0], port=old[1], socket_timeout=5)
+    ops = []
+    try:
+        for n, key in enumerate(workload.keys):
+            value = f"old:{n}"
+            invoke = time.monotonic()
+            done = server.set(
+                f"{ADOPTING_PREFIX}:1:{key}", pickle.dumps(value, pickle.DEFAULT_PROTOCOL)
+            )
+            ops.append(
+                Op(-1, "prefill", n, "set", (key,), (value,), invoke, time.monotonic(), OK, True)
+            )
+            assert done, f"prefill of {key} on the old cache not stored"
+    finally:
+        server.close()
+    return ops
+
+
+def frozen_old(old: LocalSentinelCluster, seconds: float = 1.5) -> nemeses.Strike:
+    """SIGSTOP of the old cache's server for ``seconds`` (longer than its 0.5 s socket
+    timeout: its calls fail), then SIGCONT."""
+
+    def strike(ctx: nemeses.Context) -> str:
+        address = old.master_address(old.master_names[0])
+        old.freeze_node(address)
+        try:
+            time.sleep(seconds)
+        finally:
+            old.thaw_node(address)
+        return f"old cache {address[0]}:{address[1]} frozen {seconds}s"
+
+    return strike
+
+
+def migrate_previous_running(django_options: Mapping[str, Any]) -> nemeses.Strike:
+    """``sentinel_reshard --from-previous-cache`` (``migrate_previous``) run in a process of
+    its own (Django is configured per process) while the clients read and write."""
+
+    def strike(ctx: nemeses.Context) -> str:
+        import multiprocessing
+
+        sentinels = [tuple(a) for a in ctx.cluster.sentinel_addresses]
+        spawn = multiprocessing.get_context("spawn")
+        with spawn.Pool(1) as pool:
+            options = {"MASTERS": list(ctx.cluster.master_names), **django_options}
+            report = pool.apply(_migrate_previous, (sentinels, options))
+        return f"--from-previous-cache: {report}"
+
+    return strike
+
+
+def _migrate_previous(sentinels: Any, options: Mapping[str, Any]) -> str:
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    from sentinel_cache.management.commands.sentinel_reshard import Command as Reshard
+
+    _adopting_build(sentinels, options)
+    out = io.StringIO()
+    call_command(
+        Reshard(),
+        "--from-previous-cache",
+        "--cache",
+        "history",
+        "--json",
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    text = out.getvalue()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:300]
+    return json.dumps(data)[:300]
+
+
 # ------------------------------------------------------------------------- the runner
+
+#: A spawned client process knows only recorder.py's adapters: this no-op patch (the first of
+#: the plan's) imports this module there, registering the adapters above.
+registered = True
+
+
+def unchanged(original: Any) -> Any:
+    return original
+
+
+REGISTER = ("history.nemeses_features:registered", "history.nemeses_features:unchanged")
 
 
 @dataclass(frozen=True)
@@ -216,6 +367,8 @@ class Feature:
     target: str = "shard0"
     reshard: bool = False  # moving keys, prefilled through the previous ring
     moving_keys: int = 8  # with reshard: how many of the hot keys move (4 more stay)
+    old: tuple[str, int] | None = None  # warm adoption: the old cache's server (prefilled)
+    keys: int = 12  # hot register keys (without reshard)
     context: str = "spawn"
     modes_from_events: Callable[[list[Any]], Modes] | None = None
 
@@ -232,8 +385,11 @@ def run_feature(feature: Feature, cluster: LocalSentinelCluster, run_seed: int) 
     if feature.reshard:
         workload = moving_workload(prefix, cluster, feature.moving_keys)
         prefilled = prefill_previous(cluster, workload)
+    elif feature.old is not None:
+        workload = Workload.hot(prefix, keys=feature.keys)
+        prefilled = prefill_old(feature.old, workload)
     else:
-        workload = Workload.hot(prefix)
+        workload = Workload.hot(prefix, keys=feature.keys)
         prefilled = []
     options = {"MASTERS": list(cluster.master_names), **scenario.options}
     if scenario.adapter == "inherited":
@@ -248,7 +404,7 @@ def run_feature(feature: Feature, cluster: LocalSentinelCluster, run_seed: int) 
         threads=scenario.threads,
         weights=scenario.weights,
         hooks=scenario.hooks,
-        patches=scenario.patches,
+        patches=(REGISTER, *scenario.patches),
     )
     recorder = Recorder(plan, context=feature.context)
     ctx = nemeses.Context(cluster, feature.target, recorder)

@@ -49,3 +49,15 @@ def copy_delayed(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(self, *args, **kwargs)
 
     return late
+
+
+def no_recheck(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Adopter.adopt`` with ``recheck`` always off (issue 36 item 1's fix reverted): a reader
+    that missed on ours and on the old cache does not look at ours again, though a concurrent
+    reader moved the key between its two reads."""
+
+    def adopt(self: Any, previous: Any, keys: Any, **kwargs: Any) -> Any:
+        kwargs["recheck"] = False
+        return original(self, previous, keys, **kwargs)
+
+    return adopt
