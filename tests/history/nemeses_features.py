@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from unittest import mock
 
@@ -24,8 +25,8 @@ from chaos.scenarios import settle
 from sentinel_cache.testing import LocalSentinelCluster
 
 from . import nemeses
-from .nemeses import NEMESES
 from .checker import Modes, Verdict, check
+from .nemeses import NEMESES
 from .recorder import ADAPTERS, OK, Adapter, CoreAdapter, Op, Plan, Recorder, Workload
 from .scenarios import Scenario
 
@@ -167,9 +168,7 @@ def coordinated_failover(ctx: nemeses.Context) -> str:
 NEMESES.update(
     {
         "reshard migration": migration(),
-        "reshard migration, planned failover inside a batch": migration(
-            nemeses.planned_failover
-        ),
+        "reshard migration, planned failover inside a batch": migration(nemeses.planned_failover),
         "coordinated failover": coordinated_failover,
     }
 )
@@ -228,7 +227,8 @@ def old_entry(old: tuple[str, int], ignore_exceptions: bool = False) -> dict[str
 
 def _adopting_build(sentinels: Any, options: Mapping[str, Any]) -> Callable[[], Adapter]:
     """``ADAPTERS["django adopting"]``: the Django backend with ``PREVIOUS_CACHE`` naming the
-    old django-redis cache (``options[OLD]``: its CACHES entry)."""
+    old django-redis cache (``options[OLD]``: its CACHES entry). Returns a plain function (it
+    also sets Django up in the migration's process)."""
     import django
     from django.conf import settings
 
@@ -254,7 +254,7 @@ def _adopting_build(sentinels: Any, options: Mapping[str, Any]) -> Callable[[], 
         django.setup()
     from django.core.cache import caches
 
-    return lambda: DjangoAdapter(caches["history"])
+    return partial(DjangoAdapter, caches["history"])
 
 
 ADAPTERS.update({"django adopting": _adopting_build})
@@ -270,16 +270,20 @@ def prefill_old(old: tuple[str, int], workload: Workload) -> list[Op]:
     server = redis.Redis(host=old[0], port=old[1], socket_timeout=5)
     ops = []
     try:
-        for n, key in enumerate(workload.keys):
-            value = f"old:{n}"
+        for start in range(0, len(workload.keys), 500):
+            pipe = server.pipeline(transaction=False)
+            batch = list(enumerate(workload.keys))[start : start + 500]
+            for n, key in batch:
+                value = pickle.dumps(f"old:{n}", pickle.DEFAULT_PROTOCOL)
+                pipe.set(f"{ADOPTING_PREFIX}:1:{key}", value)
             invoke = time.monotonic()
-            done = server.set(
-                f"{ADOPTING_PREFIX}:1:{key}", pickle.dumps(value, pickle.DEFAULT_PROTOCOL)
-            )
-            ops.append(
-                Op(-1, "prefill", n, "set", (key,), (value,), invoke, time.monotonic(), OK, True)
-            )
-            assert done, f"prefill of {key} on the old cache not stored"
+            done = pipe.execute()
+            complete = time.monotonic()
+            assert all(done), f"prefill on the old cache not stored: {done}"
+            ops += [
+                Op(-1, "prefill", n, "set", (key,), (f"old:{n}",), invoke, complete, OK, True)
+                for n, key in batch
+            ]
     finally:
         server.close()
     return ops
@@ -299,50 +303,6 @@ def frozen_old(old: LocalSentinelCluster, seconds: float = 1.5) -> nemeses.Strik
         return f"old cache {address[0]}:{address[1]} frozen {seconds}s"
 
     return strike
-
-
-def migrate_previous_running(django_options: Mapping[str, Any]) -> nemeses.Strike:
-    """``sentinel_reshard --from-previous-cache`` (``migrate_previous``) run in a process of
-    its own (Django is configured per process) while the clients read and write."""
-
-    def strike(ctx: nemeses.Context) -> str:
-        import multiprocessing
-
-        sentinels = [tuple(a) for a in ctx.cluster.sentinel_addresses]
-        spawn = multiprocessing.get_context("spawn")
-        with spawn.Pool(1) as pool:
-            options = {"MASTERS": list(ctx.cluster.master_names), **django_options}
-            report = pool.apply(_migrate_previous, (sentinels, options))
-        return f"--from-previous-cache: {report}"
-
-    return strike
-
-
-def _migrate_previous(sentinels: Any, options: Mapping[str, Any]) -> str:
-    import io
-    import json
-
-    from django.core.management import call_command
-
-    from sentinel_cache.management.commands.sentinel_reshard import Command as Reshard
-
-    _adopting_build(sentinels, options)
-    out = io.StringIO()
-    call_command(
-        Reshard(),
-        "--from-previous-cache",
-        "--cache",
-        "history",
-        "--json",
-        stdout=out,
-        stderr=io.StringIO(),
-    )
-    text = out.getvalue()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text[:300]
-    return json.dumps(data)[:300]
 
 
 # ------------------------------------------------------------------------- the runner

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
@@ -24,9 +24,8 @@ from .nemeses_features import (
     RESHARD_TOPOLOGY,
     Feature,
     frozen_old,
-    migrate_previous_running,
-    old_entry,
     migration,
+    old_entry,
     run_feature,
 )
 from .recorder import StepHook
@@ -89,12 +88,15 @@ DEL = "sentinel_cache.core.ops.plans:ClientBase.del_commands"
 MOVING_DELETES = {"get": 8, "get_many": 4, "delete": 4, "delete_many": 2, "set": 1, "incr": 1}
 
 RESHARDING = [
-    Feature(Scenario(
+    Feature(
+        Scenario(
             "reshard, migration, no fault",
             nemesis="reshard migration",
             options=GROWN,
             strike=migration(),
-        ), reshard=True),
+        ),
+        reshard=True,
+    ),
     Feature(
         Scenario(
             "reshard, planned failover of the target inside a migration batch",
@@ -155,7 +157,8 @@ FIRST_READS = {"get": 3, "get_many": 2}
 OLD_DOWN = {"get": 6, "get_many": 2, "delete": 3, "delete_many": 1, "set": 2, "add": 1}
 
 
-def adoption(old: LocalSentinelCluster) -> dict[str, Feature]:
+def adoption(old: LocalSentinelCluster, cluster: LocalSentinelCluster, name: str) -> Feature:
+    """The adoption scenario ``name`` (built when run: the migration's process starts here)."""
     address = old.master_address(old.master_names[0])
     strict_old = {OLD: old_entry(address)}
     failing_open = {OLD: old_entry(address, ignore_exceptions=True)}
@@ -168,9 +171,9 @@ def adoption(old: LocalSentinelCluster) -> dict[str, Feature]:
         before=0.5,
         after=1.0,
     )
-    return {
-        "first reads": Feature(first_reads, old=address, keys=120),
-        "first reads, recheck off": Feature(
+    features: dict[str, Callable[[], Feature]] = {
+        "first reads": lambda: Feature(first_reads, old=address, keys=120),
+        "first reads, recheck off": lambda: Feature(
             replace(
                 first_reads,
                 name="planted: adoption recheck off, concurrent first reads",
@@ -179,7 +182,7 @@ def adoption(old: LocalSentinelCluster) -> dict[str, Feature]:
             old=address,
             keys=120,
         ),
-        "old frozen": Feature(
+        "old frozen": lambda: Feature(
             Scenario(
                 "adoption, old cache frozen 1.5 s",
                 adapter="django adopting",
@@ -191,7 +194,7 @@ def adoption(old: LocalSentinelCluster) -> dict[str, Feature]:
             old=address,
             keys=40,
         ),
-        "old frozen, IGNORE_EXCEPTIONS": Feature(
+        "old frozen, IGNORE_EXCEPTIONS": lambda: Feature(
             Scenario(
                 "adoption, old cache frozen 1.5 s, IGNORE_EXCEPTIONS on the old side",
                 adapter="django adopting",
@@ -203,19 +206,7 @@ def adoption(old: LocalSentinelCluster) -> dict[str, Feature]:
             old=address,
             keys=40,
         ),
-        "from previous cache": Feature(
-            Scenario(
-                "adoption, --from-previous-cache running",
-                adapter="django adopting",
-                nemesis="--from-previous-cache",
-                options=strict_old,
-                weights=OLD_DOWN,
-                strike=migrate_previous_running(strict_old),
-            ),
-            old=address,
-            keys=40,
-        ),
-        "planned failover inside the copy": Feature(
+        "planned failover inside the copy": lambda: Feature(
             Scenario(
                 "adoption, planned failover between a read-through's copy and its cleanup",
                 adapter="django adopting",
@@ -229,6 +220,7 @@ def adoption(old: LocalSentinelCluster) -> dict[str, Feature]:
             keys=40,
         ),
     }
+    return features[name]()
 
 
 #: The adopter's written copies (``Adopter._written``): paused before they are sent, the
@@ -238,7 +230,6 @@ ADOPTION = [
     "first reads",
     "old frozen",
     "old frozen, IGNORE_EXCEPTIONS",
-    "from previous cache",
     "planned failover inside the copy",
 ]
 
@@ -247,7 +238,7 @@ ADOPTION = [
 def test_adoption(
     name: str, topology: LocalSentinelCluster, old_server: LocalSentinelCluster
 ) -> None:
-    feature = adoption(old_server)[name]
+    feature = adoption(old_server, topology, name)
     verdict = run_feature(feature, topology, seed())
     assert verdict.figures["reads"] >= 100, _report(verdict)
     assert verdict.violations == [], _report(verdict)
@@ -256,7 +247,9 @@ def test_adoption(
 def test_planted_adoption_fault_is_reported(
     topology: LocalSentinelCluster, old_server: LocalSentinelCluster
 ) -> None:
-    verdict = run_feature(adoption(old_server)["first reads, recheck off"], topology, seed())
+    verdict = run_feature(
+        adoption(old_server, topology, "first reads, recheck off"), topology, seed()
+    )
     assert "stale-read" in verdict.by_rule(), verdict.report()
 
 
@@ -339,6 +332,7 @@ def test_coordinated_failover(valkey9: LocalSentinelCluster) -> None:
 
 
 # ------------------------------------------------------------------ the long versions
+
 
 def _scaled(feature: Feature) -> Feature:
     factor = scale() if SCALE_ENV in os.environ else 4.0
