@@ -61,3 +61,17 @@ def no_recheck(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(self, previous, keys, **kwargs)
 
     return adopt
+
+
+def forget_then_wait(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Adopter.forget`` (a write's delete of the old copy, before it writes ours) followed
+    by 50 ms: widens the window between the two steps of a write while ``PREVIOUS_CACHE`` is
+    set, so that a run of seconds meets it. Changes no outcome, only when the next step runs."""
+    import time
+
+    def forget(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        time.sleep(0.05)
+        return result
+
+    return forget

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -73,6 +74,18 @@ def _report(verdict: Verdict, around: float = 0.3) -> str:
     return "\n".join(lines)
 
 
+#: The CI set stays near a minute and a half: the scenarios with a planned failover (each
+#: waits about 8 s for the demoted master to settle) run only in the long set, but one.
+LONG_ONLY = [pytest.mark.slow, pytest.mark.chaos]
+
+
+def _ids(features: list[Feature], long_only: set[int] = frozenset()) -> list[Any]:  # type: ignore[assignment]
+    return [
+        pytest.param(f, id=f.name, marks=LONG_ONLY if n in long_only else [])
+        for n, f in enumerate(features)
+    ]
+
+
 def _judge(feature: Feature, cluster: LocalSentinelCluster) -> None:
     verdict = run_feature(feature, cluster, seed())
     assert verdict.figures["acked writes"] >= 50, _report(verdict)
@@ -131,7 +144,7 @@ RESHARDING = [
 ]
 
 
-@pytest.mark.parametrize("feature", RESHARDING, ids=[f.name for f in RESHARDING])
+@pytest.mark.parametrize("feature", _ids(RESHARDING, {2, 3}))
 def test_resharding(feature: Feature, grown: LocalSentinelCluster) -> None:
     _judge(feature, grown)
 
@@ -151,6 +164,10 @@ ADOPT = "sentinel_cache.core.admin.reshard.previous:Adopter.adopt"
 #: threads starting together (a miss of a present key is a stale-read: its prefill write
 #: completed before the read began, and nothing deletes).
 FIRST_READS = {"get": 3, "get_many": 2}
+#: Writes and reads of 120 old-only keys from 3 processes starting together, each write's
+#: two steps (the old copy deleted, then ours written) 50 ms apart (the window widened).
+FORGET = "sentinel_cache.core.admin.reshard.previous:Adopter.forget"
+WRITES_RACING = {"get": 3, "get_many": 1, "set": 2}
 #: Deletes and writes of old-only keys while the old cache is unreachable: an acknowledged
 #: delete must stay (delete-undone), an acknowledged write must not leave an old copy to come
 #: back (stale-read, lost-write).
@@ -178,6 +195,16 @@ def adoption(old: LocalSentinelCluster, cluster: LocalSentinelCluster, name: str
                 first_reads,
                 name="planted: adoption recheck off, concurrent first reads",
                 patches=((ADOPT, "history.planted_features:no_recheck"),),
+            ),
+            old=address,
+            keys=120,
+        ),
+        "writes racing first reads": lambda: Feature(
+            replace(
+                first_reads,
+                name="adoption, writes racing first reads",
+                weights=WRITES_RACING,
+                patches=((FORGET, "history.planted_features:forget_then_wait"),),
             ),
             old=address,
             keys=120,
@@ -226,11 +253,37 @@ def adoption(old: LocalSentinelCluster, cluster: LocalSentinelCluster, name: str
 #: The adopter's written copies (``Adopter._written``): paused before they are sent, the
 #: cleanup of the old copies after them.
 COPIED = "sentinel_cache.core.admin.reshard.previous:Adopter._written"
+#: Issue 35 finding (phase 2b): every write through the adopting cache deletes the old copy
+#: first, then writes ours (docs/migration.md: "its old copy deleted first, as for every
+#: write"); a read between the two finds the key on neither, rechecks ours before the write
+#: lands, and returns a miss of a key that is present before and after the write.
+READ_BETWEEN = (
+    "library bug: a read concurrent with a write of an old-only key (PREVIOUS_CACHE) misses "
+    "it: the write deletes the old copy before it writes ours, and the read finds neither"
+)
 ADOPTION = [
-    "first reads",
-    "old frozen",
-    "old frozen, IGNORE_EXCEPTIONS",
-    "planned failover inside the copy",
+    pytest.param("first reads", id="first reads"),
+    pytest.param(
+        "writes racing first reads",
+        id="writes racing first reads",
+        marks=pytest.mark.xfail(strict=True, reason=READ_BETWEEN),
+    ),
+    pytest.param(
+        "old frozen",
+        id="old frozen",
+        # not strict: at 40 keys the read-between-a-write miss shows in about half the runs
+        marks=[*LONG_ONLY, pytest.mark.xfail(strict=False, reason=READ_BETWEEN)],
+    ),
+    pytest.param(
+        "old frozen, IGNORE_EXCEPTIONS",
+        id="old frozen, IGNORE_EXCEPTIONS",
+        marks=[*LONG_ONLY, pytest.mark.xfail(strict=False, reason=READ_BETWEEN)],
+    ),
+    pytest.param(
+        "planned failover inside the copy",
+        id="planned failover inside the copy",
+        marks=[*LONG_ONLY, pytest.mark.xfail(strict=False, reason=READ_BETWEEN)],
+    ),
 ]
 
 
@@ -280,7 +333,7 @@ NEAR_SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize("feature", NEAR_SCENARIOS, ids=[f.name for f in NEAR_SCENARIOS])
+@pytest.mark.parametrize("feature", _ids(NEAR_SCENARIOS, {1}))
 def test_near_cache(feature: Feature, topology: LocalSentinelCluster) -> None:
     _judge(feature, topology)
 
@@ -314,7 +367,7 @@ FORKS = [
 ]
 
 
-@pytest.mark.parametrize("feature", FORKS, ids=[f.name for f in FORKS])
+@pytest.mark.parametrize("feature", _ids(FORKS, {1}))
 def test_fork_during_traffic(feature: Feature, topology: LocalSentinelCluster) -> None:
     _judge(feature, topology)
 
