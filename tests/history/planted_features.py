@@ -75,3 +75,16 @@ def forget_then_wait(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return forget
+
+
+def adopt_late(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Adopter.adopt`` (a reader's look at the old cache, after its miss here) 20 ms late:
+    widens the window in which another reader moves the key, so that the recheck's absence
+    (:func:`no_recheck`) shows in a run of seconds. Changes no outcome by itself."""
+    import time
+
+    def adopt(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.02)
+        return original(self, *args, **kwargs)
+
+    return adopt

@@ -194,7 +194,10 @@ def adoption(old: LocalSentinelCluster, cluster: LocalSentinelCluster, name: str
             replace(
                 first_reads,
                 name="planted: adoption recheck off, concurrent first reads",
-                patches=((ADOPT, "history.planted_features:no_recheck"),),
+                patches=(
+                    (ADOPT, "history.planted_features:no_recheck"),
+                    (ADOPT, "history.planted_features:adopt_late"),
+                ),
             ),
             old=address,
             keys=120,
