@@ -79,7 +79,7 @@ def _report(verdict: Verdict, around: float = 0.3) -> str:
 LONG_ONLY = [pytest.mark.slow, pytest.mark.chaos]
 
 
-def _ids(features: list[Feature], long_only: set[int] = frozenset()) -> list[Any]:  # type: ignore[assignment]
+def _ids(features: list[Feature], long_only: frozenset[int] = frozenset()) -> list[Any]:
     return [
         pytest.param(f, id=f.name, marks=LONG_ONLY if n in long_only else [])
         for n, f in enumerate(features)
@@ -144,7 +144,7 @@ RESHARDING = [
 ]
 
 
-@pytest.mark.parametrize("feature", _ids(RESHARDING, {2, 3}))
+@pytest.mark.parametrize("feature", _ids(RESHARDING, frozenset({2, 3})))
 def test_resharding(feature: Feature, grown: LocalSentinelCluster) -> None:
     _judge(feature, grown)
 
@@ -336,7 +336,7 @@ NEAR_SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize("feature", _ids(NEAR_SCENARIOS, {1}))
+@pytest.mark.parametrize("feature", _ids(NEAR_SCENARIOS, frozenset({1})))
 def test_near_cache(feature: Feature, topology: LocalSentinelCluster) -> None:
     _judge(feature, topology)
 
@@ -370,7 +370,7 @@ FORKS = [
 ]
 
 
-@pytest.mark.parametrize("feature", _ids(FORKS, {1}))
+@pytest.mark.parametrize("feature", _ids(FORKS, frozenset({1})))
 def test_fork_during_traffic(feature: Feature, topology: LocalSentinelCluster) -> None:
     _judge(feature, topology)
 
