@@ -2,11 +2,12 @@
 the run (1-2 s), ``touch`` giving them a new one, and reads judged by the checker's
 ``expired-read`` rule against it. Registered into :data:`~history.recorder.OPS` on import.
 
-Their keys are apart from the register keys (``<prefix>:t<n>``: written, touched and read
-often; ``<prefix>:z<n>``: 40 keys written with a 1 s TTL and read rarely, so most are first
-read after their TTL, a key the server has to expire lazily, on that access, unless its active
-expiry sampled it first), and their reads emit :class:`ExpiryRead`, not the register model's
-``Read``: a miss after a TTL is the cache working.
+Their keys are apart from the register keys: ``<prefix>:t<n>`` (200 keys written, touched and
+read, so a key often goes its TTL without a write or touch) and ``<prefix>:z<value>`` (each
+written once, named after its unique value, with a 1 s TTL, and read at random later by the
+client that wrote it: most are first accessed after their TTL, a key the server expires lazily
+on that access unless its active expiry sampled it first). Their reads emit
+:class:`ExpiryRead`, not the register model's ``Read``: a miss after a TTL is the cache working.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from .recorder import Workload
 
 TTLS = (1.0, 1.5, 2.0)
 LAZY_TTL = 1.0
-TTL_KEYS = 8
-LAZY_KEYS = 40
+TTL_KEYS = 200  # enough that a key often goes 1-2 s without a write or touch, and expires
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,6 @@ def _ttl_key(rng: random.Random, w: Workload) -> str:
     return f"{prefix_of(w.keys[0])}:t{rng.randrange(TTL_KEYS)}"
 
 
-def _lazy_key(rng: random.Random, w: Workload) -> str:
-    return f"{prefix_of(w.keys[0])}:z{rng.randrange(LAZY_KEYS)}"
-
-
 def _set_ttl(rng: random.Random, w: Workload, value: Callable[[], str]) -> Any:
     return (_ttl_key(rng, w),), (value(), rng.choice(TTLS))
 
@@ -92,11 +88,16 @@ def _get_ttl(rng: random.Random, w: Workload, value: Callable[[], str]) -> Any:
 
 
 def _lazy_set(rng: random.Random, w: Workload, value: Callable[[], str]) -> Any:
-    return (_lazy_key(rng, w),), (value(), LAZY_TTL)
+    """A key written once (named after its unique value), with a 1 s TTL."""
+    v = value()
+    return (f"{prefix_of(w.keys[0])}:z{v}",), (v, LAZY_TTL)
 
 
 def _lazy_get(rng: random.Random, w: Workload, value: Callable[[], str]) -> Any:
-    return (_lazy_key(rng, w),), ()
+    """One of this client's earlier write-once keys (or a name it never wrote: a miss), most
+    likely first accessed here, after its TTL."""
+    client, _, seq = value().rpartition(":")
+    return (f"{prefix_of(w.keys[0])}:z{client}:{rng.randint(1, int(seq))}",), ()
 
 
 def _expiring(op: Op) -> list[Any]:
@@ -137,3 +138,13 @@ REGISTER = ("history.ops_expiry:registered", "history.ops_expiry:unchanged")
 def unchanged(original: Any) -> Any:
     """The no-op patch factory of :data:`REGISTER` (imports this module in a client process)."""
     return original
+
+
+def ttl_dropped(original: Any) -> Any:
+    """Planted fault for ``CacheOperations.set``: the value is stored without its TTL (as a
+    write path that loses the expiry argument would)."""
+
+    def set_forever(self: Any, key: Any, value: Any, timeout: Any, *args: Any, **kw: Any) -> Any:
+        return original(self, key, value, None, *args, **kw)
+
+    return set_forever

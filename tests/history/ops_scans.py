@@ -41,7 +41,7 @@ from .recorder import (
 )
 
 SCAN_COUNT = 2
-#: A scan begun this long after the client process started is the first that may pause at
+#: A scan begun this long after the client process's first scan reply is the first that may pause at
 #: the mid-scan step: by then the run's keys exist (a scan at the very start finds none).
 WARM_UP = 0.5
 
@@ -166,15 +166,18 @@ def with_mid_scan_step(original: Any) -> Any:
     server, points somewhere else."""
 
     returned: dict[int, tuple[float, int]] = {}  # id(scan) -> (first reply, keys so far)
-    armed = time.monotonic() + WARM_UP  # the run's keys written by then
+    armed: list[float] = []  # the first reply's time + WARM_UP: the run's keys written by then
 
     def take(self: Any, reply: Any) -> list[Any]:
         keys = original(self, reply)
-        began, seen = returned.get(id(self), (time.monotonic(), 0))
+        now = time.monotonic()
+        if not armed:
+            armed.append(now + WARM_UP)
+        began, seen = returned.get(id(self), (now, 0))
         returned[id(self)] = (began, seen + len(keys))
         if self.done:
             returned.pop(id(self), None)
-        elif self.shard.index == 0 and self.cursor & 1 and began > armed:
+        elif self.shard.index == 0 and self.cursor & 1 and began > armed[0]:
             # the nemeses' target (MASTERS[0]), past half of its table
             mid_scan()  # looked up at call time: the hook wraps the module's attribute
         return keys
