@@ -61,8 +61,19 @@ def read_masters(
             except Exception as exc:  # noqa: BLE001 - recorded, never trusted
                 value, kind, error = None, INFO, f"{type(exc).__name__}: {exc}"[:300]
             out.append(
-                Op(0, "masters", n, "final_master_get", (key,), (), invoke, time.monotonic(),
-                   kind, value, error)
+                Op(
+                    0,
+                    "masters",
+                    n,
+                    "final_master_get",
+                    (key,),
+                    (),
+                    invoke,
+                    time.monotonic(),
+                    kind,
+                    value,
+                    error,
+                )
             )
     finally:
         for client in clients.values():

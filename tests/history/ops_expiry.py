@@ -18,8 +18,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from .ops_scans import prefix_of
-from .recorder import INFO, OK, OPS, Adapter, AsyncAdapter, CoreAdapter, DjangoAdapter, Op, OpSpec
-from .recorder import Workload
+from .recorder import (
+    INFO,
+    OK,
+    OPS,
+    Adapter,
+    AsyncAdapter,
+    CoreAdapter,
+    DjangoAdapter,
+    Op,
+    OpSpec,
+    Workload,
+)
 
 TTLS = (1.0, 1.5, 2.0)
 LAZY_TTL = 1.0

@@ -53,6 +53,7 @@ SCENARIOS = [
 def _judge(scenario: Scenario, topology: LocalSentinelCluster) -> dict[str, int]:
     verdict = run(scenario, topology, seed())
     ops = verdict.history.ops
+
     def count(name: str, hit: bool | None = None) -> int:
         return sum(
             1

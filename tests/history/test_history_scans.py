@@ -67,6 +67,9 @@ def _judge(scenario: Scenario, topology: LocalSentinelCluster) -> None:
     struck = verdict.history.events[0].detail
     assert "nothing struck" not in struck, struck
     assert len(scans) >= 20, verdict.report()
+    # the final read straight from the masters found the keys (the stored names are right)
+    from_masters = [op for op in verdict.history.ops if op.name == "final_master_get"]
+    assert len(from_masters) == 15 and any(op.value is not None for op in from_masters)
     assert verdict.violations == [], verdict.report()
 
 

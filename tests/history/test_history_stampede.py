@@ -45,7 +45,6 @@ def with_compute_step(original: Any) -> Any:
     return compute_and_store
 
 
-
 def _computing(rng: random.Random, w: Workload, value: Callable[[], str]) -> Any:
     """A key's get_or_set whose computation takes 0.3-1 s."""
     return (rng.choice(w.keys),), (value(), True, round(rng.uniform(0.3, 1.0), 3))
