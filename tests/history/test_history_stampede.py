@@ -70,21 +70,25 @@ def topology(server_kind: str) -> Iterator[LocalSentinelCluster]:
 
 SCENARIOS = [
     Scenario(
-        "core, get_or_set computing through a planned failover",
-        nemesis="planned failover",
-        weights=WEIGHTS,
-        hooks=HOOKS,
-        strike=nemeses.AtStep("compute", nemeses.planned_failover),
-        patches=(REGISTER, STEP),
-        after=2.0,
-    ),
-    Scenario(
         "core, get_or_set computing through a SIGKILL",
         nemesis="kill master",
         options=SURVIVE_CRASH,
         weights=WEIGHTS,
         hooks=HOOKS,
         strike=nemeses.AtStep("compute", nemeses.kill_master),
+        patches=(REGISTER, STEP),
+        after=2.0,
+    ),
+]
+#: Long only (``make chaos``): a planned failover settles for about 8 s (the demoted master
+#: reconfigured), which the CI set cannot afford twice more.
+LONG_ONLY = [
+    Scenario(
+        "core, get_or_set computing through a planned failover",
+        nemesis="planned failover",
+        weights=WEIGHTS,
+        hooks=HOOKS,
+        strike=nemeses.AtStep("compute", nemeses.planned_failover),
         patches=(REGISTER, STEP),
         after=2.0,
     ),
@@ -112,7 +116,9 @@ def test_history_get_or_set_under_faults(
 
 @pytest.mark.slow
 @pytest.mark.chaos
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+@pytest.mark.parametrize(
+    "scenario", SCENARIOS + LONG_ONLY, ids=[s.name for s in SCENARIOS + LONG_ONLY]
+)
 def test_history_get_or_set_under_faults_long(
     scenario: Scenario, topology: LocalSentinelCluster
 ) -> None:
