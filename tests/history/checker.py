@@ -494,38 +494,53 @@ def _latest_effect(op: Op) -> float:
 
 def _scan_model(history: History, modes: Modes) -> list[Violation]:
     """scan-missed: for each iter_keys and each key of its pattern it did not return, was the
-    key present throughout the scan?"""
+    key present throughout the scan? (Per key: the latest acknowledged write completed before
+    the scan began, and a running maximum over the deletes by invocation of the latest time
+    each may have taken effect: O(log n) a question.)"""
     from .ops_scans import Scanned
 
     out: list[Violation] = []
-    deleters = _possible_changes(history, (Delete,))
     writes: dict[str, list[Op]] = defaultdict(list)
+    deleters: dict[str, list[Op]] = defaultdict(list)
+    scans: list[tuple[Op, Scanned]] = []
     for op in history.ops:
         for effect in effects(op):
             if isinstance(effect, Write) and effect.certain:
                 writes[effect.key].append(op)
-    for op in history.ops:
-        for effect in effects(op):
-            if not isinstance(effect, Scanned) or effect.returned:
-                continue
-            key = effect.key
-            present = [w for w in writes[key] if w.complete < op.invoke]
-            for w in sorted(present, key=lambda o: -o.invoke):
-                gone = any(
-                    d.invoke < op.complete and _latest_effect(d) > w.invoke for d in deleters[key]
-                )
-                if not gone:
-                    out.append(
-                        Violation(
-                            "scan-missed",
-                            key,
-                            "iter_keys did not return the key, though W wrote it (acknowledged) "
-                            "before the scan began and nothing could have deleted it before the "
-                            "scan ended",
-                            [("W", w), ("S", op)],
-                        )
-                    )
-                break  # the latest write decides (an earlier one is overwritten or deleted)
+            elif isinstance(effect, Delete):
+                deleters[effect.key].append(op)
+            elif isinstance(effect, Scanned) and not effect.returned:
+                scans.append((op, effect))
+    latest_write = {key: _Latest(ops) for key, ops in writes.items()}
+    invokes: dict[str, list[float]] = {}
+    reach: dict[str, list[float]] = {}  # [i]: the latest effect of the first i deletes
+    for key, ops in deleters.items():
+        ops.sort(key=lambda o: o.invoke)
+        invokes[key] = [o.invoke for o in ops]
+        running, acc = [float("-inf")], float("-inf")
+        for o in ops:
+            acc = max(acc, _latest_effect(o))
+            running.append(acc)
+        reach[key] = running
+    for op, effect in scans:
+        key = effect.key
+        latest = latest_write.get(key)
+        w = latest.before(op.invoke) if latest is not None else None
+        if w is None:
+            continue
+        if key in invokes:
+            begun = bisect.bisect_left(invokes[key], op.complete)
+            if reach[key][begun] > w.invoke:
+                continue  # a delete may have taken effect after W began, before the scan ended
+        out.append(
+            Violation(
+                "scan-missed",
+                key,
+                "iter_keys did not return the key, though W wrote it (acknowledged) before the "
+                "scan began and nothing could have deleted it before the scan ended",
+                [("W", w), ("S", op)],
+            )
+        )
     return out
 
 
