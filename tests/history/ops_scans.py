@@ -1,7 +1,8 @@
 """Scan ops for the history recorder: ``iter_keys`` and ``delete_pattern`` over the run's
 register keys (``<prefix>:k*``), registered into :data:`~history.recorder.OPS` on import.
 
-* ``iter_keys`` emits one :class:`Scanned` per register key: returned or not. The checker's
+* ``iter_keys`` emits one :class:`Scanned` per key of its pattern (the 12 registers and
+  :data:`EXTRA_KEYS` more, written by ``set_extra``): returned or not. The checker's
   ``scan-missed`` rule judges the keys it did not return (a key present throughout the scan must
   come back); a key returned twice is fine (Redis's ``SCAN`` may repeat keys, and a shard's scan
   begins again from cursor 0 on a new master: the duplicates are counted, not judged).
@@ -38,6 +39,7 @@ from .recorder import (
     Op,
     OpSpec,
     Workload,
+    Write,
 )
 
 SCAN_COUNT = 2
@@ -88,8 +90,28 @@ def delete_pattern(adapter: Adapter, pattern: str) -> int:
     raise TypeError(f"no delete_pattern for {adapter!r}")
 
 
+#: Keys of the scans' pattern beyond the run's 12 registers (``<prefix>:kx<n>``, written by
+#: ``set_extra`` only): about 24 on a shard instead of 6, so a scan that goes wrong on one
+#: shard misses one of them almost surely, not in 4 runs of 5.
+EXTRA_KEYS = 36
+
+
+def extra_keys(w: Workload) -> tuple[str, ...]:
+    return tuple(f"{prefix_of(w.keys[0])}:kx{n}" for n in range(EXTRA_KEYS))
+
+
 def _every_key(rng: random.Random, w: Workload, value: Callable[[], str]) -> Any:
-    return w.keys, ()
+    return (*w.keys, *extra_keys(w)), ()
+
+
+def _extra_value(rng: random.Random, w: Workload, value: Callable[[], str]) -> Any:
+    return (rng.choice(extra_keys(w)),), (value(),)
+
+
+def _extra_written(op: Op) -> list[Any]:
+    if op.kind == OK:
+        return [Write(op.keys[0], op.args[0], True)] if op.value else []
+    return [Write(op.keys[0], op.args[0], False)] if op.kind == INFO else []
 
 
 def _pattern(keys: tuple[str, ...]) -> str:
@@ -110,6 +132,7 @@ def _pattern_deleted(op: Op) -> list[Effect]:
 
 
 SCAN_OPS: dict[str, OpSpec] = {
+    "set_extra": OpSpec(_extra_value, lambda a, k, x: a.set(k[0], x[0]), _extra_written, weight=0),
     "iter_keys": OpSpec(
         _every_key, lambda a, k, x: iter_keys(a, _pattern(k)), _scanned, result=list, weight=0
     ),

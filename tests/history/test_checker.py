@@ -262,6 +262,8 @@ def test_every_op_states_its_effects() -> None:
             sample = op(name, "t", ("v", 1.0), (0, 1), INFO)
         elif name == "touch_ttl":
             sample = op(name, "t", (1.0,), (0, 1), INFO)
+        elif name == "set_extra":  # history.ops_scans: a key of the scans' pattern
+            sample = op(name, "k", ("v",), (0, 1), INFO)
         assert isinstance(spec.effects(sample), list), name
 
 

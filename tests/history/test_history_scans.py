@@ -27,7 +27,15 @@ COMMAND = "sentinel_cache.core.ops.scan:ShardScan.command"
 #: The first client whose scan of a shard gets past half the server's table pauses there.
 HOOKS = (StepHook("scan step", MID_SCAN_HOOK),)
 #: Writes dominate, so most keys are present when a scan runs; delete_pattern now and then.
-SCAN_WEIGHTS = {"set": 6, "get": 2, "set_many": 1, "delete": 1, "iter_keys": 3, "delete_pattern": 1}
+SCAN_WEIGHTS = {
+    "set": 4,
+    "set_extra": 4,
+    "get": 2,
+    "set_many": 1,
+    "delete": 1,
+    "iter_keys": 3,
+    "delete_pattern": 1,
+}
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +100,7 @@ PLANTED = Scenario(
     "planted: scan not restarted on a switch, planned failover mid-scan",
     adapter="django",
     nemesis="planned failover",
-    weights={"set": 6, "get": 1, "iter_keys": 3},
+    weights={"set": 3, "set_extra": 6, "get": 1, "iter_keys": 3},
     hooks=HOOKS,
     strike=nemeses.AtStep("scan step", nemeses.planned_failover),
     patches=(REGISTER, MID_SCAN, (COMMAND, "history.ops_scans:scan_never_restarts")),
