@@ -206,7 +206,9 @@ def test_64_threads_4_shards_planned_failover(make_cluster: Callable[..., Any]) 
         f"max_connections {MAX_CONNECTIONS}, after close {leftover}"
     )
     assert lost == {}, f"{len(lost)} acknowledged writes lost, e.g. {list(lost.items())[:5]}"
-    assert max(peak) <= MAX_CONNECTIONS and max(server_peak) <= MAX_CONNECTIONS
+    # the server also sees the housekeeping thread's ROLE connection (OUTAGE_READS, on by
+    # default: docs/operations.md's connection sizing)
+    assert max(peak) <= MAX_CONNECTIONS and max(server_peak) <= MAX_CONNECTIONS + 1
     assert in_use == [0] * SHARDS, f"connections still checked out: {in_use}"
     assert leftover == [0] * SHARDS, f"connections left open on the servers: {leftover}"
     assert ops > THREADS * 10

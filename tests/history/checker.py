@@ -237,7 +237,7 @@ def check(history: History, modes: Modes = STRICT, rules: Iterable[str] | None =
         found += _register(key, ops, modes)
     for key, ops in sorted(counters.items()):
         found += _counter(key, ops)
-    for model in EXTRA_MODELS:  # the phase-2 models (their block at the end)
+    for model in (*EXTRA_MODELS, *MODELS):  # the phase-2 models (their blocks at the end)
         found += model(history, modes)
     verdict.violations = [v for v in found if v.rule in wanted]
     kinds = history.counts()
@@ -612,3 +612,181 @@ def _smove_lost(history: History, modes: Modes) -> list[Violation]:
 
 
 EXTRA_MODELS = [_unavailable, _locks, _smove_lost]
+# --------------------------------------------------------------------------- scans and expiry
+# (phase 2c: iter_keys / delete_pattern, keys written with a TTL; their ops are registered by
+# history.ops_scans and history.ops_expiry)
+
+#: Models run by :func:`check` after the register and counter models: ``model(history, modes)``
+#: -> violations (each judges the effects only its own ops emit).
+MODELS: list[Any] = []
+
+#: How far a read may be from a TTL's edge (the server's and the clients' clocks are the same
+#: machine's; the slack covers the server's ms rounding and the time a reply spends in transit)
+EXPIRY_SLACK = 0.1
+
+RULES.update(
+    {
+        "scan-missed": (
+            "iter_keys returns every key present throughout the scan (an acknowledged write "
+            "completed before the scan began, and no delete, acknowledged or not, could have "
+            "run between that write's start and the scan's end); a key may come more than once, "
+            "as Redis's SCAN allows",
+            "none",
+        ),
+        "expired-read": (
+            "a key written with a TTL is never read after its last acknowledged write's (or "
+            "touch's) expiry plus EXPIRY_SLACK, and never missed before its write's earliest "
+            "expiry minus EXPIRY_SLACK unless another op on the key (acknowledged or not) could "
+            "have changed it meanwhile",
+            "none (EXPIRY_SLACK: 0.1 s of clock and transit slack)",
+        ),
+    }
+)
+
+
+def _possible_changes(history: History, kinds: tuple[type, ...]) -> dict[str, list[Op]]:
+    """Per key, the ops whose effects of ``kinds`` may have changed it."""
+    out: dict[str, list[Op]] = defaultdict(list)
+    for op in history.ops:
+        for effect in effects(op):
+            if isinstance(effect, kinds):
+                out[effect.key].append(op)
+    return out
+
+
+def _latest_effect(op: Op) -> float:
+    """The latest time an op may take effect: its completion if acknowledged, else never over."""
+    return op.complete if op.kind == OK else float("inf")
+
+
+def _scan_model(history: History, modes: Modes) -> list[Violation]:
+    """scan-missed: for each iter_keys and each key of its pattern it did not return, was the
+    key present throughout the scan? (Per key: the latest acknowledged write completed before
+    the scan began, and a running maximum over the deletes by invocation of the latest time
+    each may have taken effect: O(log n) a question.)"""
+    from .ops_scans import Scanned
+
+    out: list[Violation] = []
+    writes: dict[str, list[Op]] = defaultdict(list)
+    deleters: dict[str, list[Op]] = defaultdict(list)
+    scans: list[tuple[Op, Scanned]] = []
+    for op in history.ops:
+        for effect in effects(op):
+            if isinstance(effect, Write) and effect.certain:
+                writes[effect.key].append(op)
+            elif isinstance(effect, Delete):
+                deleters[effect.key].append(op)
+            elif isinstance(effect, Scanned) and not effect.returned:
+                scans.append((op, effect))
+    latest_write = {key: _Latest(ops) for key, ops in writes.items()}
+    invokes: dict[str, list[float]] = {}
+    reach: dict[str, list[float]] = {}  # [i]: the latest effect of the first i deletes
+    for key, ops in deleters.items():
+        ops.sort(key=lambda o: o.invoke)
+        invokes[key] = [o.invoke for o in ops]
+        running, acc = [float("-inf")], float("-inf")
+        for o in ops:
+            acc = max(acc, _latest_effect(o))
+            running.append(acc)
+        reach[key] = running
+    for op, effect in scans:
+        key = effect.key
+        latest = latest_write.get(key)
+        w = latest.before(op.invoke) if latest is not None else None
+        if w is None:
+            continue
+        if key in invokes:
+            begun = bisect.bisect_left(invokes[key], op.complete)
+            if reach[key][begun] > w.invoke:
+                continue  # a delete may have taken effect after W began, before the scan ended
+        out.append(
+            Violation(
+                "scan-missed",
+                key,
+                "iter_keys did not return the key, though W wrote it (acknowledged) before the "
+                "scan began and nothing could have deleted it before the scan ended",
+                [("W", w), ("S", op)],
+            )
+        )
+    return out
+
+
+MODELS.append(_scan_model)
+
+
+def _expiry_model(history: History, modes: Modes) -> list[Violation]:
+    """expired-read on the keys written with a TTL (history.ops_expiry's effects)."""
+    from .ops_expiry import Expiring, ExpiryRead, Touched
+
+    out: list[Violation] = []
+    writes: dict[str, list[tuple[Op, Expiring]]] = defaultdict(list)
+    touches: dict[str, list[tuple[Op, Touched]]] = defaultdict(list)
+    reads: dict[str, list[tuple[Op, ExpiryRead]]] = defaultdict(list)
+    others: dict[str, list[Op]] = defaultdict(list)  # every op that may change the key
+    for op in history.ops:
+        for effect in effects(op):
+            if isinstance(effect, Expiring):
+                writes[effect.key].append((op, effect))
+                others[effect.key].append(op)
+            elif isinstance(effect, Touched):
+                touches[effect.key].append((op, effect))
+                others[effect.key].append(op)
+            elif isinstance(effect, ExpiryRead):
+                reads[effect.key].append((op, effect))
+    for key, key_reads in sorted(reads.items()):
+        writer = {e.value: (op, e) for op, e in writes[key]}
+        for read, r in key_reads:
+            if r.value is not None:
+                if r.value not in writer:
+                    out.append(
+                        Violation("phantom", key, f"read {r.value!r}, never written", [("R", read)])
+                    )
+                    continue
+                w_op, w = writer[r.value]
+                # its latest possible expiry: the write's, or a touch that may have followed it
+                deadline = _latest_effect(w_op) + w.ttl
+                extended: Op | None = None
+                for t_op, t in touches[key]:
+                    if t_op.invoke < read.complete and _latest_effect(t_op) > w_op.invoke:
+                        if t.certain and t_op.kind == OK:
+                            if t_op.complete + t.ttl > deadline:
+                                deadline, extended = t_op.complete + t.ttl, t_op
+                        else:
+                            deadline, extended = float("inf"), t_op
+                if read.invoke > deadline + EXPIRY_SLACK:
+                    roles = [("W", w_op)] + ([("T", extended)] if extended else []) + [("R", read)]
+                    out.append(
+                        Violation(
+                            "expired-read",
+                            key,
+                            f"the read returned W's value {read.invoke - deadline:.3f}s after "
+                            f"its expiry (TTL {w.ttl}s)",
+                            roles,
+                        )
+                    )
+                continue
+            # a miss: before the earliest expiry of an acknowledged write, with nothing between
+            for w_op, w in writes[key]:
+                if not (w.certain and w_op.complete < read.invoke):
+                    continue
+                if read.complete >= w_op.invoke + w.ttl - EXPIRY_SLACK:
+                    continue
+                changed = any(
+                    o is not w_op and o.invoke < read.complete and _latest_effect(o) > w_op.invoke
+                    for o in others[key]
+                )
+                if not changed:
+                    out.append(
+                        Violation(
+                            "expired-read",
+                            key,
+                            f"the read missed {w_op.invoke + w.ttl - read.complete:.3f}s before "
+                            f"W's value could expire (TTL {w.ttl}s), nothing else on the key",
+                            [("W", w_op), ("R", read)],
+                        )
+                    )
+                    break
+    return out
+
+
+MODELS.append(_expiry_model)

@@ -25,7 +25,7 @@ from chaos.scenarios import settle
 
 from sentinel_cache.testing import LocalSentinelCluster
 
-from . import nemeses
+from . import final_masters, nemeses
 from .checker import STRICT, Modes, Verdict, check
 from .recorder import Event, Plan, Recorder, StepHook, Workload
 
@@ -134,6 +134,7 @@ def run(
         recorder.abort()
         raise
     history = recorder.finish()
+    history.ops += final_masters.read_masters(cluster, scenario.adapter, options, workload)
     history.events = ctx.events
     modes = scenario.modes if modes_from_events is None else modes_from_events(ctx.events)
     verdict = check(history, modes, scenario.rules)

@@ -241,6 +241,9 @@ def test_rules_are_stated_once_with_what_relaxes_them() -> None:
         "unavailable",
         "lock-exclusive",
         "smove-lost",
+        # phase 2c
+        "scan-missed",
+        "expired-read",
     }
     assert all(text and relaxed for text, relaxed in RULES.values())
     with pytest.raises(ValueError, match="unknown rules"):
@@ -258,6 +261,13 @@ def test_every_op_states_its_effects() -> None:
             sample = op(name, "k", ("v", True), (0, 1), INFO)
         elif name == "set_many":
             sample = op(name, ("k",), (("k", "v"),), (0, 1), INFO)
+        # phase 2c: the expiry ops (history.ops_expiry) write and touch with a TTL
+        elif name in ("set_ttl", "lazy_set"):
+            sample = op(name, "t", ("v", 1.0), (0, 1), INFO)
+        elif name == "touch_ttl":
+            sample = op(name, "t", (1.0,), (0, 1), INFO)
+        elif name == "set_extra":  # history.ops_scans: a key of the scans' pattern
+            sample = op(name, "k", ("v",), (0, 1), INFO)
         assert isinstance(spec.effects(sample), list), name
 
 

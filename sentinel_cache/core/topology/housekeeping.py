@@ -246,6 +246,9 @@ class Housekeeper:
             answers = False  # does the master still answer? asked first, once a round
             if master is not None and shard.replicas:
                 # Its offset first, then each replica's: what dates a replica (replicas.py).
+                # Its connection is kept, as the replicas' are: asked every round, one opened
+                # and closed each time would cost every master a connect per process a second.
+                listed.add(master)
                 offset = master_offset(self._role(master)[0])
                 answers = offset is not None
                 shard.note_master_offset(generation, offset)
@@ -277,7 +280,7 @@ class Housekeeper:
         return isinstance(role, (list, tuple)) and bool(role) and reply_text(role[0]) == "master"
 
     def _role(self, address: Address) -> tuple[Any, str | None]:
-        """The replica's ``ROLE`` reply, or (None, why it could not be asked)."""
+        """The node's ``ROLE`` reply, or (None, why it could not be asked)."""
         client = self._clients.get(address)
         if client is None:
             client = self._clients[address] = direct_client(address, self._kwargs)
