@@ -315,8 +315,15 @@ def test_planted_adoption_fault_is_reported(
 #: time"; the largest delivery it states (Figures: staleness max 1.76 ms, on a busy machine),
 #: rounded up to 2 ms, plus the time the reader process's invalidation thread may wait for the
 #: GIL: each of the process's client threads may hold it for a switch interval (5 ms) before it
-#: runs (../shared/README.md, "Measuring without fooling yourself"). 22 ms with 4 threads.
-NEAR_DELIVERY = 0.002 + sys.getswitchinterval() * 4
+#: runs (../shared/README.md, "Measuring without fooling yourself"). 22 ms with 4 threads,
+#: on a machine that runs the reader process when it is ready. A shared 2-core machine under a
+#: full `make test` (load 8) did not: one read 25 ms after an acknowledged overwrite returned
+#: the old copy, the invalidation thread not yet scheduled. So the scenarios allow the
+#: scheduler a quarter of a second more: far below what a lost invalidation costs (the
+#: planted fault below: copies seconds old), and the delivery itself is measured, on a quiet
+#: machine, by `make bench` (docs/near-cache.md Figures), not by a test.
+SCHEDULER_WAIT = 0.25
+NEAR_DELIVERY = 0.002 + sys.getswitchinterval() * 4 + SCHEDULER_WAIT
 NEAR = {"NEAR_CACHE": True}
 NEAR_MODES = Modes(lag=NEAR_DELIVERY, why="NEAR_CACHE delivery, docs/near-cache.md Figures")
 #: Reads of hot keys a second process overwrites: the near cache keeps what is read.
