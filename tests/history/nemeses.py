@@ -1,0 +1,181 @@
+"""Nemeses: faults struck during a recorded run, each recorded in the history as an
+:class:`~history.recorder.Event` (name, start, end, detail).
+
+A nemesis is a callable ``strike(ctx) -> detail`` that does its fault and returns once it is
+over (healed, or the failover it caused is done; settling is the runner's job). To add one:
+write the function and add it to :data:`NEMESES`. :class:`AtStep` makes any nemesis land inside
+a feature's multi-step work: it waits until a client reaches a :class:`~history.recorder.StepHook`
+(the client pauses there), strikes, then lets the client go on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sentinel_cache.testing import LocalSentinelCluster
+
+from .recorder import Event, Recorder
+
+
+@dataclass
+class Context:
+    """What a nemesis gets: the topology, the shard it targets, and the running recorder (for
+    step hooks)."""
+
+    cluster: LocalSentinelCluster
+    target: str  # a master name
+    recorder: Recorder | None = None
+    events: list[Event] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"<nemesis Context {self.target} {len(self.events)} events>"
+
+
+Strike = Callable[[Context], str]
+
+
+def run(name: str, strike: Strike, ctx: Context) -> Event:
+    """Strike and record the event."""
+    start = time.monotonic()
+    detail = strike(ctx)
+    event = Event(name, start, time.monotonic(), detail)
+    ctx.events.append(event)
+    return event
+
+
+def _addr(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+def planned_failover(ctx: Context) -> str:
+    """SENTINEL FAILOVER; over when every sentinel names the new master."""
+    old = ctx.cluster.master_address(ctx.target)
+    ctx.cluster.failover(ctx.target)
+    new = ctx.cluster.wait_for_master_change(ctx.target, old, timeout=30)
+    return f"{ctx.target}: {_addr(old)} -> {_addr(new)}"
+
+
+def kill_master(ctx: Context) -> str:
+    """SIGKILL of the master; over once the sentinels promoted a replica and the old node is
+    back as a replica (a crashed server restarted)."""
+    old = ctx.cluster.kill_master(ctx.target)
+    new = ctx.cluster.wait_for_master_change(ctx.target, old, timeout=30)
+    ctx.cluster.restart_node(old, as_replica=True)
+    return f"{ctx.target}: killed {_addr(old)}, promoted {_addr(new)}, old restarted as replica"
+
+
+def partition_healed_at_switch(ctx: Context) -> str:
+    """The master cut from everyone (fault proxy) until the sentinels switched, healed 0.1 s
+    later: the writes its clients sent during the cut arrive at a master about to be demoted."""
+    old = ctx.cluster.master_address(ctx.target)
+    ctx.cluster.partition(ctx.target)
+    try:
+        new = ctx.cluster.wait_for_master_change(ctx.target, old, timeout=30)
+        time.sleep(0.1)
+    finally:
+        ctx.cluster.heal(ctx.target)
+    return f"{ctx.target}: {_addr(old)} cut, switched to {_addr(new)}, healed"
+
+
+def client_kill(ctx: Context, times: int = 3, every: float = 0.3) -> str:
+    """``CLIENT KILL TYPE normal`` on the master, as the sentinels send it on a
+    reconfiguration: every client connection closed under the clients."""
+    address = ctx.cluster.master_address(ctx.target)
+    killed = 0
+    node = ctx.cluster.node_client(address, direct=True, socket_timeout=5)
+    try:
+        for n in range(times):
+            killed += int(node.execute_command("CLIENT", "KILL", "TYPE", "normal"))
+            if n + 1 < times:
+                time.sleep(every)
+    finally:
+        node.close()
+    return f"{ctx.target} {_addr(address)}: {killed} connections killed in {times} kills"
+
+
+def frozen_master(ctx: Context, seconds: float = 0.5) -> str:
+    """SIGSTOP of the master for ``seconds`` (under down-after: no failover), then SIGCONT."""
+    address = ctx.cluster.master_address(ctx.target)
+    ctx.cluster.freeze_node(address)
+    try:
+        time.sleep(seconds)
+    finally:
+        ctx.cluster.thaw_node(address)
+    return f"{ctx.target} {_addr(address)} frozen {seconds}s"
+
+
+def replica_cut(ctx: Context, seconds: float = 2.0) -> str:
+    """A replica cut from its master's stream (fault proxy, both ways) for ``seconds``; it
+    still answers clients and sentinels, and falls behind."""
+    master = ctx.cluster.master_address(ctx.target)
+    replica = ctx.cluster.replica_addresses(ctx.target)[0]
+    ctx.cluster.partition(replica, peers=[master])
+    try:
+        time.sleep(seconds)
+    finally:
+        ctx.cluster.heal(replica)
+    return f"{ctx.target}: replica {_addr(replica)} cut from {_addr(master)} for {seconds}s"
+
+
+def stale_replica_outage(ctx: Context, behind: float = 3.0, outage: float = 2.0) -> str:
+    """Issue 36, finding 12: a replica's stream silently cut (its link still reads "up") while
+    the master goes on taking writes for ``behind`` seconds, then the master cut from the
+    clients only (no failover: the sentinels still see it) for ``outage`` seconds, so that
+    OUTAGE_READS sends the clients' reads to the replica that fell behind."""
+    master = ctx.cluster.master_address(ctx.target)
+    replica = ctx.cluster.replica_addresses(ctx.target)[0]
+    ctx.cluster.partition(replica, peers=[master])
+    try:
+        time.sleep(behind)
+        ctx.cluster.partition(ctx.target, peers=["client"])
+        time.sleep(outage)
+    finally:
+        ctx.cluster.heal()
+    return (
+        f"{ctx.target}: replica {_addr(replica)} cut from {_addr(master)}, "
+        f"{behind}s later the master cut from the clients for {outage}s"
+    )
+
+
+@dataclass(frozen=True)
+class AtStep:
+    """Strike ``strike`` when a client reaches the step hook ``step`` (armed in the plan's
+    ``hooks``); the client waits there until the strike is over. Gives up (and says so in the
+    detail) if no client reaches the step within ``wait`` seconds."""
+
+    step: str
+    strike: Strike
+    wait: float = 20.0
+
+    def __call__(self, ctx: Context) -> str:
+        assert ctx.recorder is not None, "AtStep needs the running recorder"
+        reached, released = ctx.recorder.step(self.step)
+        if not reached.wait(self.wait):
+            return f"step {self.step} not reached within {self.wait}s: nothing struck"
+        try:
+            return f"at step {self.step}: " + self.strike(ctx)
+        finally:
+            released.set()
+
+
+NEMESES: dict[str, Strike] = {
+    "none": lambda ctx: "no fault",
+    "planned failover": planned_failover,
+    "kill master": kill_master,
+    "partition healed at switch": partition_healed_at_switch,
+    "client kill": client_kill,
+    "frozen master": frozen_master,
+    "replica cut": replica_cut,
+    "stale replica, then outage": stale_replica_outage,
+}
+
+
+def describe(ctx: Context) -> dict[str, Any]:
+    """The target's current master and replicas (for a report)."""
+    return {
+        "master": ctx.cluster.master_address(ctx.target),
+        "replicas": ctx.cluster.replica_addresses(ctx.target),
+    }
