@@ -266,11 +266,7 @@ READ_BETWEEN = (
 )
 ADOPTION = [
     pytest.param("first reads", id="first reads"),
-    pytest.param(
-        "writes racing first reads",
-        id="writes racing first reads",
-        marks=pytest.mark.xfail(strict=True, reason=READ_BETWEEN),
-    ),
+    pytest.param("writes racing first reads", id="writes racing first reads"),
     pytest.param(
         "old frozen",
         id="old frozen",
