@@ -33,10 +33,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import redis
@@ -49,6 +51,7 @@ from django.core.cache import caches  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from threads import Workers  # noqa: E402
 
+from sentinel_cache.core.admin.reshard.previous import Adopter  # noqa: E402
 from sentinel_cache.exceptions import ShardUnavailableError  # noqa: E402
 from sentinel_cache.testing import LocalSentinelCluster  # noqa: E402
 
@@ -361,6 +364,128 @@ def test_conditional_sets_see_the_old_value_as_add_does(
         assert not old_server.keys(f"{prefix}:*")  # all moved or replaced
 
 
+@contextmanager
+def _read_between_forget_and_write(read: Callable[[], Any]) -> Iterator[list[Any]]:
+    """``Adopter.forget`` patched: once it has deleted the old copies (the write's step before
+    it writes ours), ``read`` runs in another thread and returns before the write goes on. The
+    list holds what the read returned (an entry per forced interleaving)."""
+    seen: list[Any] = []
+    original = Adopter.forget
+    between, done = threading.Event(), threading.Event()
+
+    def forget(self: Adopter, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if not between.is_set():  # the first write's only: the reader's own path never forgets
+            between.set()
+            assert done.wait(timeout=JOIN_S), "the reader did not run between the two steps"
+
+    def reader() -> None:
+        assert between.wait(timeout=JOIN_S), "no write reached its delete of the old copy"
+        try:
+            seen.append(read())
+        finally:
+            done.set()
+
+    with mock.patch.object(Adopter, "forget", forget), Workers(timeout=JOIN_S) as workers:
+        workers.spawn(reader)
+        yield seen
+
+
+@pytest.mark.parametrize(
+    ("write", "read"),
+    # Not aset with aget: both rules run in asgiref's one shared thread, so the read would
+    # wait for the write it is to run inside.
+    [("set", "get"), ("set", "get_many"), ("set_many", "get"), ("aset", "get"), ("set", "aget")],
+)
+def test_a_read_between_a_writes_delete_of_the_old_copy_and_its_write_finds_the_key(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis, write: str, read: str
+) -> None:
+    """A key only the old cache has, overwritten; a read forced between the write's delete of
+    the old copy and its write here: it returns the old value (moved here before the delete),
+    never a miss; the write then lands and the old cache holds nothing."""
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        caches["old"].set("k", "old", timeout=600)
+
+        def get() -> Any:
+            handle = caches["default"]  # the reader's own, as in a threaded server
+            if read == "get_many":
+                return handle.get_many(["k"]).get("k")
+            if read == "aget":
+                return asyncio.run(handle.aget("k"))
+            return handle.get("k")
+
+        cache = caches["default"]
+        with _read_between_forget_and_write(get) as seen:
+            if write == "set_many":
+                assert cache.set_many({"k": "new", "k2": "new"}, 600) == []
+            elif write == "aset":
+                asyncio.run(cache.aset("k", "new", 600))
+            else:
+                cache.set("k", "new", 600)
+        print(f"\n{write} racing {read}: the read between its steps returned {seen}")
+        assert seen == ["old"]
+        assert cache.get("k") == "new" and not old_server.keys(f"{prefix}:*")
+        assert 0 < cache.ttl("k") <= 600
+
+
+def test_flask_a_read_between_a_writes_delete_of_the_old_copy_and_its_write_finds_the_key(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    """Flask-Caching's RedisCache adopted: ``set`` and ``set_many`` of keys only it has, a
+    ``get`` and a ``get_many`` forced between each write's two steps: the old values."""
+    cache, previous, backend, key_prefix = _flask_site(cluster, old)
+    try:
+        previous.set_many({"a": "old-a", "b": "old-b"}, timeout=600)
+        with _read_between_forget_and_write(lambda: cache.get("a")) as seen:
+            assert cache.set("a", "new-a", timeout=600)
+        with _read_between_forget_and_write(lambda: cache.get_many("b")) as seen_many:
+            assert cache.set_many({"b": "new-b"}, timeout=600) == ["b"]
+        print(f"\nFlask: the reads between the steps returned {seen}, {seen_many}")
+        assert seen == ["old-a"] and seen_many == [["old-b"]]
+        assert cache.get_many("a", "b") == ["new-a", "new-b"]
+        assert not old_server.keys(f"{key_prefix}*")
+    finally:
+        _flask_done(backend, key_prefix)
+
+
+def _flask_site(cluster: LocalSentinelCluster, old: Old, **options: Any) -> tuple[Any, ...]:
+    """A Flask app on ours adopting Flask-Caching's RedisCache on the old server: (our cache,
+    the old one, our backend, the prefix both use)."""
+    from flask import Flask
+    from flask_caching import Cache
+
+    host, port = old.address
+    key_prefix = f"f{uuid.uuid4().hex[:8]}_"
+    before = {
+        "CACHE_TYPE": "RedisCache",
+        "CACHE_REDIS_URL": f"redis://{host}:{port}/0",
+        "CACHE_KEY_PREFIX": key_prefix,
+    }
+    old_app = Flask("before")
+    old_app.config.update(before)
+    previous = Cache(old_app)
+    config = cluster.config()
+    app = Flask("after")
+    app.config.update(
+        CACHE_TYPE="sentinel_cache.flask.ShardedSentinelCache",
+        CACHE_REDIS_SENTINELS=config["sentinels"],
+        CACHE_REDIS_SENTINEL_MASTERS=config["masters"],
+        CACHE_REDIS_DB=OUR_DB,  # as the Django tests here: keys removed by prefix, never flushed
+        CACHE_KEY_PREFIX=key_prefix,
+        CACHE_OPTIONS={"PREVIOUS_CACHE": before, **options},
+    )
+    cache = Cache(app)
+    return cache, previous, app.extensions["cache"][cache], key_prefix
+
+
+def _flask_done(backend: Any, key_prefix: str) -> None:
+    for shard in backend.core.shards:
+        for stored in shard.client.scan_iter(match=f"{key_prefix}*"):
+            shard.client.delete(stored)
+    backend.core.close()
+
+
 def _poison(server: redis.Redis, previous: Any, key: str) -> None:
     """A value django-redis's pickle cannot load, under its key."""
     server.set(previous.make_key(key), b"\x80\x05not a pickle")
@@ -516,31 +641,7 @@ def test_flask_values_json_cannot_store_are_present_to_add_and_get_or_set_many(
 ) -> None:
     """Flask-Caching's RedisCache (pickle) adopted by ours on JSON: ``add`` refuses a value
     JSON cannot store and leaves it, ``get_or_set_many`` returns it (the other keys added)."""
-    from flask import Flask
-    from flask_caching import Cache
-
-    host, port = old.address
-    key_prefix = f"f{uuid.uuid4().hex[:8]}_"
-    before = {
-        "CACHE_TYPE": "RedisCache",
-        "CACHE_REDIS_URL": f"redis://{host}:{port}/0",
-        "CACHE_KEY_PREFIX": key_prefix,
-    }
-    old_app = Flask("before")
-    old_app.config.update(before)
-    previous = Cache(old_app)
-    config = cluster.config()
-    app = Flask("after")
-    app.config.update(
-        CACHE_TYPE="sentinel_cache.flask.ShardedSentinelCache",
-        CACHE_REDIS_SENTINELS=config["sentinels"],
-        CACHE_REDIS_SENTINEL_MASTERS=config["masters"],
-        CACHE_REDIS_DB=OUR_DB,  # as the Django tests here: keys removed by prefix, never flushed
-        CACHE_KEY_PREFIX=key_prefix,
-        CACHE_OPTIONS={"PREVIOUS_CACHE": before, "SERIALIZER": "json"},
-    )
-    cache = Cache(app)
-    backend = app.extensions["cache"][cache]
+    cache, previous, backend, key_prefix = _flask_site(cluster, old, SERIALIZER="json")
     try:
         previous.set_many(VALUES, timeout=600)
         made = [f"{key_prefix}{name}" for name in VALUES]
@@ -558,10 +659,7 @@ def test_flask_values_json_cannot_store_are_present_to_add_and_get_or_set_many(
         assert _held_on_old(old_server, made) == made
         assert cache.set("set", "new") and cache.get("set") == "new"  # a write replaces it
     finally:
-        for shard in backend.core.shards:
-            for stored in shard.client.scan_iter(match=f"{key_prefix}*"):
-                shard.client.delete(stored)
-        backend.core.close()
+        _flask_done(backend, key_prefix)
 
 
 if __name__ == "__main__":  # a reading process of test_concurrent_first_reads_...
