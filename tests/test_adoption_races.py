@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -447,6 +447,81 @@ def test_flask_a_read_between_a_writes_delete_of_the_old_copy_and_its_write_find
         assert not old_server.keys(f"{key_prefix}*")
     finally:
         _flask_done(backend, key_prefix)
+
+
+def _counting_round_trips() -> Any:
+    """Round trips of this thread from now on, to any server (ours and the old one): each
+    outermost ``send_packed_command`` (a pipeline or transaction is one), whatever connection
+    class sends it; other threads (the sentinel listeners) are not counted."""
+    from sentinel_cache.core.topology import lean, near_tracking
+    from sentinel_cache.core.topology._sync import connection
+
+    counted = {"trips": 0}
+    me, depth = threading.get_ident(), threading.local()
+    classes = [redis.connection.AbstractConnection] + [
+        value
+        for module in (lean, connection, near_tracking)
+        for value in vars(module).values()
+        if isinstance(value, type) and "send_packed_command" in vars(value)
+    ]
+    stack = ExitStack()
+
+    def wrap(real: Any) -> Any:
+        def send(self: Any, *args: Any, **kwargs: Any) -> Any:
+            level = getattr(depth, "level", 0)
+            counted["trips"] += level == 0 and threading.get_ident() == me
+            depth.level = level + 1
+            try:
+                return real(self, *args, **kwargs)
+            finally:
+                depth.level = level
+
+        return send
+
+    for cls in classes:
+        stack.enter_context(
+            mock.patch.object(cls, "send_packed_command", wrap(vars(cls)["send_packed_command"]))
+        )
+    return stack, counted
+
+
+def test_what_a_write_costs_while_previous_cache_is_set(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    """docs/migration.md's figures: a write of S shards' keys costs its S round trips, plus
+    the old cache's read and delete and the tombstones (S), plus, for keys the old cache holds,
+    their TTL (1), the shards' clocks (S) and the copies (S)."""
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        cache, previous = caches["default"], caches["old"]
+        trips: dict[str, int] = {}
+        for tag in ("warm", "run"):  # the first pass opens each pool's connections
+            one, ten = f"{tag}:one", {f"{tag}:{i}": "new" for i in range(10)}
+            previous.set_many({one: "old", **dict.fromkeys(ten, "old")}, timeout=600)
+            shards = len({cache.core.shard_for(cache.make_key(key)) for key in ten})
+            writes: list[tuple[str, Any, tuple[Any, ...]]] = [
+                ("set, on the old cache", cache.set, (one, "new", 600)),
+                ("set, here", cache.set, (one, "newer", 600)),
+                ("set, on neither", cache.set, (f"{tag}:absent", "new", 600)),
+                ("set_many of 10, on the old cache", cache.set_many, (ten, 600)),
+                ("set_many of 10, here", cache.set_many, (ten, 600)),
+            ]
+            stack, counted = _counting_round_trips()
+            with stack:
+                for what, write, args in writes:
+                    counted["trips"] = 0
+                    write(*args)
+                    trips[what] = counted["trips"]
+            assert cache.get_many([one, *ten]) == {one: "newer", **ten}
+        print(f"\nround trips while PREVIOUS_CACHE is set ({shards} shards for 10 keys): {trips}")
+        assert trips == {
+            "set, on the old cache": 1 + 6,
+            "set, here": 1 + 3,
+            "set, on neither": 1 + 3,
+            "set_many of 10, on the old cache": shards + 3 + 3 * shards,
+            "set_many of 10, here": shards + 2 + shards,
+        }
+        assert not old_server.keys(f"{prefix}:*")
 
 
 def _flask_site(cluster: LocalSentinelCluster, old: Old, **options: Any) -> tuple[Any, ...]:
