@@ -28,6 +28,7 @@ import decimal
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -344,6 +345,31 @@ def test_a_fail_open_old_cache_that_cannot_delete_fails_the_write(
         assert acknowledged == [] and undone == []
         # The writes that raised left the old values where they were: still served.
         assert cache.get_many([*deleted, *expiring]) == {**deleted, **expiring}
+
+
+@pytest.mark.parametrize("backend", [DJANGO_REDIS, "django.core.cache.backends.redis.RedisCache"])
+def test_a_write_fails_when_the_old_cache_cannot_be_read(
+    cluster: LocalSentinelCluster, backend: str
+) -> None:
+    """The old cache's server gone (nothing listens on its port): ``set`` and ``set_many``
+    cannot move the old copies first, nor delete them, and raise ShardUnavailableError naming
+    it and PREVIOUS_CACHE; nothing is written here."""
+    with socket.socket() as probe:  # a port nobody listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    entry: dict[str, Any] = {
+        "BACKEND": backend,
+        "LOCATION": f"redis://127.0.0.1:{port}/0",
+        "KEY_PREFIX": prefix,
+    }
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        cache = caches["default"]
+        for write in (lambda: cache.set("k", "new", 60), lambda: cache.set_many({"k": "new"})):
+            with pytest.raises(ShardUnavailableError) as raised:
+                write()
+            assert "PREVIOUS_CACHE" in str(raised.value) and "CACHES['old']" in str(raised.value)
+        assert cache.client.get_many([cache.make_key("k")]) == {}  # ours, read plainly
 
 
 def test_conditional_sets_see_the_old_value_as_add_does(
