@@ -354,7 +354,7 @@ class Adopter:
             return
         try:
             self.adopt(previous, keys, strict=False, remove=False)
-        except MASTER_ERRORS as exc:  # ours' errors are logged by adopt: the previous cache's
+        except MASTER_ERRORS as exc:  # adopt(strict=False) logs ours': these are the previous's
             raise _refused(previous, keys, "read", exc) from exc
         self.forget(previous, keys)
 
