@@ -28,15 +28,18 @@ import decimal
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import redis
@@ -49,6 +52,7 @@ from django.core.cache import caches  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from threads import Workers  # noqa: E402
 
+from sentinel_cache.core.admin.reshard.previous import Adopter  # noqa: E402
 from sentinel_cache.exceptions import ShardUnavailableError  # noqa: E402
 from sentinel_cache.testing import LocalSentinelCluster  # noqa: E402
 
@@ -343,6 +347,31 @@ def test_a_fail_open_old_cache_that_cannot_delete_fails_the_write(
         assert cache.get_many([*deleted, *expiring]) == {**deleted, **expiring}
 
 
+@pytest.mark.parametrize("backend", [DJANGO_REDIS, "django.core.cache.backends.redis.RedisCache"])
+def test_a_write_fails_when_the_old_cache_cannot_be_read(
+    cluster: LocalSentinelCluster, backend: str
+) -> None:
+    """The old cache's server gone (nothing listens on its port): ``set`` and ``set_many``
+    cannot move the old copies first, nor delete them, and raise ShardUnavailableError naming
+    it and PREVIOUS_CACHE; nothing is written here."""
+    with socket.socket() as probe:  # a port nobody listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    entry: dict[str, Any] = {
+        "BACKEND": backend,
+        "LOCATION": f"redis://127.0.0.1:{port}/0",
+        "KEY_PREFIX": prefix,
+    }
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        cache = caches["default"]
+        for write in (lambda: cache.set("k", "new", 60), lambda: cache.set_many({"k": "new"})):
+            with pytest.raises(ShardUnavailableError) as raised:
+                write()
+            assert "PREVIOUS_CACHE" in str(raised.value) and "CACHES['old']" in str(raised.value)
+        assert cache.client.get_many([cache.make_key("k")]) == {}  # ours, read plainly
+
+
 def test_conditional_sets_see_the_old_value_as_add_does(
     cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
 ) -> None:
@@ -359,6 +388,203 @@ def test_conditional_sets_see_the_old_value_as_add_does(
         assert cache.set("absent", "new", 60, xx=True) is False and cache.get("absent") is None
         assert cache.set("absent", "new", 60, nx=True) is True and cache.get("absent") == "new"
         assert not old_server.keys(f"{prefix}:*")  # all moved or replaced
+
+
+@contextmanager
+def _read_between_forget_and_write(read: Callable[[], Any]) -> Iterator[list[Any]]:
+    """``Adopter.forget`` patched: once it has deleted the old copies (the write's step before
+    it writes ours), ``read`` runs in another thread and returns before the write goes on. The
+    list holds what the read returned (an entry per forced interleaving)."""
+    seen: list[Any] = []
+    original = Adopter.forget
+    between, done = threading.Event(), threading.Event()
+
+    def forget(self: Adopter, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if not between.is_set():  # the first write's only: the reader's own path never forgets
+            between.set()
+            assert done.wait(timeout=JOIN_S), "the reader did not run between the two steps"
+
+    def reader() -> None:
+        assert between.wait(timeout=JOIN_S), "no write reached its delete of the old copy"
+        try:
+            seen.append(read())
+        finally:
+            done.set()
+
+    with mock.patch.object(Adopter, "forget", forget), Workers(timeout=JOIN_S) as workers:
+        workers.spawn(reader)
+        yield seen
+
+
+@pytest.mark.parametrize(
+    ("write", "read"),
+    # Not aset with aget: both rules run in asgiref's one shared thread, so the read would
+    # wait for the write it is to run inside.
+    [("set", "get"), ("set", "get_many"), ("set_many", "get"), ("aset", "get"), ("set", "aget")],
+)
+def test_a_read_between_a_writes_delete_of_the_old_copy_and_its_write_finds_the_key(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis, write: str, read: str
+) -> None:
+    """A key only the old cache has, overwritten; a read forced between the write's delete of
+    the old copy and its write here: it returns the old value (moved here before the delete),
+    never a miss; the write then lands and the old cache holds nothing."""
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        caches["old"].set("k", "old", timeout=600)
+
+        def get() -> Any:
+            handle = caches["default"]  # the reader's own, as in a threaded server
+            if read == "get_many":
+                return handle.get_many(["k"]).get("k")
+            if read == "aget":
+                return asyncio.run(handle.aget("k"))
+            return handle.get("k")
+
+        cache = caches["default"]
+        with _read_between_forget_and_write(get) as seen:
+            if write == "set_many":
+                assert cache.set_many({"k": "new", "k2": "new"}, 600) == []
+            elif write == "aset":
+                asyncio.run(cache.aset("k", "new", 600))
+            else:
+                cache.set("k", "new", 600)
+        print(f"\n{write} racing {read}: the read between its steps returned {seen}")
+        assert seen == ["old"]
+        assert cache.get("k") == "new" and not old_server.keys(f"{prefix}:*")
+        assert 0 < cache.ttl("k") <= 600
+
+
+def test_flask_a_read_between_a_writes_delete_of_the_old_copy_and_its_write_finds_the_key(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    """Flask-Caching's RedisCache adopted: ``set`` and ``set_many`` of keys only it has, a
+    ``get`` and a ``get_many`` forced between each write's two steps: the old values."""
+    cache, previous, backend, key_prefix = _flask_site(cluster, old)
+    try:
+        previous.set_many({"a": "old-a", "b": "old-b"}, timeout=600)
+        with _read_between_forget_and_write(lambda: cache.get("a")) as seen:
+            assert cache.set("a", "new-a", timeout=600)
+        with _read_between_forget_and_write(lambda: cache.get_many("b")) as seen_many:
+            assert cache.set_many({"b": "new-b"}, timeout=600) == ["b"]
+        print(f"\nFlask: the reads between the steps returned {seen}, {seen_many}")
+        assert seen == ["old-a"] and seen_many == [["old-b"]]
+        assert cache.get_many("a", "b") == ["new-a", "new-b"]
+        assert not old_server.keys(f"{key_prefix}*")
+    finally:
+        _flask_done(backend, key_prefix)
+
+
+def _counting_round_trips() -> Any:
+    """Round trips of this thread from now on, to any server (ours and the old one): each
+    outermost ``send_packed_command`` (a pipeline or transaction is one), whatever connection
+    class sends it; other threads (the sentinel listeners) are not counted."""
+    from sentinel_cache.core.topology import lean, near_tracking
+    from sentinel_cache.core.topology._sync import connection
+
+    counted = {"trips": 0}
+    me, depth = threading.get_ident(), threading.local()
+    classes = [redis.connection.AbstractConnection] + [
+        value
+        for module in (lean, connection, near_tracking)
+        for value in vars(module).values()
+        if isinstance(value, type) and "send_packed_command" in vars(value)
+    ]
+    stack = ExitStack()
+
+    def wrap(real: Any) -> Any:
+        def send(self: Any, *args: Any, **kwargs: Any) -> Any:
+            level = getattr(depth, "level", 0)
+            counted["trips"] += level == 0 and threading.get_ident() == me
+            depth.level = level + 1
+            try:
+                return real(self, *args, **kwargs)
+            finally:
+                depth.level = level
+
+        return send
+
+    for cls in classes:
+        stack.enter_context(
+            mock.patch.object(cls, "send_packed_command", wrap(vars(cls)["send_packed_command"]))
+        )
+    return stack, counted
+
+
+def test_what_a_write_costs_while_previous_cache_is_set(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis
+) -> None:
+    """docs/migration.md's figures: a write of S shards' keys costs its S round trips, plus
+    the old cache's read and delete and the tombstones (S), plus, for keys the old cache holds,
+    their TTL (1), the shards' clocks (S) and the copies (S)."""
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        cache, previous = caches["default"], caches["old"]
+        trips: dict[str, int] = {}
+        for tag in ("warm", "run"):  # the first pass opens each pool's connections
+            one, ten = f"{tag}:one", {f"{tag}:{i}": "new" for i in range(10)}
+            previous.set_many({one: "old", **dict.fromkeys(ten, "old")}, timeout=600)
+            shards = len({cache.core.shard_for(cache.make_key(key)) for key in ten})
+            writes: list[tuple[str, Any, tuple[Any, ...]]] = [
+                ("set, on the old cache", cache.set, (one, "new", 600)),
+                ("set, here", cache.set, (one, "newer", 600)),
+                ("set, on neither", cache.set, (f"{tag}:absent", "new", 600)),
+                ("set_many of 10, on the old cache", cache.set_many, (ten, 600)),
+                ("set_many of 10, here", cache.set_many, (ten, 600)),
+            ]
+            stack, counted = _counting_round_trips()
+            with stack:
+                for what, write, args in writes:
+                    counted["trips"] = 0
+                    write(*args)
+                    trips[what] = counted["trips"]
+            assert cache.get_many([one, *ten]) == {one: "newer", **ten}
+        print(f"\nround trips while PREVIOUS_CACHE is set ({shards} shards for 10 keys): {trips}")
+        assert trips == {
+            "set, on the old cache": 1 + 6,
+            "set, here": 1 + 3,
+            "set, on neither": 1 + 3,
+            "set_many of 10, on the old cache": shards + 3 + 3 * shards,
+            "set_many of 10, here": shards + 2 + shards,
+        }
+        assert not old_server.keys(f"{prefix}:*")
+
+
+def _flask_site(cluster: LocalSentinelCluster, old: Old, **options: Any) -> tuple[Any, ...]:
+    """A Flask app on ours adopting Flask-Caching's RedisCache on the old server: (our cache,
+    the old one, our backend, the prefix both use)."""
+    from flask import Flask
+    from flask_caching import Cache
+
+    host, port = old.address
+    key_prefix = f"f{uuid.uuid4().hex[:8]}_"
+    before = {
+        "CACHE_TYPE": "RedisCache",
+        "CACHE_REDIS_URL": f"redis://{host}:{port}/0",
+        "CACHE_KEY_PREFIX": key_prefix,
+    }
+    old_app = Flask("before")
+    old_app.config.update(before)
+    previous = Cache(old_app)
+    config = cluster.config()
+    app = Flask("after")
+    app.config.update(
+        CACHE_TYPE="sentinel_cache.flask.ShardedSentinelCache",
+        CACHE_REDIS_SENTINELS=config["sentinels"],
+        CACHE_REDIS_SENTINEL_MASTERS=config["masters"],
+        CACHE_REDIS_DB=OUR_DB,  # as the Django tests here: keys removed by prefix, never flushed
+        CACHE_KEY_PREFIX=key_prefix,
+        CACHE_OPTIONS={"PREVIOUS_CACHE": before, **options},
+    )
+    cache = Cache(app)
+    return cache, previous, app.extensions["cache"][cache], key_prefix
+
+
+def _flask_done(backend: Any, key_prefix: str) -> None:
+    for shard in backend.core.shards:
+        for stored in shard.client.scan_iter(match=f"{key_prefix}*"):
+            shard.client.delete(stored)
+    backend.core.close()
 
 
 def _poison(server: redis.Redis, previous: Any, key: str) -> None:
@@ -516,31 +742,7 @@ def test_flask_values_json_cannot_store_are_present_to_add_and_get_or_set_many(
 ) -> None:
     """Flask-Caching's RedisCache (pickle) adopted by ours on JSON: ``add`` refuses a value
     JSON cannot store and leaves it, ``get_or_set_many`` returns it (the other keys added)."""
-    from flask import Flask
-    from flask_caching import Cache
-
-    host, port = old.address
-    key_prefix = f"f{uuid.uuid4().hex[:8]}_"
-    before = {
-        "CACHE_TYPE": "RedisCache",
-        "CACHE_REDIS_URL": f"redis://{host}:{port}/0",
-        "CACHE_KEY_PREFIX": key_prefix,
-    }
-    old_app = Flask("before")
-    old_app.config.update(before)
-    previous = Cache(old_app)
-    config = cluster.config()
-    app = Flask("after")
-    app.config.update(
-        CACHE_TYPE="sentinel_cache.flask.ShardedSentinelCache",
-        CACHE_REDIS_SENTINELS=config["sentinels"],
-        CACHE_REDIS_SENTINEL_MASTERS=config["masters"],
-        CACHE_REDIS_DB=OUR_DB,  # as the Django tests here: keys removed by prefix, never flushed
-        CACHE_KEY_PREFIX=key_prefix,
-        CACHE_OPTIONS={"PREVIOUS_CACHE": before, "SERIALIZER": "json"},
-    )
-    cache = Cache(app)
-    backend = app.extensions["cache"][cache]
+    cache, previous, backend, key_prefix = _flask_site(cluster, old, SERIALIZER="json")
     try:
         previous.set_many(VALUES, timeout=600)
         made = [f"{key_prefix}{name}" for name in VALUES]
@@ -558,10 +760,7 @@ def test_flask_values_json_cannot_store_are_present_to_add_and_get_or_set_many(
         assert _held_on_old(old_server, made) == made
         assert cache.set("set", "new") and cache.get("set") == "new"  # a write replaces it
     finally:
-        for shard in backend.core.shards:
-            for stored in shard.client.scan_iter(match=f"{key_prefix}*"):
-                shard.client.delete(stored)
-        backend.core.close()
+        _flask_done(backend, key_prefix)
 
 
 if __name__ == "__main__":  # a reading process of test_concurrent_first_reads_...

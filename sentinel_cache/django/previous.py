@@ -13,9 +13,11 @@ The alias names the old backend's entry, left in ``CACHES`` as it was (django-re
 * the operations on an existing value adopt a missing key first: :data:`ADOPT_TO_READ`
   (``ttl``, ``pttl``) and :data:`ADOPT_FIRST` (``add``, ``incr``, ``touch``, ... which then
   also delete an old copy that could not be moved);
-* :data:`FORGET_FIRST` (``set``, ``set_many``, ``delete``, ``delete_many``) delete the old
-  copies first, through the old servers' own clients (django-redis's ``IGNORE_EXCEPTIONS``
-  would hide a failure: it fails the write instead), and leave tombstones; ``set`` with
+* :data:`MOVE_FIRST` (``set``, ``set_many``) move the old copies here first, then delete them
+  there (a read between the two finds the copy here: it never misses a key the write
+  replaces); :data:`FORGET_FIRST` (``delete``, ``delete_many``) only delete them; both through
+  the old servers' own clients (django-redis's ``IGNORE_EXCEPTIONS`` would hide a failure: it
+  fails the write instead), and leave tombstones; ``set`` with
   ``nx``/``xx`` (:data:`CONDITIONAL`) adopts first instead, as ``add`` does (an old value this
   cache cannot store is present to them: :data:`WHERE_ABSENT`); ``clear`` and ``delete_pattern`` empty the old cache of
   those keys first; so no stale or deleted value comes back
@@ -49,6 +51,7 @@ __all__ = [
     "ADOPT_TO_READ",
     "CONDITIONAL",
     "FORGET_FIRST",
+    "MOVE_FIRST",
     "WHERE_ABSENT",
     "OPTION",
     "SETTING",
@@ -76,8 +79,13 @@ ADOPT_FIRST = (
     "expire_at",
     "pexpire_at",
 )
-#: The operations that replace or delete values: the old copies go first.
-FORGET_FIRST = ("set", "set_many", "delete", "delete_many")
+#: The operations that replace values: each old copy is moved here (the adoption's copy, its
+#: TTL, never over a value here), then deleted there, then the write lands: a read between two
+#: steps finds the old value or the new one, never a miss
+#: (:meth:`~sentinel_cache.core.admin.reshard.previous.Adopter.move_then_forget`).
+MOVE_FIRST = ("set", "set_many")
+#: The operations that delete values: the old copies go first.
+FORGET_FIRST = ("delete", "delete_many")
 #: Those that, given one of these arguments, write only where the key is absent or present:
 #: the old copy counts as present (as for ``add``), so they adopt first (:data:`ADOPT_FIRST`).
 CONDITIONAL = {"set": ("nx", "xx")}
@@ -303,6 +311,10 @@ class AdoptingCache:
         adopter, previous = self.adoption(version)
         return adopter.adopt_to_write(previous, missing, keep_held=keep_held)
 
+    def _move_then_forget(self, keys: Sequence[Any], version: Any) -> None:
+        adopter, previous = self.adoption(version)
+        adopter.move_then_forget(previous, keys)
+
     def _forget(self, keys: Sequence[Any], version: Any) -> None:
         adopter, previous = self.adoption(version)
         adopter.forget(previous, keys)
@@ -456,6 +468,7 @@ def adopting(plain: type) -> type:
     for names, rule in (
         (ADOPT_TO_READ, AdoptingCache._adopt_missing),
         (ADOPT_FIRST, AdoptingCache._adopt_to_write),
+        (MOVE_FIRST, AdoptingCache._move_then_forget),
         (FORGET_FIRST, AdoptingCache._forget),
     ):
         for name in names:

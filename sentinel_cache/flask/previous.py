@@ -12,12 +12,16 @@ While it is set:
   from the old backend, copied to the key's shard with its remaining TTL (a Redis backend's
   ``PTTL``; any other: ``CACHE_DEFAULT_TIMEOUT``), and deleted there; a key the old backend
   no longer has is read here again (another reader moved it meanwhile) before it is a miss;
-* ``set``, ``set_many``, ``delete``, ``delete_many`` and ``unlink`` delete the old copies first
-  (a Redis backend's through its own client: a failure fails the write) and leave tombstones; ``clear`` empties the old cache first.
+* ``set`` and ``set_many`` (:data:`MOVE_FIRST`) move the old copies here first, then delete
+  them there (a read between the two finds the copy here); ``delete``, ``delete_many`` and
+  ``unlink`` (:data:`FORGET_FIRST`) only delete them; both through a Redis backend's own
+  client (a failure fails the write), leaving tombstones; ``clear`` empties the old cache
+  first.
 
 ``flask sentinel-reshard --from-previous-cache`` empties it. The rules are the core's
-(:mod:`sentinel_cache.core.admin.reshard.previous`), declared once in :data:`ADOPT_FIRST` and
-:data:`FORGET_FIRST`; without the option the backend's class is the plain one.
+(:mod:`sentinel_cache.core.admin.reshard.previous`), declared once in :data:`ADOPT_FIRST`,
+:data:`MOVE_FIRST` and :data:`FORGET_FIRST`; without the option the backend's class is the plain
+one.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from sentinel_cache.exceptions import ConfigurationError
 __all__ = [
     "ADOPT_FIRST",
     "FORGET_FIRST",
+    "MOVE_FIRST",
     "OPTION",
     "SETTING",
     "WHERE_ABSENT",
@@ -48,7 +53,12 @@ ADOPT_FIRST = ("add", "inc", "dec", "get_or_set_many")
 #: store (held there, served by ``get``) is present to them, so they answer without writing
 #: (``add`` False, ``get_or_set_many`` that value) and leave it there.
 WHERE_ABSENT = ("add", "get_or_set_many")
-FORGET_FIRST = ("set", "set_many", "delete", "delete_many", "unlink")
+#: The writes that replace values: each old copy moved here first, then deleted there, then
+#: the write (a read between two steps finds the old value or the new one, never a miss:
+#: :meth:`~sentinel_cache.core.admin.reshard.previous.Adopter.move_then_forget`).
+MOVE_FIRST = ("set", "set_many")
+#: The deletes: the old copies deleted first (tombstones left).
+FORGET_FIRST = ("delete", "delete_many", "unlink")
 SETTING = f"CACHE_OPTIONS[{OPTION!r}]"
 
 
@@ -171,6 +181,10 @@ class AdoptingCache:
         adopter, previous = self.adoption()
         return adopter.adopt_to_write(previous, missing, keep_held=keep_held)
 
+    def _move_then_forget(self, keys: Sequence[Any]) -> None:
+        adopter, previous = self.adoption()
+        adopter.move_then_forget(previous, keys)
+
     def _forget(self, keys: Sequence[Any]) -> None:
         adopter, previous = self.adoption()
         adopter.forget(previous, keys)
@@ -249,6 +263,7 @@ def adopting(plain: type) -> type:
     namespace: dict[str, Any] = {"_plain": plain, "__module__": __name__}
     for names, rule in (
         (ADOPT_FIRST, AdoptingCache._adopt_to_write),
+        (MOVE_FIRST, AdoptingCache._move_then_forget),
         (FORGET_FIRST, AdoptingCache._forget),
     ):
         for name in names:

@@ -256,36 +256,19 @@ def adoption(old: LocalSentinelCluster, cluster: LocalSentinelCluster, name: str
 #: The adopter's written copies (``Adopter._written``): paused before they are sent, the
 #: cleanup of the old copies after them.
 COPIED = "sentinel_cache.core.admin.reshard.previous:Adopter._written"
-#: Issue 35 finding (phase 2b): every write through the adopting cache deletes the old copy
-#: first, then writes ours (docs/migration.md: "its old copy deleted first, as for every
-#: write"); a read between the two finds the key on neither, rechecks ours before the write
-#: lands, and returns a miss of a key that is present before and after the write.
-READ_BETWEEN = (
-    "library bug: a read concurrent with a write of an old-only key (PREVIOUS_CACHE) misses "
-    "it: the write deletes the old copy before it writes ours, and the read finds neither"
-)
+#: Issue 35 finding (phase 2b), fixed: a write through the adopting cache deleted the old copy
+#: first, then wrote ours; a read between the two found the key on neither and missed a key
+#: present before and after the write. A write now moves the old copy onto ours first
+#: (``Adopter.move_then_forget``), so the read's recheck finds it ("writes racing first reads").
 ADOPTION = [
     pytest.param("first reads", id="first reads"),
+    pytest.param("writes racing first reads", id="writes racing first reads"),
+    pytest.param("old frozen", id="old frozen", marks=LONG_ONLY),
     pytest.param(
-        "writes racing first reads",
-        id="writes racing first reads",
-        marks=pytest.mark.xfail(strict=True, reason=READ_BETWEEN),
+        "old frozen, IGNORE_EXCEPTIONS", id="old frozen, IGNORE_EXCEPTIONS", marks=LONG_ONLY
     ),
     pytest.param(
-        "old frozen",
-        id="old frozen",
-        # not strict: at 40 keys the read-between-a-write miss shows in about half the runs
-        marks=[*LONG_ONLY, pytest.mark.xfail(strict=False, reason=READ_BETWEEN)],
-    ),
-    pytest.param(
-        "old frozen, IGNORE_EXCEPTIONS",
-        id="old frozen, IGNORE_EXCEPTIONS",
-        marks=[*LONG_ONLY, pytest.mark.xfail(strict=False, reason=READ_BETWEEN)],
-    ),
-    pytest.param(
-        "planned failover inside the copy",
-        id="planned failover inside the copy",
-        marks=[*LONG_ONLY, pytest.mark.xfail(strict=False, reason=READ_BETWEEN)],
+        "planned failover inside the copy", id="planned failover inside the copy", marks=LONG_ONLY
     ),
 ]
 

@@ -10,9 +10,11 @@ compressor and sharding read the values) and apply two rules, each declared once
   a value the previous backend cannot decode is a miss, one our serializer cannot store is
   served from there and not copied: both stay there, skipped and listed by the migration (the
   second is present to a conditional write too: :meth:`Adopter.adopt_to_write`);
-* a write or delete removes the previous copy first (:meth:`Adopter.forget`; a previous cache
-  that cannot delete it fails the write, whatever its backend's ``IGNORE_EXCEPTIONS``), and a
-  ``clear`` or pattern delete empties the previous cache first (:meth:`Adopter.cleared`).
+* a write moves the previous copy onto ours first, then deletes it there
+  (:meth:`Adopter.move_then_forget`: a reader between the two finds the copy on ours), a
+  delete only deletes it (:meth:`Adopter.forget`); a previous cache that cannot delete it
+  fails the write, whatever its backend's ``IGNORE_EXCEPTIONS``; a ``clear`` or pattern
+  delete empties the previous cache first (:meth:`Adopter.cleared`).
 
 The copies pass the resharding's guard (:data:`~sentinel_cache.core.ops.scripts.COPY_MISSING`):
 never over a value there, never over a delete since (its tombstone), never after the copy's
@@ -156,6 +158,7 @@ class Adopter:
         *,
         strict: bool = True,
         recheck: bool = False,
+        remove: bool = True,
     ) -> tuple[dict[Any, Any], dict[Any, tuple[str, str]]]:
         """Read ``keys`` from the previous cache and copy what it has to their shards with its
         remaining TTL (with DURABLE_REPLICAS, each shard's copies followed by its WAIT), then
@@ -169,7 +172,9 @@ class Adopter:
         kept. ``recheck`` (a reader): keys the previous cache does not have are read on ours
         again: a concurrent reader may have moved them between our miss and this read (its copy
         lands on ours before it deletes the previous copy), so they are not reported missing.
-        A key the previous cache does not have costs its one read (and the recheck)."""
+        ``remove`` False (a write, :meth:`move_then_forget`): the previous copies are left for
+        the write's own delete. A key the previous cache does not have costs its one read (and
+        the recheck)."""
         began = time.monotonic()
         found, outcomes = self._read(previous, list(keys))
         readable = [key for key in keys if key in found]
@@ -226,7 +231,7 @@ class Adopter:
         # clear of other keys (the mark is per database) must not lose this one. With
         # DURABLE_REPLICAS the copies are on our replicas by now (or the shortfall was logged).
         done = [key for key, (_, outcome) in outcomes.items() if outcome in (COPIED, PRESENT)]
-        if done:
+        if done and remove:
             previous.remove(done)
         return found, outcomes
 
@@ -333,6 +338,26 @@ class Adopter:
             self.forget(previous, left)
         return held
 
+    def move_then_forget(self, previous: PreviousCache, keys: Sequence[Any]) -> None:
+        """Before a write that replaces the values of ``keys`` (``set``, ``set_many``): each
+        previous copy moved onto ours first (the adoption's copy, with its TTL, never over a
+        value ours has, a delete or a clear), then :meth:`forget` (the previous copies deleted,
+        tombstones), then the caller writes. So from before its delete of the previous copy
+        until the write lands, ours holds the old value or the new one: a reader that misses on
+        ours and then on the previous cache finds one of them when it reads ours again (a read
+        concurrent with an overwrite returns the old or the new value, never a miss). A
+        previous cache that cannot be read or cannot delete fails the write
+        (ShardUnavailableError naming it); what may stay on ours then is a faithful copy of the
+        old value, which the previous cache still holds. Costs the previous cache's read (and,
+        for a key it holds, its TTL, our shard's clock and the copy) before :meth:`forget`."""
+        if not keys:
+            return
+        try:
+            self.adopt(previous, keys, strict=False, remove=False)
+        except MASTER_ERRORS as exc:  # adopt(strict=False) logs ours': these are the previous's
+            raise _refused(previous, keys, "read", exc) from exc
+        self.forget(previous, keys)
+
     def forget(self, previous: PreviousCache, keys: Sequence[Any]) -> None:
         """Before a write or delete of ``keys`` on ours: their previous copies deleted, then a
         tombstone for each on its shard (no copy read before the delete lands after it). A
@@ -343,11 +368,7 @@ class Adopter:
         try:
             previous.remove(keys)
         except MASTER_ERRORS as exc:
-            raise ShardUnavailableError(
-                f"{previous.label} (PREVIOUS_CACHE) cannot delete its copies of {len(keys)} "
-                f"key(s) (first {keys[0]!r}), so this write is refused (the old value would "
-                f"come back): {type(exc).__name__}: {exc}"
-            ) from exc
+            raise _refused(previous, keys, "delete", exc) from exc
         for shard, made in self._by_shard(keys).items():
             marks = [(f"{TOMBSTONE_PREFIX}{final}", TOMBSTONE_MS) for final in made]
             self._mark(shard, marks, "tombstones of a write")
@@ -380,6 +401,17 @@ class Adopter:
         for shard, made in self._by_shard(keys).items():
             count += int(self.client.run(shard, _exists(list(made)), write=False))
         return count
+
+
+def _refused(
+    previous: PreviousCache, keys: Sequence[Any], what: str, exc: BaseException
+) -> ShardUnavailableError:
+    """The error of a write refused because the previous cache cannot ``what`` its copies."""
+    return ShardUnavailableError(
+        f"{previous.label} (PREVIOUS_CACHE) cannot {what} its copies of {len(keys)} key(s) "
+        f"(first {keys[0]!r}), so this write is refused (the old value would come back): "
+        f"{type(exc).__name__}: {exc}"
+    )
 
 
 def pttls_on(servers: Sequence[tuple[Any, list[tuple[Any, Any]]]]) -> dict[Any, int | None]:
