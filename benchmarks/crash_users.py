@@ -4,15 +4,17 @@ requesting pages that load and save its session back to back, and the master hol
 the sessions SIGKILLed under them. Counts responses 500, other failures, logouts (a page that
 found its user gone), session writes lost (a page that read an older session than the one its
 previous page saved: asynchronous replication's, not the cache's), the slowest request and the
-time from the kill to the switch. Default options against ``OUTAGE_HOLD: 0`` side by side::
+time from the kill to the switch. Default options against ``OUTAGE_HOLD: 0`` side by side
+(``off``: also ``OUTAGE_READS: False``, which logs users out: the count of logouts at work)::
 
     python -m benchmarks.crash_users [--server gunicorn|uvicorn|both] [--users 50]
-        [--rounds 2] [--options default|hold0|both]
+        [--rounds 2] [--options default|hold0|off|both]
 
 A fresh topology per round (2 shards, a replica each, 3 sentinels, ``down-after-milliseconds``
 1000, as the demo). The Django app is this module itself (its settings, URLs, WSGI and ASGI
 entry points below, read by the servers from ``CRASH_USERS_*`` variables), so the benchmark
-needs nothing outside it. Not part of ``make test``: a round takes 20-60 s.
+needs nothing outside it. Not part of ``make test``: a round takes 10-15 s here. Exits 1
+if a round with the default options failed a request or logged a user out.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ CACHES = {
                 if os.environ.get("CRASH_USERS_OUTAGE_HOLD")
                 else {}
             ),
+            **({"OUTAGE_READS": False} if os.environ.get("CRASH_USERS_NO_OUTAGE_READS") else {}),
         },
     }
 }
@@ -92,7 +95,13 @@ def login(request: HttpRequest) -> JsonResponse:
     request.session.cycle_key()
     request.session["user"] = request.GET["user"]
     request.session["n"] = 0
-    return JsonResponse({"user": request.session["user"], "n": 0})
+    from django.core.cache import cache
+
+    config = cache.core.config  # type: ignore[attr-defined]
+    return JsonResponse(
+        {"user": request.session["user"], "n": 0, "hold": config.outage_hold,
+         "outage_reads": config.outage_reads}
+    )  # fmt: skip
 
 
 def page(request: HttpRequest) -> JsonResponse:
@@ -289,6 +298,7 @@ class Round:
     causes: Counter[str]
     sessions_on_killed: int
     took_s: float
+    served_with: str  # the options the server's cache reported at the logins
 
 
 def _django_here() -> None:
@@ -323,7 +333,8 @@ def one_round(server: str, options: str, users: int, log_dir: Path) -> Round:
         "DJANGO_SETTINGS_MODULE": "benchmarks.crash_users",
         "CRASH_USERS_SENTINELS": ",".join(config["sentinels"]),
         "CRASH_USERS_MASTERS": ",".join(config["masters"]),
-        "CRASH_USERS_OUTAGE_HOLD": "0" if options == "hold0" else "",
+        "CRASH_USERS_OUTAGE_HOLD": "0" if options in ("hold0", "off") else "",
+        "CRASH_USERS_NO_OUTAGE_READS": "1" if options == "off" else "",
     }
     # This process's own view of the topology: which shard a session is on, and when the
     # listeners' switch comes (the servers' cores hear the same +switch-master).
@@ -344,6 +355,7 @@ def one_round(server: str, options: str, users: int, log_dir: Path) -> Round:
             )
         deadline = time.monotonic() + 30
         cookies: list[str] = []
+        served_with = ""
         for n in range(users):  # log in; the first ones also wait for the server to be up
             while True:
                 try:
@@ -352,6 +364,9 @@ def one_round(server: str, options: str, users: int, log_dir: Path) -> Round:
                     status, cookie = 0, None
                 if status == 200 and cookie:
                     cookies.append(cookie)
+                    served_with = (
+                        f"OUTAGE_HOLD {body['hold']:g}, OUTAGE_READS {body['outage_reads']}"
+                    )
                     break
                 if popen.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
@@ -419,6 +434,7 @@ def one_round(server: str, options: str, users: int, log_dir: Path) -> Round:
             logged_causes(popen_log),
             per_shard[index],
             time.monotonic() - began,
+            served_with,
         )
     finally:
         if popen is not None:
@@ -435,8 +451,9 @@ def one_round(server: str, options: str, users: int, log_dir: Path) -> Round:
 def describe(r: Round) -> str:
     t = r.tally
     text = (
-        f"{r.server:8} {r.options:7} {r.users} users ({r.sessions_on_killed} sessions on the "
-        f"killed master): {t.requests} requests ({t.after_kill} begun before the switch), "
+        f"{r.server:8} {r.options:7} ({r.served_with}) {r.users} users "
+        f"({r.sessions_on_killed} sessions on the killed master): {t.requests} requests "
+        f"({t.after_kill} begun between the kill and the switch), "
         f"{t.status_500} x 500, {t.failures - t.status_500} other failures, {t.logouts} logouts "
         f"({t.users_logged_out} users), {t.stale} stale session reads, slowest "
         f"{t.slowest_s:.2f} s, switch {r.switch_s:.2f} s after the kill; round {r.took_s:.0f} s"
@@ -455,7 +472,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--server", choices=["gunicorn", "uvicorn", "both"], default="both")
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--options", choices=["default", "hold0", "both"], default="both")
+    parser.add_argument(
+        "--options",
+        choices=["default", "hold0", "off", "both"],
+        default="both",
+        help="both: default and hold0; off: OUTAGE_HOLD 0 and OUTAGE_READS False (the logouts)",
+    )
     parser.add_argument("--log-dir", type=Path, default=ROOT / ".cache")
     args = parser.parse_args(argv)
     args.log_dir.mkdir(parents=True, exist_ok=True)
