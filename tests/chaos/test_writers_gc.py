@@ -60,8 +60,11 @@ def test_writers_freeze_what_was_there_and_record_untracked(cluster: LocalSentin
             grown = len(gc.get_objects()) - tracked_first
         finally:
             calls = writers.stop()
-        # Each recorded call made the collector's work grow by one object or more before.
-        assert grown < (last - first) / 10, f"{grown} more tracked objects for {last - first} calls"
+        # Each recorded call made the collector's work grow by one object or more before. What
+        # else grows meanwhile grows with time, not calls (the library's background rounds):
+        # under a full make test at load 8, 3,009 calls took long enough for 308 such objects,
+        # over the tenth this allowed. A quarter still tells one per call from none.
+        assert grown < (last - first) / 4, f"{grown} more tracked objects for {last - first} calls"
         assert _tracked(before), "stop() left the process's objects frozen"
         assert gc.get_freeze_count() == 0
         # The history is whole and as before: every call a Call, in start order.

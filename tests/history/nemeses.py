@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from sentinel_cache.testing import LocalSentinelCluster
 
 from .recorder import Event, Recorder
@@ -50,12 +52,32 @@ def _addr(address: tuple[str, int]) -> str:
     return f"{address[0]}:{address[1]}"
 
 
+#: How long a planned failover may take before it is asked for again, and how many times.
+FAILOVER_PATIENCE, FAILOVER_ASKS = 12.0, 3
+
+
 def planned_failover(ctx: Context) -> str:
-    """SENTINEL FAILOVER; over when every sentinel names the new master."""
+    """SENTINEL FAILOVER; over when every sentinel names the new master. The sentinels may
+    accept the command and then abort it (no replica good enough yet by their last INFO, taken
+    every 10 s: a make test at load 8 saw a failover right after another one never happen):
+    the fault is then asked for again, and the detail says so. The cache is not what is tried
+    here; the nemesis must happen."""
     old = ctx.cluster.master_address(ctx.target)
-    ctx.cluster.failover(ctx.target)
-    new = ctx.cluster.wait_for_master_change(ctx.target, old, timeout=30)
-    return f"{ctx.target}: {_addr(old)} -> {_addr(new)}"
+    for ask in range(1, FAILOVER_ASKS + 1):
+        try:
+            ctx.cluster.failover(ctx.target)
+        except redis.ResponseError as exc:  # INPROG: the last ask's failover is still going
+            if "INPROG" not in str(exc):
+                raise
+        try:
+            new = ctx.cluster.wait_for_master_change(ctx.target, old, timeout=FAILOVER_PATIENCE)
+        except TimeoutError:
+            if ask == FAILOVER_ASKS:
+                raise
+            continue
+        asked = "" if ask == 1 else f" (asked {ask} times: the sentinels aborted the first)"
+        return f"{ctx.target}: {_addr(old)} -> {_addr(new)}{asked}"
+    raise AssertionError("unreachable")  # the last ask raised or returned
 
 
 def kill_master(ctx: Context) -> str:
