@@ -11,7 +11,6 @@ chosen target master, and the recorder's start method (``fork`` for the fork sce
 from __future__ import annotations
 
 import itertools
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -20,15 +19,13 @@ from functools import partial
 from typing import Any
 from unittest import mock
 
-from chaos.scenarios import settle
-
 from sentinel_cache.testing import LocalSentinelCluster
 
 from . import nemeses
-from .checker import Modes, Verdict, check
+from .checker import Modes, Verdict
 from .nemeses import NEMESES
-from .recorder import ADAPTERS, OK, Adapter, CoreAdapter, Op, Plan, Recorder, Workload
-from .scenarios import Scenario
+from .recorder import ADAPTERS, OK, Adapter, CoreAdapter, Op, Workload
+from .scenarios import Scenario, judged, plan_for, record
 
 _RUNS = itertools.count()
 
@@ -354,47 +351,18 @@ def run_feature(feature: Feature, cluster: LocalSentinelCluster, run_seed: int) 
     options = {"MASTERS": list(cluster.master_names), **scenario.options}
     if scenario.adapter == "inherited":
         inherit(cluster, options, workload.keys)
-    plan = Plan(
-        scenario.adapter,
-        [tuple(a) for a in cluster.sentinel_addresses],  # type: ignore[misc]
-        options,
-        workload,
-        run_seed,
-        processes=scenario.processes,
-        threads=scenario.threads,
-        weights=scenario.weights,
-        hooks=scenario.hooks,
-        patches=(REGISTER, *scenario.patches),
-    )
-    recorder = Recorder(plan, context=feature.context)
-    ctx = nemeses.Context(cluster, feature.target, recorder)
-    strike = scenario.strike or nemeses.NEMESES[scenario.nemesis]
-    recorder.start()
+    plan = plan_for(scenario, cluster, options, workload, run_seed, patches=(REGISTER,))
     try:
-        try:
-            time.sleep(scenario.before)
-            nemeses.run(scenario.nemesis, strike, ctx)
-            time.sleep(scenario.after)
-        finally:
-            recorder.stop()
-            cluster.clear_faults()
-        settled = settle(cluster)
-    except BaseException:
-        recorder.abort()
-        raise
+        history, events, settled = record(
+            scenario, cluster, plan, target=feature.target, context=feature.context
+        )
     finally:
         inherited = _INHERITED.pop("client", None)
         if inherited is not None:
             inherited.core.close()
-    history = recorder.finish()
     history.ops = sorted(prefilled + history.ops, key=lambda op: op.invoke)
-    history.events = ctx.events
+    history.events = events
     modes = (
-        scenario.modes
-        if feature.modes_from_events is None
-        else feature.modes_from_events(ctx.events)
+        scenario.modes if feature.modes_from_events is None else feature.modes_from_events(events)
     )
-    verdict = check(history, modes, scenario.rules)
-    verdict.figures["settled ms"] = round(settled * 1000)
-    print(f"{scenario.name}: {verdict.report()}", file=sys.stderr)
-    return verdict
+    return judged(scenario, history, modes, settled)

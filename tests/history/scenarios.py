@@ -27,7 +27,7 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 from . import final_masters, nemeses
 from .checker import STRICT, Modes, Verdict, check
-from .recorder import Event, Plan, Recorder, StepHook, Workload
+from .recorder import Event, History, Plan, Recorder, StepHook, Workload
 
 SEED_ENV = "SENTINEL_CACHE_HISTORY_SEED"
 _RUNS = itertools.count()
@@ -105,7 +105,26 @@ def run(
     # fresh keys for every run of the session (a replayed seed runs twice on one topology)
     workload = Workload.hot(f"h{run_seed}.{next(_RUNS)}:{slug}")
     options = {"MASTERS": list(cluster.master_names), **scenario.options}
-    plan = Plan(
+    plan = plan_for(scenario, cluster, options, workload, run_seed)
+    history, events, settled = record(scenario, cluster, plan, target=cluster.master_names[0])
+    history.ops += final_masters.read_masters(cluster, scenario.adapter, options, workload)
+    history.events = events
+    modes = scenario.modes if modes_from_events is None else modes_from_events(events)
+    return judged(scenario, history, modes, settled)
+
+
+def plan_for(
+    scenario: Scenario,
+    cluster: LocalSentinelCluster,
+    options: dict[str, Any],
+    workload: Workload,
+    run_seed: int,
+    *,
+    patches: tuple[tuple[str, str], ...] = (),
+) -> Plan:
+    """What the client processes run: the scenario's adapter, ops and hooks on ``workload``
+    (``patches``: planted before the scenario's own)."""
+    return Plan(
         scenario.adapter,
         [tuple(a) for a in cluster.sentinel_addresses],  # type: ignore[misc]
         options,
@@ -115,10 +134,23 @@ def run(
         threads=scenario.threads,
         weights=scenario.weights,
         hooks=scenario.hooks,
-        patches=scenario.patches,
+        patches=(*patches, *scenario.patches),
     )
-    recorder = Recorder(plan)
-    ctx = nemeses.Context(cluster, cluster.master_names[0], recorder)
+
+
+def record(
+    scenario: Scenario,
+    cluster: LocalSentinelCluster,
+    plan: Plan,
+    *,
+    target: str,
+    context: str = "spawn",
+) -> tuple[History, list[Event], float]:
+    """The clients run ``before`` seconds, the nemesis strikes ``target`` (and is over), they
+    run ``after`` more, stop, and the topology settles: the history, the nemesis's events and
+    how long the settling took."""
+    recorder = Recorder(plan, context=context)
+    ctx = nemeses.Context(cluster, target, recorder)
     strike = scenario.strike or nemeses.NEMESES[scenario.nemesis]
     recorder.start()
     try:
@@ -133,10 +165,11 @@ def run(
     except BaseException:
         recorder.abort()
         raise
-    history = recorder.finish()
-    history.ops += final_masters.read_masters(cluster, scenario.adapter, options, workload)
-    history.events = ctx.events
-    modes = scenario.modes if modes_from_events is None else modes_from_events(ctx.events)
+    return recorder.finish(), ctx.events, settled
+
+
+def judged(scenario: Scenario, history: History, modes: Modes, settled: float) -> Verdict:
+    """The checker's verdict on ``history`` by the scenario's rules, printed."""
     verdict = check(history, modes, scenario.rules)
     verdict.figures["settled ms"] = round(settled * 1000)
     print(f"{scenario.name}: {verdict.report()}", file=sys.stderr)
