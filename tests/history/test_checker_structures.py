@@ -10,22 +10,7 @@ from . import ops_sessions, ops_structures  # noqa: F401 - registers the ops
 from .checker import AVAILABLE_UNDER, RULES, check
 from .nemeses import KILL_SENT
 from .recorder import INFO, OK, Event, History, Op, merge
-
-_seq = iter(range(10**9))
-
-
-def op(
-    name: str,
-    keys: str | tuple[str, ...],
-    args: tuple[Any, ...] = (),
-    at: tuple[float, float] = (0.0, 1.0),
-    kind: str = OK,
-    value: Any = None,
-    client: str = "c1",
-) -> Op:
-    keys = (keys,) if isinstance(keys, str) else keys
-    error = "" if kind == OK else "ShardUnavailableError: boom"
-    return Op(0, client, next(_seq), name, keys, args, at[0], at[1], kind, value, error)
+from .test_checker import op
 
 
 def judged(*ops: Op, events: tuple[Event, ...] = ()) -> dict[str, int]:
