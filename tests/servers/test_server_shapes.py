@@ -80,27 +80,32 @@ class Served:
         return self.server.group_pids()
 
 
+def gunicorn_command(port: int) -> list[str]:
+    """gunicorn --preload with GUNICORN_WORKERS sync workers on ``port``."""
+    return python_module(
+        "gunicorn",
+        "--preload",
+        "--workers",
+        str(GUNICORN_WORKERS),
+        "--worker-class",
+        "sync",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--graceful-timeout",
+        "2",
+        "--log-level",
+        "warning",
+        "shapes_wsgi:application",
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="class")
 def gunicorn_served(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """gunicorn --preload, 3 sync workers, IGNORE_EXCEPTIONS off (the view reports raises)."""
     yield from _serve(
         tmp_path_factory.mktemp("gunicorn"),
         "gunicorn",
-        lambda port: python_module(
-            "gunicorn",
-            "--preload",
-            "--workers",
-            str(GUNICORN_WORKERS),
-            "--worker-class",
-            "sync",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--graceful-timeout",
-            "2",
-            "--log-level",
-            "warning",
-            "shapes_wsgi:application",
-        ),  # fmt: skip
+        gunicorn_command,
         workers=GUNICORN_WORKERS,
         ignore_exceptions=False,
         work_path="/work",
@@ -334,21 +339,7 @@ def gunicorn_defaults_served(
     yield from _serve(
         tmp_path_factory.mktemp("gunicorn-defaults"),
         "gunicorn",
-        lambda port: python_module(
-            "gunicorn",
-            "--preload",
-            "--workers",
-            str(GUNICORN_WORKERS),
-            "--worker-class",
-            "sync",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--graceful-timeout",
-            "2",
-            "--log-level",
-            "warning",
-            "shapes_wsgi:application",
-        ),  # fmt: skip
+        gunicorn_command,
         workers=GUNICORN_WORKERS,
         ignore_exceptions=False,
         work_path="/work",
