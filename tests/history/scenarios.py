@@ -91,6 +91,16 @@ def scale() -> float:
     return factor
 
 
+#: The long versions' factor when SENTINEL_CACHE_HISTORY_SCALE is not set.
+LONG_SCALE = 4.0
+
+
+def long_scale() -> float:
+    """How much longer and wider the long versions (``make chaos``) run: the environment's
+    factor, or :data:`LONG_SCALE`."""
+    return scale() if SCALE_ENV in os.environ else LONG_SCALE
+
+
 def run(
     scenario: Scenario,
     cluster: LocalSentinelCluster,

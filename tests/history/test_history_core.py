@@ -6,7 +6,6 @@ there) run under ``make chaos``."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +14,7 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 from .checker import Modes
 from .recorder import Event
-from .scenarios import SCALE_ENV, SURVIVE_CRASH, TOPOLOGY, Scenario, run, scale, seed
+from .scenarios import SURVIVE_CRASH, TOPOLOGY, Scenario, long_scale, run, seed
 
 pytestmark = [pytest.mark.history, pytest.mark.failover]
 
@@ -76,7 +75,7 @@ def test_history(scenario: Scenario, topology: LocalSentinelCluster) -> None:
     "scenario", SCENARIOS + LONG_ONLY, ids=[s.name for s in SCENARIOS + LONG_ONLY]
 )
 def test_history_long(scenario: Scenario, topology: LocalSentinelCluster) -> None:
-    factor = scale() if SCALE_ENV in os.environ else 4.0
+    factor = long_scale()
     _judge(scenario.scaled(factor), topology)
 
 

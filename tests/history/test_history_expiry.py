@@ -9,7 +9,6 @@ of an expiry from its master's ``DEL``: the promoted one must not serve an expir
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from sentinel_cache.testing import LocalSentinelCluster
 
 from .ops_expiry import REGISTER
-from .scenarios import SCALE_ENV, TOPOLOGY, Scenario, run, scale, seed
+from .scenarios import TOPOLOGY, Scenario, long_scale, run, seed
 
 pytestmark = [pytest.mark.history]
 
@@ -88,7 +87,7 @@ def test_history_expiry(scenario: Scenario, topology: LocalSentinelCluster) -> N
     "scenario", SCENARIOS + LONG_ONLY, ids=[s.name for s in SCENARIOS + LONG_ONLY]
 )
 def test_history_expiry_long(scenario: Scenario, topology: LocalSentinelCluster) -> None:
-    factor = scale() if SCALE_ENV in os.environ else 4.0
+    factor = long_scale()
     _judge(scenario.scaled(factor), topology)
 
 

@@ -7,7 +7,6 @@ versions (``SENTINEL_CACHE_HISTORY_SCALE``, default 4 there) run under ``make ch
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -30,7 +29,7 @@ from .nemeses_features import (
     run_feature,
 )
 from .recorder import StepHook
-from .scenarios import SCALE_ENV, TOPOLOGY, Scenario, scale, seed
+from .scenarios import TOPOLOGY, Scenario, long_scale, seed
 
 pytestmark = [pytest.mark.history, pytest.mark.failover]
 
@@ -382,7 +381,7 @@ def test_coordinated_failover(valkey9: LocalSentinelCluster) -> None:
 
 
 def _scaled(feature: Feature) -> Feature:
-    factor = scale() if SCALE_ENV in os.environ else 4.0
+    factor = long_scale()
     return replace(feature, scenario=feature.scenario.scaled(factor))
 
 

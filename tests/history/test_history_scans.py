@@ -9,7 +9,6 @@ register rules for ``delete_pattern`` (a delete of every key of the pattern)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +18,7 @@ from sentinel_cache.testing import LocalSentinelCluster
 from . import nemeses
 from .ops_scans import MID_SCAN, MID_SCAN_HOOK, REGISTER, duplicates
 from .recorder import StepHook
-from .scenarios import SCALE_ENV, SURVIVE_CRASH, TOPOLOGY, Scenario, run, scale, seed
+from .scenarios import SURVIVE_CRASH, TOPOLOGY, Scenario, long_scale, run, seed
 
 pytestmark = [pytest.mark.history, pytest.mark.failover]
 
@@ -90,7 +89,7 @@ def test_history_scans(scenario: Scenario, topology: LocalSentinelCluster) -> No
 @pytest.mark.chaos
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_history_scans_long(scenario: Scenario, topology: LocalSentinelCluster) -> None:
-    factor = scale() if SCALE_ENV in os.environ else 4.0
+    factor = long_scale()
     _judge(scenario.scaled(factor), topology)
 
 

@@ -9,7 +9,6 @@ Judged by every register rule: the value stored after the first computation
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,7 +19,7 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 from . import nemeses
 from .recorder import OPS, OpSpec, StepHook, Workload, _get_or_set
-from .scenarios import SCALE_ENV, SURVIVE_CRASH, TOPOLOGY, Scenario, run, scale, seed
+from .scenarios import SURVIVE_CRASH, TOPOLOGY, Scenario, long_scale, run, seed
 
 pytestmark = [pytest.mark.history, pytest.mark.failover]
 
@@ -122,5 +121,5 @@ def test_history_get_or_set_under_faults(
 def test_history_get_or_set_under_faults_long(
     scenario: Scenario, topology: LocalSentinelCluster
 ) -> None:
-    factor = scale() if SCALE_ENV in os.environ else 4.0
+    factor = long_scale()
     _judge(scenario.scaled(factor), topology)

@@ -6,7 +6,6 @@ long versions run under ``make chaos``."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from . import (
 )
 from .ops_structures import REGISTER
 from .recorder import OK, Op
-from .scenarios import SCALE_ENV, SURVIVE_CRASH, TOPOLOGY, Scenario, run, scale, seed
+from .scenarios import SURVIVE_CRASH, TOPOLOGY, Scenario, long_scale, run, seed
 
 pytestmark = [pytest.mark.history, pytest.mark.failover]
 
@@ -110,7 +109,7 @@ def test_history(scenario: Scenario, topology: LocalSentinelCluster) -> None:
 @pytest.mark.slow
 @pytest.mark.chaos
 def test_history_long(scenario: Scenario, topology: LocalSentinelCluster) -> None:
-    factor = scale() if SCALE_ENV in os.environ else 4.0
+    factor = long_scale()
     _judge(scenario.scaled(factor), topology)
 
 
