@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from io import StringIO
 from typing import Any
+
+from django.core.management import call_command
 
 from sentinel_cache.django.checks import BACKEND
 from sentinel_cache.testing import LocalSentinelCluster
@@ -47,3 +50,13 @@ def cluster_cache(cluster: LocalSentinelCluster, **options: Any) -> dict[str, An
     if config["sentinel_password"]:
         options.setdefault("SENTINEL_PASSWORD", config["sentinel_password"])
     return sentinel_cache(config["sentinels"], config["masters"], **options)
+
+
+def status(*args: str) -> tuple[int, str]:
+    """``manage.py sentinel_status`` with ``args``: its exit status and what it printed."""
+    out = StringIO()
+    try:
+        call_command("sentinel_status", *args, stdout=out)
+    except SystemExit as exc:
+        return int(exc.code or 0), out.getvalue()
+    return 0, out.getvalue()

@@ -5,26 +5,15 @@ misspelled key of the CACHES entry, a string MASTERS, and the words of the statu
 from __future__ import annotations
 
 import json
-from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management import call_command
-from ops_support import UseCaches, cluster_cache, sentinel_cache
+from ops_support import UseCaches, cluster_cache, sentinel_cache, status
 
 from sentinel_cache.django.checks import check_configuration, check_deployment
 from sentinel_cache.testing import LocalSentinelCluster
-
-
-def _status(*args: str) -> tuple[int, str]:
-    out = StringIO()
-    try:
-        call_command("sentinel_status", *args, stdout=out)
-    except SystemExit as exc:
-        return int(exc.code or 0), out.getvalue()
-    return 0, out.getvalue()
 
 
 def test_deploy_warns_about_a_master_masters_leaves_out(
@@ -47,18 +36,18 @@ def test_status_warns_about_a_master_masters_leaves_out(
     first, second = cluster.master_names
     entry["OPTIONS"]["MASTERS"] = [first]
     use_caches(default=entry)
-    code, text = _status()
+    code, text = status()
     assert code == 0, text  # a warning: shared sentinels may monitor other applications' masters
     assert text.startswith("cache 'default': HEALTHY (exit 0): 1 shard, 3 sentinels, checked ")
     warnings = text[text.index("\nwarnings:\n") :]
     assert f"the sentinels also monitor {second!r}, which MASTERS does not list" in warnings
-    code, out = _status("--json")
+    code, out = status("--json")
     report: dict[str, Any] = json.loads(out)["default"]
     assert report["unlisted_masters"] == [second]
     assert len(report["warnings"]) == 1 and repr(second) in report["warnings"][0]
     # The whole list: no warning.
     use_caches(default=cluster_cache(cluster))
-    code, text = _status()
+    code, text = status()
     assert code == 0 and "warnings:" not in text and ": 2 shards, 3 sentinels," in text
 
 

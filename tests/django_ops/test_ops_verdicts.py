@@ -14,7 +14,7 @@ import pytest
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
-from ops_support import UseCaches, closed_port, hostport, sentinel_cache
+from ops_support import UseCaches, closed_port, hostport, sentinel_cache, status
 
 from sentinel_cache.django.checks import check_deployment
 from sentinel_cache.testing import LocalSentinelCluster
@@ -28,15 +28,6 @@ def _by_id(messages: list[checks.CheckMessage]) -> dict[str, checks.CheckMessage
 
 def _data_nodes(cluster: LocalSentinelCluster) -> list[str]:
     return [hostport(cluster.master_address(name)) for name in cluster.master_names]
-
-
-def _status(*args: str) -> tuple[int, str]:
-    out = StringIO()
-    try:
-        call_command("sentinel_status", *args, stdout=out)
-    except SystemExit as exc:
-        return int(exc.code or 0), out.getvalue()
-    return 0, out.getvalue()
 
 
 def test_deploy_fails_when_location_holds_the_data_nodes(
@@ -99,14 +90,14 @@ def test_status_marks_a_data_node_not_a_sentinel(
     sentinels = [hostport(a) for a in cluster.sentinel_addresses]
     node = _data_nodes(cluster)[0]
     use_caches(default=sentinel_cache([*sentinels, node], cluster.master_names))
-    code, text = _status()
+    code, text = status()
     assert code == 1, text  # degraded: the real sentinels still name every master
     row = next(line for line in text.splitlines() if line.startswith(node))
     assert "NOT A SENTINEL" in row
     assert (
         f"sentinel {node} is not a sentinel: {node} (ROLE master): it answers as a Redis " in text
     )
-    code, out = _status("--json")
+    code, out = status("--json")
     report: dict[str, Any] = json.loads(out)["default"]
     (entry,) = [s for s in report["sentinels"] if s["address"] == node]
     assert entry["state"] == "not_sentinel" and entry["role"] == "master"
@@ -118,7 +109,7 @@ def test_status_of_data_nodes_only_is_down_and_says_why(
     cluster: LocalSentinelCluster, use_caches: UseCaches
 ) -> None:
     use_caches(default=sentinel_cache(_data_nodes(cluster), cluster.master_names))
-    code, text = _status()
+    code, text = status()
     assert code == 2, text
     for name in cluster.master_names:
         row = next(line for line in text.splitlines() if f"({name}): " in line)
@@ -133,7 +124,7 @@ def test_a_process_without_a_pool_says_not_started(
     cluster: LocalSentinelCluster, use_caches: UseCaches
 ) -> None:
     use_caches(default=sentinel_cache([hostport(a) for a in cluster.sentinel_addresses]))
-    code, text = _status()
+    code, text = status()
     assert code in (0, 1), text
     shard_rows = [line for line in text.splitlines() if line.startswith(("0 ", "1 "))]
     assert len(shard_rows) == 2 and all("not started" in row for row in shard_rows)
