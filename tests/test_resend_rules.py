@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from test_closed_connections import kill_clients  # every master: this module has one
 from waiting import key_on, wait_until
 
 from sentinel_cache.core.ops.aio import AsyncCacheClient
@@ -55,12 +56,6 @@ def core(one: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
     pool.discover()
     yield pool
     pool.close()
-
-
-def kill_clients(cluster: LocalSentinelCluster) -> int:
-    """``CLIENT KILL TYPE normal`` on the master, as the sentinels send it; how many went."""
-    with redis.Redis(*cluster.master_address(cluster.master_names[0])) as admin:
-        return int(admin.client_kill_filter(_type="normal", skipme=True))
 
 
 def run_async(make: Callable[[AsyncCacheClient], Coroutine[Any, Any, Any]], core: Any) -> Any:
