@@ -235,12 +235,15 @@ class AsyncSetOperations(AsyncCacheOperations):
         command: Command,
         keys: Sequence[Any],
         write: bool,
+        *,
+        idempotent: bool = True,
     ) -> Any:
         """One multi-key command on the shard all its keys live on; None if IGNORE_EXCEPTIONS
-        skipped it."""
+        skipped it. Not ``idempotent`` (``SMOVE``): not sent again once it may have run."""
         access = UPDATE if write else READ_MOVED
         plan: Plan = {shard: [command]}
-        replies, _ = await self.planned(plan, keys, access, str(command[0]).lower())
+        operation = str(command[0]).lower()
+        replies, _ = await self.planned(plan, keys, access, operation, idempotent=idempotent)
         reply = replies.get(shard)
         return None if reply is None else reply[0]
 
@@ -307,7 +310,9 @@ class AsyncSetOperations(AsyncCacheOperations):
         shard = self.one_shard([source, destination])
         if shard is not None:
             command: Command = ("SMOVE", source, destination, data)
-            return bool(await self._native(shard, command, [source, destination], True))
+            # Not resent either: a second SMOVE of a member moved already answers 0.
+            keys = [source, destination]
+            return bool(await self._native(shard, command, keys, True, idempotent=False))
         # Not resent: after a failover a resend would answer 0 for a member removed already.
         srem: Command = ("SREM", source, data)
         (removed,), _ = await self.keyed(source, [srem], [0], UPDATE, idempotent=False)

@@ -320,7 +320,12 @@ class Runner(Moves):
             raise self.core.held_too_long(shard, exc, hold) from exc
 
     def scatter(
-        self, plan: Mapping[Shard, Sequence[Command]], *, write: bool, operation: str
+        self,
+        plan: Mapping[Shard, Sequence[Command]],
+        *,
+        write: bool,
+        operation: str,
+        idempotent: bool = True,
     ) -> dict[Shard, list[Any] | None]:
         """Every shard's batch sent before any reply is read (one round trip for all shards).
 
@@ -330,20 +335,27 @@ class Runner(Moves):
         call would not be (:meth:`skips_master`): the single-shard path answers it after the
         others, from a replica in step or after the hold. An error reply takes the single-shard
         path, which raises it. With IGNORE_EXCEPTIONS an unavailable shard's replies are None
-        and the others' are kept.
+        and the others' are kept. A batch that is not ``idempotent`` is sent again only where
+        it never left (:func:`~sentinel_cache.core.topology.lean_rules.may_resend`), as in
+        :meth:`run`.
         """
         if self.core.tracer is None:
-            return self._scatter(plan, write, operation)
+            return self._scatter(plan, write, operation, idempotent)
         with Observed(self.core, None, None, operation, shards=list(plan)):
-            return self._scatter(plan, write, operation)
+            return self._scatter(plan, write, operation, idempotent)
 
     def _scatter(
-        self, plan: Mapping[Shard, Sequence[Command]], write: bool, operation: str
+        self,
+        plan: Mapping[Shard, Sequence[Command]],
+        write: bool,
+        operation: str,
+        idempotent: bool,
     ) -> dict[Shard, list[Any] | None]:
         core = self.core
         if len(plan) == 1:
             ((shard, commands),) = plan.items()
-            return {shard: self._shard_or_none(shard, commands, write, operation)}
+            reply = self._shard_or_none(shard, commands, write, operation, idempotent)
+            return {shard: reply}
         started = perf_counter()
         running = core.started
         # Each shard's master and generation, read before its checkout (a switch after that is
@@ -424,13 +436,14 @@ class Runner(Moves):
             if batches:
                 metrics.batches(batches)  # type: ignore[union-attr]
         for shard, (error, address, generation) in failed.items():
-            if closed_by_node(error):  # the single-shard path sends it on a new connection
+            again = may_resend(error, idempotent)
+            if again and closed_by_node(error):  # the single-shard path: on a new connection
                 resend.append(shard)
                 continue
             read = None if write else functools.partial(send, commands=plan[shard])
             try:
                 served, reply = self._recover(
-                    shard, error, address, generation, read, idempotent=True
+                    shard, error, address, generation, read, idempotent=again
                 )
             except MASTER_ERRORS as exc:
                 if not self.fail_open.skip(shard, exc, operation):
@@ -442,18 +455,27 @@ class Runner(Moves):
                 else:
                     resend.append(shard)
         for shard in resend:
-            replies[shard] = self._shard_or_none(shard, plan[shard], write, operation)
+            replies[shard] = self._shard_or_none(
+                shard, plan[shard], write, operation, idempotent
+            )
         return replies
 
     def _shard_or_none(
-        self, shard: Shard, commands: Sequence[Command], write: bool, operation: str
+        self,
+        shard: Shard,
+        commands: Sequence[Command],
+        write: bool,
+        operation: str,
+        idempotent: bool = True,
     ) -> list[Any] | None:
         """One shard's part of a scatter: its replies, or None if IGNORE_EXCEPTIONS skips it.
         With a near cache, on the master: the copies a read makes must be the master's (the node
         tracked), never a replica's in the read rotation."""
         try:
             replicas = self.core.near is None
-            return self.execute(shard, commands, write=write, replicas=replicas)
+            return self.execute(
+                shard, commands, write=write, idempotent=idempotent, replicas=replicas
+            )
         except MASTER_ERRORS as exc:
             if not self.fail_open.skip(shard, exc, operation):
                 raise
@@ -566,6 +588,8 @@ class Runner(Moves):
         keys: Iterable[Any],
         access: Access,
         operation: str,
+        *,
+        idempotent: bool = True,
     ) -> tuple[dict[Shard, list[Any] | None], int]:
         """The one way a multi-key operation runs: its plan on every shard at once
         (:meth:`scatter`) with the rules its ``access`` calls for on ``keys``, as
@@ -583,7 +607,9 @@ class Runner(Moves):
         if durable:
             plan = self.durable_plan(plan)
         try:
-            replies = self.scatter(plan, write=access.write, operation=operation)
+            replies = self.scatter(
+                plan, write=access.write, operation=operation, idempotent=idempotent
+            )
             if durable:
                 self.durable_checked(replies)
         finally:
