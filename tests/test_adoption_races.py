@@ -765,3 +765,48 @@ def test_flask_values_json_cannot_store_are_present_to_add_and_get_or_set_many(
 
 if __name__ == "__main__":  # a reading process of test_concurrent_first_reads_...
     _reader_process(json.loads(sys.argv[1]))
+
+
+@pytest.mark.parametrize("expiring", ["touch", "expire", "expire_at"])
+def test_a_write_that_expires_an_adopted_key_is_not_undone_by_an_earlier_readers_copy(
+    cluster: LocalSentinelCluster, old: Old, old_server: redis.Redis, expiring: str
+) -> None:
+    """A key only the old cache has. A reader reads its old value there; before the reader's
+    copy lands here, a write that adopts first and expires the key at once (``touch(k, 0)``,
+    django-redis's ``expire(k, 0)`` or ``expire_at`` in the past) adopts it and expires it.
+    The reader's late copy must not bring the value back: the write leaves tombstones, as a
+    delete does."""
+    entry, prefix = _site(cluster, old)
+    with site(ours(cluster, KEY_PREFIX=prefix), entry):
+        caches["old"].set("k", "old", timeout=600)
+        original = Adopter._written
+        copying, expired = threading.Event(), threading.Event()
+        readers: list[threading.Thread] = []
+
+        def written(self: Adopter, *args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() in readers:  # the reader's copy: after the write
+                copying.set()
+                assert expired.wait(timeout=JOIN_S), "the expiring write did not end"
+            return original(self, *args, **kwargs)
+
+        def read() -> Any:
+            readers.append(threading.current_thread())
+            return caches["default"].get("k")
+
+        cache = caches["default"]
+        with mock.patch.object(Adopter, "_written", written), Workers(timeout=JOIN_S) as workers:
+            workers.spawn(read)
+            assert copying.wait(timeout=JOIN_S), "the reader never reached its copy"
+            try:
+                if expiring == "touch":
+                    assert cache.touch("k", 0) is True
+                elif expiring == "expire":
+                    cache.expire("k", 0)
+                else:
+                    cache.expire_at("k", datetime.datetime.now() - datetime.timedelta(hours=1))
+            finally:
+                expired.set()
+        got = cache.get("k")
+        print(f"\n{expiring} racing a reader's copy: the key reads {got!r} afterwards")
+        assert got is None
+        assert not old_server.keys(f"{prefix}:*")

@@ -326,7 +326,11 @@ class Adopter:
         a key is present, as ``get`` just said, so a conditional write answers as for a present
         key (``add`` refuses, ``get_or_set`` returns it; ``keep_held``: their copies are left
         there, nothing being written), and one that replaces it (``set(xx=True)``) stores. A
-        value the previous backend cannot decode is absent to all of them, as to ``get``."""
+        value the previous backend cannot decode is absent to all of them, as to ``get``.
+
+        The keys moved here get tombstones too, as a delete leaves: the write may expire the
+        key at once (``touch(k, 0)``, ``expire``), and a reader that read the previous copy
+        before this adoption deleted it must not copy the old value back after that."""
         found, outcomes = self.adopt(previous, keys, strict=False)
         held = {key: found[key] for key, (_, done) in outcomes.items() if done == UNREPRESENTABLE}
         left = [
@@ -336,6 +340,9 @@ class Adopter:
         ]
         if left:
             self.forget(previous, left)
+        moved = [key for key, (_, done) in outcomes.items() if done in (COPIED, PRESENT)]
+        if moved:
+            self._tombstones(moved, "tombstones of an adopted key's write")
         return held
 
     def move_then_forget(self, previous: PreviousCache, keys: Sequence[Any]) -> None:
@@ -369,9 +376,13 @@ class Adopter:
             previous.remove(keys)
         except MASTER_ERRORS as exc:
             raise _refused(previous, keys, "delete", exc) from exc
+        self._tombstones(keys, "tombstones of a write")
+
+    def _tombstones(self, keys: Sequence[Any], what: str) -> None:
+        """A tombstone for each key on its shard: no copy read before lands after it."""
         for shard, made in self._by_shard(keys).items():
             marks = [(f"{TOMBSTONE_PREFIX}{final}", TOMBSTONE_MS) for final in made]
-            self._mark(shard, marks, "tombstones of a write")
+            self._mark(shard, marks, what)
 
     def cleared(self, previous: PreviousCache, pattern: str | None) -> None:
         """Before a ``clear`` (``pattern`` None) or a pattern delete on ours: the previous
