@@ -102,17 +102,23 @@ RULES: dict[str, tuple[str, str]] = {
 @dataclass(frozen=True)
 class Modes:
     """What the scenario's options allow: reads may lag the last write by up to ``lag`` seconds
-    (inside ``windows`` only, if given: (start, end) monotonic times)."""
+    (inside ``windows`` only, if given: (start, end) monotonic times); a read overlapping one
+    of the ``misses`` windows may miss a present key (fail-open: ``IGNORE_EXCEPTIONS`` answers
+    a miss for what an unavailable server holds), never return a value it should not."""
 
     lag: float = 0.0
     windows: tuple[tuple[float, float], ...] | None = None
     why: str = ""
+    misses: tuple[tuple[float, float], ...] = ()
 
     def allowed(self, read: Op) -> float:
         if self.windows is None:
             return self.lag
         inside = any(s <= read.complete and read.invoke <= e for s, e in self.windows)
         return self.lag if inside else 0.0
+
+    def may_miss(self, read: Op) -> bool:
+        return any(s <= read.complete and read.invoke <= e for s, e in self.misses)
 
 
 STRICT = Modes()
@@ -281,6 +287,8 @@ def _register(key: str, ops: _Key, modes: Modes) -> list[Violation]:
         lag = modes.allowed(read)
         begin = flights.get(id(read), read.invoke)
         if r.value is None:
+            if modes.may_miss(read):
+                continue
             w_op = latest_write.before(begin - lag)
             if w_op is not None and deleted_between(w_op.invoke, read.complete) is None:
                 rule = "lost-write" if r.final else "stale-read"

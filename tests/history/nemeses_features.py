@@ -302,6 +302,40 @@ def frozen_old(old: LocalSentinelCluster, seconds: float = 1.5) -> nemeses.Strik
     return strike
 
 
+def paused_old_writes(old: LocalSentinelCluster, seconds: float = 1.5) -> nemeses.Strike:
+    """``CLIENT PAUSE WRITE`` on the old cache's server for ``seconds``: its reads answer, its
+    writes wait past the 0.5 s socket timeout and fail. Unlike a freeze, a write given up on
+    never runs (its client is gone when the pause ends), so an old copy a failed delete left
+    stays there."""
+
+    def strike(ctx: nemeses.Context) -> str:
+        address = old.master_address(old.master_names[0])
+        admin = old.node_client(address)
+        try:
+            admin.execute_command("CLIENT", "PAUSE", int(seconds * 1000), "WRITE")
+            time.sleep(seconds)
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")
+            admin.close()
+        return f"old cache {address[0]}:{address[1]} writes paused {seconds}s"
+
+    return strike
+
+
+def fail_open_old(slack: float) -> Callable[[list[Any]], Modes]:
+    """A read of a key only the old cache has, while that cache fails and its backend's
+    ``IGNORE_EXCEPTIONS`` is on, is a miss (docs/migration.md): misses allowed from each
+    fault's start to its end plus ``slack`` (the old side's socket timeout and more)."""
+
+    def modes(events: list[Any]) -> Modes:
+        return Modes(
+            misses=tuple((e.start, e.end + slack) for e in events),
+            why="IGNORE_EXCEPTIONS on the old cache: its outage answers misses",
+        )
+
+    return modes
+
+
 # ------------------------------------------------------------------------- the runner
 
 #: A spawned client process knows only recorder.py's adapters: this no-op patch (the first of

@@ -108,6 +108,14 @@ def test_lag_allowed_by_a_mode_relaxes_stale_reads_within_its_bound_only() -> No
     assert judged(*history, modes=Modes(lag=1.0, windows=((10.0, 20.0),))) == {"stale-read": 1}
 
 
+def test_a_fail_open_window_allows_misses_only_and_only_inside_it() -> None:
+    missed = (w("a", (0, 1)), get(None, (3.5, 3.6)))
+    stale = (w("a", (0, 1)), w("b", (2, 3)), get("a", (3.5, 3.6)))
+    assert judged(*missed, modes=Modes(misses=((3.0, 4.0),))) == {}
+    assert judged(*missed, modes=Modes(misses=((10.0, 20.0),))) == {"stale-read": 1}
+    assert judged(*stale, modes=Modes(misses=((3.0, 4.0),))) == {"stale-read": 1}
+
+
 # ------------------------------------------------------------------ indeterminate ops
 
 
