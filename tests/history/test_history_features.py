@@ -26,8 +26,8 @@ from .nemeses_features import (
     fail_open_old,
     frozen_old,
     migration,
-    paused_old_writes,
     old_entry,
+    paused_old_writes,
     run_feature,
 )
 from .recorder import StepHook
