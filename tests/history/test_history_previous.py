@@ -1,0 +1,150 @@
+"""History scenarios of ``sentinel_reshard --from-previous-cache`` (issue 35): the migration
+that empties the previous cache runs while 2 processes of 4 threads read, write and delete the
+same hot keys through the adopting Django backend; a variant lands a planned failover of one of
+the new cache's shards inside a migration batch (after its read of the old cache, before its
+copies). Every op judged by the checker's rules; the final state read through the cache, from
+each master and from the old server, which must hold none of the hot keys. A planted fault in
+the migration process (its copies written over whatever is there) shows the net can fail. The
+long versions (``SENTINEL_CACHE_HISTORY_SCALE``, default 4 there) run under ``make chaos``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sentinel_cache.testing import LocalSentinelCluster
+
+from . import nemeses
+from .nemeses_features import OLD, Feature, old_entry
+from .nemeses_previous import MigrationProcess, Outcome, migration_strike, run_migration_feature
+from .recorder import StepHook
+from .scenarios import TOPOLOGY, Scenario, long_scale, seed
+
+pytestmark = [pytest.mark.history, pytest.mark.failover]
+
+
+@pytest.fixture(scope="module")
+def topology(server_kind: str) -> Iterator[LocalSentinelCluster]:
+    with LocalSentinelCluster(**TOPOLOGY) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def old_server(server_kind: str) -> Iterator[LocalSentinelCluster]:
+    """The server the site ran on before: one plain node (its sentinel unused)."""
+    with LocalSentinelCluster(shards=1, replicas=0, sentinels=1) as cluster:
+        yield cluster
+
+
+#: Reads, writes and deletes of keys the old cache holds, while the migration moves them.
+MIGRATING = {
+    "get": 6,
+    "get_many": 2,
+    "delete": 3,
+    "delete_many": 1,
+    "set": 3,
+    "set_many": 1,
+    "add": 1,
+    "incr": 1,
+}
+#: The hot keys: more than the clients touch before the migration's batches reach them.
+KEYS = 600
+#: The migration's copies of one batch (``Adopter._written``): the planned failover lands
+#: there, after the batch read the old cache and before its copies are sent.
+WRITTEN = "sentinel_cache.core.admin.reshard.previous:Adopter._written"
+COPIES = "sentinel_cache.core.admin.reshard.previous:_copies"
+
+
+def migrating(
+    old: LocalSentinelCluster, name: str, factor: float = 1.0
+) -> tuple[Feature, MigrationProcess]:
+    """The scenario ``name`` and its migration process (built when run: the process is set
+    up against this run's options); ``factor``: the long version's (more threads, more keys,
+    more traffic after the migration)."""
+    address = old.master_address(old.master_names[0])
+    options = {OLD: old_entry(address)}
+    traffic = {"options": options, "weights": MIGRATING, "before": 0.0, "after": 1.0}
+    if name == "plain":
+        process = MigrationProcess([], {})
+        scenario = Scenario(
+            "adoption, --from-previous-cache running",
+            adapter="django adopting",
+            nemesis="--from-previous-cache",
+            strike=migration_strike(process),
+            **traffic,  # type: ignore[arg-type]
+        )
+    elif name == "failover":
+        process = MigrationProcess([], {}, hooks=(StepHook("copy", WRITTEN),))
+        scenario = Scenario(
+            "adoption, --from-previous-cache, planned failover inside a migration batch",
+            adapter="django adopting",
+            nemesis="--from-previous-cache, planned failover inside a batch",
+            strike=migration_strike(process, nemeses.planned_failover, step="copy"),
+            **traffic,  # type: ignore[arg-type]
+        )
+    else:
+        assert name == "planted", name
+        process = MigrationProcess(
+            [],
+            {},
+            patches=(
+                (COPIES, "history.planted_features:copies_over"),
+                (WRITTEN, "history.planted_features:written_late"),
+            ),
+        )
+        scenario = Scenario(
+            "planted: --from-previous-cache copies over writes and deletes",
+            adapter="django adopting",
+            nemesis="--from-previous-cache",
+            strike=migration_strike(process),
+            **traffic,  # type: ignore[arg-type]
+        )
+    feature = Feature(scenario.scaled(factor), old=address, keys=round(KEYS * factor))
+    return feature, process
+
+
+def _run(feature: Feature, process: MigrationProcess, cluster: LocalSentinelCluster) -> Outcome:
+    return run_migration_feature(feature, cluster, seed(), process)
+
+
+def _judge(outcome: Outcome) -> None:
+    verdict = outcome.verdict
+    runs = "; ".join(run.figures() for run in outcome.runs)
+    assert verdict.figures["acked writes"] >= 50, verdict.report()
+    assert verdict.violations == [], f"{verdict.report()}\nmigration runs: {runs}"
+    assert outcome.runs and outcome.runs[-1].code == 0, runs
+    assert outcome.left_on_old == [], f"left on the old cache: {outcome.left_on_old[:10]}; {runs}"
+
+
+#: The CI set: the migration alone under traffic; the failover inside a batch (it waits about
+#: 8 s for the demoted master to settle) runs in the long set only.
+@pytest.mark.parametrize(
+    "name", ["plain", pytest.param("failover", marks=[pytest.mark.slow, pytest.mark.chaos])]
+)
+def test_migration_under_traffic(
+    name: str, topology: LocalSentinelCluster, old_server: LocalSentinelCluster
+) -> None:
+    feature, process = migrating(old_server, name)
+    _judge(_run(feature, process, topology))
+
+
+@pytest.mark.slow
+@pytest.mark.chaos
+@pytest.mark.parametrize("name", ["plain", "failover"])
+def test_migration_under_traffic_long(
+    name: str, topology: LocalSentinelCluster, old_server: LocalSentinelCluster
+) -> None:
+    feature, process = migrating(old_server, name, long_scale())
+    _judge(_run(feature, process, topology))
+
+
+def test_planted_migration_fault_is_reported(
+    topology: LocalSentinelCluster, old_server: LocalSentinelCluster
+) -> None:
+    """The migration's copies written over whatever ours holds (its guard off), 100 ms after
+    the batch read the old cache: a client's write or delete in between is undone."""
+    feature, process = migrating(old_server, "planted")
+    verdict = _run(feature, process, topology).verdict
+    caught = {"stale-read", "delete-undone", "lost-write"} & set(verdict.by_rule())
+    assert caught, verdict.report()
