@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import faulthandler
 import io
+import itertools
 import json
 import multiprocessing
 import os
@@ -56,6 +57,8 @@ from .scenarios import judged, plan_for, record
 #: keys would take two seconds of batches alone; the clients adopt many of them meanwhile, so
 #: batches and clients meet on the same keys throughout.
 RATE, BATCH = 300, 30
+_RUNS = itertools.count()
+
 #: How long a migration may take before it is judged hung (its stacks dumped, then killed):
 #: 300 keys at RATE take 3 s alone (0.7 s without a rate); ten times that plus a failover.
 DEADLINE = 60.0
@@ -217,12 +220,6 @@ class MigrationProcess:
             return {"error": f"no outcome (exit code {self.proc.exitcode})"}
         return result
 
-    def run(self) -> Migrated:
-        """A whole run now (prepare, go, wait): the run again that exit code 1 asks for."""
-        self.prepare()
-        self.go()
-        return self.wait()
-
 
 def migration_strike(
     process: MigrationProcess, during: nemeses.Strike | None = None, step: str = ""
@@ -300,8 +297,8 @@ def run_migration_feature(
 ) -> Outcome:
     """:func:`history.nemeses_features.run_feature` for an adoption with the migration: the old
     cache prefilled, the migration process set up before the clients go, its strike the
-    scenario's; after the run, the migration run again if it asked for it (exit 1), then the
-    final reads through the cache, from each master and from the old server, all judged."""
+    scenario's; after the run, the final reads through the cache, from each master and from
+    the old server, all judged."""
     scenario = feature.scenario
     assert feature.old is not None, "an adoption scenario names its old server"
     slug = "".join(c if c.isalnum() else "-" for c in scenario.name)[:24]
@@ -313,9 +310,6 @@ def run_migration_feature(
     process.options = options
     process.prepare()
     history, events, settled = record(scenario, cluster, plan, target=feature.target)
-    if process.runs and process.runs[-1].code == 1:  # "run it again": the documented contract
-        again = MigrationProcess(plan.sentinels, options, args=("--batch", "100"))
-        process.runs.append(again.run())
     history.ops = sorted(prefilled + history.ops, key=lambda op: op.invoke)
     plain = {k: v for k, v in options.items() if k != OLD}
     history.ops += final_masters.read_masters(cluster, "django", plain, workload)
@@ -324,6 +318,3 @@ def run_migration_feature(
     history.events = events
     verdict = judged(scenario, history, scenario.modes, settled)
     return Outcome(verdict, process.runs, [op.keys[0] for op in left])
-
-
-_RUNS = iter(range(10**9))

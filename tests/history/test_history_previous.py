@@ -113,15 +113,15 @@ def _judge(outcome: Outcome) -> None:
     runs = "; ".join(run.figures() for run in outcome.runs)
     assert verdict.figures["acked writes"] >= 50, verdict.report()
     assert verdict.violations == [], f"{verdict.report()}\nmigration runs: {runs}"
-    assert outcome.runs and outcome.runs[-1].code == 0, runs
+    # exit 0: complete, though the clients deleted keys its batches were copying (a key
+    # deleted meanwhile is gone, not a reason to run again: tests/test_adoption_migration.py)
+    assert [run.code for run in outcome.runs] == [0], runs
     assert outcome.left_on_old == [], f"left on the old cache: {outcome.left_on_old[:10]}; {runs}"
 
 
-#: The CI set: the migration alone under traffic; the failover inside a batch (it waits about
-#: 8 s for the demoted master to settle) runs in the long set only.
-@pytest.mark.parametrize(
-    "name", ["plain", pytest.param("failover", marks=[pytest.mark.slow, pytest.mark.chaos])]
-)
+#: The CI set: about 5 s with the migration alone, 14 s with the failover inside a batch (most
+#: of it waiting for the demoted master to settle).
+@pytest.mark.parametrize("name", ["plain", "failover"])
 def test_migration_under_traffic(
     name: str, topology: LocalSentinelCluster, old_server: LocalSentinelCluster
 ) -> None:
