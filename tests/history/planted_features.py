@@ -132,3 +132,15 @@ def written_late(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(self, *args, **kwargs)
 
     return written
+
+
+def hangs(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Adopter._written`` that never returns (an hour's sleep): a migration stuck inside a
+    batch, for the test that a stuck migration fails its scenario with its stacks."""
+    import time
+
+    def stuck(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(3600)
+        return original(self, *args, **kwargs)
+
+    return stuck

@@ -9,6 +9,7 @@ long versions (``SENTINEL_CACHE_HISTORY_SCALE``, default 4 there) run under ``ma
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,9 +17,9 @@ import pytest
 from sentinel_cache.testing import LocalSentinelCluster
 
 from . import nemeses
-from .nemeses_features import OLD, Feature, old_entry
+from .nemeses_features import OLD, Feature, old_entry, prefill_old
 from .nemeses_previous import MigrationProcess, Outcome, migration_strike, run_migration_feature
-from .recorder import StepHook
+from .recorder import StepHook, Workload
 from .scenarios import TOPOLOGY, Scenario, long_scale, seed
 
 pytestmark = [pytest.mark.history, pytest.mark.failover]
@@ -148,3 +149,27 @@ def test_planted_migration_fault_is_reported(
     verdict = _run(feature, process, topology).verdict
     caught = {"stale-read", "delete-undone", "lost-write"} & set(verdict.by_rule())
     assert caught, verdict.report()
+
+
+def test_a_stuck_migration_fails_with_its_stacks(
+    topology: LocalSentinelCluster, old_server: LocalSentinelCluster
+) -> None:
+    """A migration still running at its deadline fails the scenario (killed, every thread's
+    stack in the message) instead of hanging it, as the first attempt's ``Pool`` did."""
+    feature, _ = migrating(old_server, "plain")
+    assert feature.old is not None
+    workload = Workload.hot(f"stuck{seed()}", keys=5)
+    prefill_old(feature.old, workload)
+    options = {"MASTERS": list(topology.master_names), **feature.scenario.options}
+    sentinels = [(h, p) for h, p in topology.sentinel_addresses]
+    process = MigrationProcess(
+        sentinels, options, patches=((WRITTEN, "history.planted_features:hangs"),), deadline=6
+    )
+    process.prepare()
+    process.go()
+    began = time.monotonic()
+    with pytest.raises(AssertionError, match="still running 6s after it started") as caught:
+        process.wait()
+    assert time.monotonic() - began < 6 + 30  # the deadline, then the kill's join (10 s)
+    assert "in stuck" in str(caught.value) and "in migrate_previous" in str(caught.value)
+    assert not process.proc.is_alive()
