@@ -103,3 +103,59 @@ def old_delete_fails_open(original: Callable[..., Any]) -> Callable[..., Any]:
             return None
 
     return forget
+
+
+#: ``COPY_MISSING`` without its guard: every key SET whatever ours holds (a newer value, a
+#: tombstone, the clear mark), same arguments (deadline, then data and ttl_ms per key).
+COPY_OVER = """
+local done = {}
+for i, key in ipairs(KEYS) do
+    local ttl = ARGV[2 * i + 1]
+    if ttl == '0' then
+        redis.call('SET', key, ARGV[2 * i])
+    else
+        redis.call('SET', key, ARGV[2 * i], 'PX', ttl)
+    end
+    done[i] = 1
+end
+return done
+"""
+
+
+def copies_over(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``previous._copies`` (the migration's copies) with the guard off: a value read from the
+    old cache is written over a newer write on ours, and over a delete since (its tombstone)."""
+
+    def copies(items: Any, deadline: int) -> Any:
+        commands = original(items, deadline)
+        return [
+            ("EVAL", COPY_OVER, *command[2:]) if command[0] == "EVAL" else command
+            for command in commands
+        ]
+
+    return copies
+
+
+def written_late(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Adopter._written`` (a batch's copies, after its read of the old cache) 100 ms late:
+    widens the window in which a client writes or deletes a key the batch read, so that a run
+    of seconds meets it. Changes no outcome by itself."""
+    import time
+
+    def written(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.1)
+        return original(self, *args, **kwargs)
+
+    return written
+
+
+def hangs(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Adopter._written`` that never returns (an hour's sleep): a migration stuck inside a
+    batch, for the test that a stuck migration fails its scenario with its stacks."""
+    import time
+
+    def stuck(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(3600)
+        return original(self, *args, **kwargs)
+
+    return stuck

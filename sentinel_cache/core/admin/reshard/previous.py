@@ -514,7 +514,9 @@ def migrate_previous(
     what is left. A server or shard error gives that server up (the report says so; run again).
     A value the previous backend cannot decode, or this cache's serializer cannot store, is
     skipped and left there, counted and listed in the report (``error``, the run still
-    complete): it cannot stop the others. ``rate`` caps the keys adopted per second."""
+    complete): it cannot stop the others. A key deleted (or written) on ours while its batch
+    copied it counts as gone: that delete removed the previous copy first. ``rate`` caps the
+    keys adopted per second."""
     if batch < 1:
         raise ValueError(f"batch must be a positive number of keys, got {batch}")
     if rate is not None and rate <= 0:
@@ -547,12 +549,14 @@ def migrate_previous(
                     if bucket is not None:
                         bucket.take(len(part))
                     _, outcomes = adopter.adopt(previous, part)
+                    outcomes.update(_deleted_since(previous, part, outcomes))
                     for key in part:
                         shard, outcome = outcomes.get(key, ("-", EXPIRED))
                         if outcome in SKIPPED:  # left there, listed: no run can move it
                             skipped[outcome].append(key)
                             continue
-                        # Refused as deleted: the old copy is kept (see adopt), so run again.
+                        # Refused as deleted (the old copy still there: see adopt, and
+                        # _deleted_since), or too late: run again.
                         kind = {COPIED: COPIED, PRESENT: PRESENT, EXPIRED: "gone"}.get(
                             outcome, LATE
                         )
@@ -605,6 +609,22 @@ def migrate_previous(
         shards=tuple(shards),
         pairs=tuple(PairReport(a, b, *c) for (a, b), c in sorted(pairs.items())),
     )
+
+
+def _deleted_since(
+    previous: PreviousCache, keys: Sequence[Any], outcomes: dict[Any, tuple[str, str]]
+) -> dict[Any, tuple[str, str]]:
+    """The keys of a batch whose copy was refused as deleted on ours and whose previous copy
+    is gone too, as :data:`EXPIRED` (nothing left to move): a delete or write on ours removes
+    the previous copy before it leaves its tombstone (:meth:`Adopter.forget`), so a key deleted
+    while the batch copied it is done, not a reason to run again. One round trip, only for a
+    batch with such keys; a previous copy still there (a clear of other keys, the mark being
+    per database) stays :data:`DELETED`, a run again moves it."""
+    refused = [key for key in keys if outcomes.get(key, ("-", EXPIRED))[1] == DELETED]
+    if not refused:
+        return {}
+    left = previous.pttls(refused)
+    return {key: (outcomes[key][0], EXPIRED) for key in refused if left[key] == GONE}
 
 
 def _skipped_note(skipped: dict[str, list[Any]]) -> str:
