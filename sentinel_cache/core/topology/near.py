@@ -156,7 +156,9 @@ class NearCache:
         The hot path of a hit takes no lock (a lock costs as much as the rest of it): each step
         is one atomic operation under the GIL, and a copy dropped or hidden meanwhile was still
         current when this read began, as it would be had the read taken the lock first. The
-        entry knows its shard, so the key is not placed on the ring.
+        entry knows its shard, so the key is not placed on the ring. A copy is not served while
+        invalidations of its shard have arrived and are not applied
+        (:class:`~sentinel_cache.core.topology.near_tracking.Arrivals`).
         """
         entries = self._entries
         try:
@@ -174,6 +176,12 @@ class NearCache:
                 and generation == self._shard_list[index].generation
                 and expires > monotonic()
             ):
+                writer = state.writer
+                if writer is None or writer.arrivals is None or writer.arrivals.pending():
+                    # Invalidations arrived and not applied yet (or the session is ending):
+                    # the server answers, the copy stays unless one of them is about it.
+                    state.misses += 1
+                    return None
                 try:  # noqa: SIM105 - contextlib.suppress costs a context manager per hit
                     entries.move_to_end(key)
                 except KeyError:  # dropped since: served all the same (see above)

@@ -77,6 +77,42 @@ class _WriterSSLConnection(_WriterMixin, ShardSSLConnection):
     pass
 
 
+_POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
+
+
+class Arrivals:
+    """Whether invalidations of a session may have reached this process and not been applied
+    yet: bytes on its invalidation socket, or bytes the tracker took off it and is applying
+    (``draining``). A hit looks before it serves a copy (:meth:`NearCache.get`), so a copy is
+    never served after its invalidation arrived, however long the tracker thread waits for the
+    GIL or the CPU: the server sends a write's invalidation before the writer's reply, so an
+    acknowledged write's invalidation is here before any read that begins after it. One
+    ``poll`` per hit, on a poller of the calling thread's own (a poller refuses two threads at
+    once)."""
+
+    __slots__ = ("_fd", "_pollers", "draining")
+
+    def __init__(self, sock: Any) -> None:
+        self.draining = False
+        self._fd = sock.fileno() if _POLL_IN and sock is not None else -1
+        self._pollers = threading.local()
+
+    def __repr__(self) -> str:
+        return f"<Arrivals fd={self._fd} draining={self.draining}>"
+
+    def pending(self) -> bool:
+        """The socket first, then the flag: the tracker raises the flag before it reads."""
+        if self._fd < 0:  # no select.poll: only the flag (the tracker's scheduling bounds it)
+            return self.draining
+        try:
+            poll = self._pollers.poll
+        except AttributeError:
+            poller = select.poll()
+            poller.register(self._fd, _POLL_IN)
+            poll = self._pollers.poll = poller.poll
+        return bool(poll(0)) or self.draining
+
+
 class Writer:
     """One shard's writer connection for one tracking session: it holds the session's
     tracking (``CLIENT TRACKING ON REDIRECT <tracker> BCAST NOLOOP``), so the server tells us
@@ -93,6 +129,8 @@ class Writer:
         self.cause = "tracker connection lost"  # what ends the session if the connection goes
         self.ping_due = False  # the tracker waits to ping it: writes leave it alone meanwhile
         self.connection_pool = self
+        #: The session's invalidations not applied yet (set once its connection is up).
+        self.arrivals: Arrivals | None = None
 
     def __repr__(self) -> str:
         lost = self.connection.lost
@@ -174,6 +212,7 @@ class Tracker(threading.Thread):
                     *self._prefixes,
                 )
                 writer.connection.read_response()
+                writer.arrivals = Arrivals(connection._sock)
                 session = self.near.begin(index, writer, generation)
                 cause = self._follow(connection, writer, generation)
             except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError) as exc:
@@ -204,6 +243,8 @@ class Tracker(threading.Thread):
         read when the socket says it is there, while the tracker goes on reading invalidations.
         """
         index = self.shard.index
+        arrivals = writer.arrivals
+        assert arrivals is not None  # set before the session began
         now = time.monotonic()
         pinged_at: float | None = None  # our PING on the invalidation connection, unanswered
         next_ping = writer_next = now + PING_EVERY
@@ -231,8 +272,14 @@ class Tracker(threading.Thread):
                         writer.lock.release()
                     elif not self._check_writer(writer):
                         writer_busy_until = now + 0.01  # a write in flight: its caller reads it
+                arrivals.draining = True  # before the socket is read: see Arrivals.pending
                 began = time.monotonic()
-                while connection.can_read(timeout=0) and time.monotonic() - began < 0.1:
+                while True:
+                    if not connection.can_read(timeout=0):
+                        arrivals.draining = False  # applied all: what comes next is polled
+                        break
+                    if time.monotonic() - began >= 0.1:
+                        break  # still draining: the next turn goes on
                     reply = connection.read_response()
                     kind = reply[0] if isinstance(reply, list) and reply else None
                     if kind == b"message" and reply[1] == CHANNEL:
