@@ -148,6 +148,9 @@ class _Slot:
         self.reply: Any = None
         self.done = False
 
+    def __repr__(self) -> str:
+        return f"_Slot(done={self.done}, reply={self.reply!r})"
+
     def result(self) -> Any:
         reply = self.reply
         if isinstance(reply, BaseException):  # an error reply, or the connection's failure
