@@ -6,8 +6,9 @@ round, contenders shuffled per chunk), because the machine is shared and absolut
 noisy: read the medians and, above all, the ratios measured in the same run.
 
 Sections: per-call latency (get, set, get_many/set_many/delete_many of 10 and 100 keys, incr),
-an 8-thread 90/10 read/write mix (ops/s), the async API, failover figures (fresh topologies,
-see ``benchmarks.failover``), the cost of building the Django backend object
+an 8-thread 90/10 read/write mix (ops/s), sync threads on one server with one connection each
+or one shared auto-pipelined connection (``benchmarks.sync_shared``), the async API, failover
+figures (fresh topologies, see ``benchmarks.failover``), the cost of building the Django backend object
 (``benchmarks.construct``), stampede protection and sessions through a crash
 (``benchmarks.stampede``), the full stack (Django under uvicorn and gunicorn, loaded by ``wrk``:
 ``benchmarks.fullstack``), memory and scale on 16 shards (``benchmarks.scale``), a profile of
@@ -50,6 +51,7 @@ from benchmarks import (
     reshard,
     scale,
     stampede,
+    sync_shared,
 )
 from benchmarks.async_many import main as async_many_main
 from benchmarks.contenders import ASYNC_ONLY, SPECS, Topology, build_all
@@ -119,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-stampede", action="store_true")
     parser.add_argument("--skip-profile", action="store_true")
     parser.add_argument("--skip-fullstack", action="store_true")
+    parser.add_argument("--skip-sync-shared", action="store_true")
     parser.add_argument(
         "--fullstack-seconds", type=float, default=10.0, help="wrk run per full-stack cell"
     )
@@ -288,6 +291,14 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         many[mode] = _async_many(pin=mode == "pinned", rounds=many_rounds, duration=args.duration)
         timed(f"async multi-key, {mode}", t0)
+    shared: dict[str, Any] = {}
+    if not args.skip_sync_shared:
+        log("sync threads on one server: one connection each or one shared (sync_shared)")
+        t0 = time.monotonic()
+        shared = sync_shared.run(
+            rounds=max(2, args.rounds - 2), seconds=2 * args.duration, progress=log
+        )
+        timed("sync threads, shared connection", t0)
     lat_header, lat_rows, lat_summary = report.latency_table(lat)
     pin_header, pin_rows, pin_summary = report.latency_table(pin)
     thr_header, thr_rows, thr_summary = report.throughput_table(thr, args.threads)
@@ -344,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
             proc_rows,
         ),
     ]
+    if shared:
+        data["sync_shared"] = shared
+        sections.append((MIXED, SYNC_SHARED_NOTE, *sync_shared.table(shared)))
     if asy:
         a_header, a_rows, a_summary = report.async_table(asy, 32)
         data["async"] = a_summary
@@ -500,6 +514,21 @@ FULLSTACK_NOTE = (
     "(issue 37): under ASGI, ours on 1 shard >= 1.0x django-vcache's req/s and a p99 no higher, "
     ">= 2x django-redis and Django RedisCache, <= 2 connections per shard per uvicorn worker; "
     "under WSGI, >= 1.0x every contender."
+)
+
+
+SYNC_SHARED_NOTE = (
+    "`benchmarks.sync_shared` (issue 37, item 2): sync threads on one server (its own topology, "
+    "1 master, 1 sentinel), each contender in its own worker process, N threads doing `GET` or "
+    "`SET ... EX 300` of a small pickled value back to back. Hand-written floors on raw sockets "
+    "and hiredis: one blocking connection per thread in flight (our model), and one shared "
+    "connection per process with automatic pipelining across threads (leader/follower: the "
+    "first caller to find no leader writes everyone's queued commands and dispatches replies "
+    "FIFO; and a variant with a dedicated reader thread); ours is the core `CacheClient` on "
+    "one shard. Ops/s, client CPU µs per op (the worker's process CPU / ops) and the server's "
+    "CPU µs per op, medians of the rounds, unpinned and pinned (server and workers on CPU 0) "
+    "in the same rounds; the ratios are medians of the per-round ratios to one connection "
+    'per thread. See docs/benchmarks.md, "Sync threads".'
 )
 
 
