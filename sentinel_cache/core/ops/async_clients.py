@@ -48,6 +48,7 @@ from sentinel_cache.core.config import (
     connection_class_and_kwargs,
     connection_parameters,
 )
+from sentinel_cache.core.ops.async_mux import AsyncMuxPool, MuxRedis
 from sentinel_cache.core.ops.deadlines import ReadDeadlines, read_deadlines
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._async.connection import AsyncShardConnectionMixin
@@ -82,6 +83,9 @@ except ImportError:  # pragma: no cover - older redis-py
     EventDispatcher = None  # type: ignore[assignment, misc]
 
 _READ_SIZE = 65536
+#: With ASYNC_MULTIPLEX, the most connections of a master's dedicated pool per loop (what a
+#: redis-py client method sends on it: pipelines, transactions, blocking commands).
+DEDICATED = 4
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
 #: Below this many buffered bytes no reply item is looked at (``overfull``'s bound is larger).
 _OVERFULL_FROM = MIN_BULK_LIMIT
@@ -250,6 +254,38 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
         if hostile is not None:
             raise self.protocol_error(hostile)
 
+    # -- what the multiplexed connection (core/ops/async_mux.py) asks of the one it took over --
+    @property
+    def generation(self) -> int:
+        """The shard's address generation this connection was made for."""
+        return self._generation
+
+    def lean_state(self) -> tuple[Any, Any, Any] | None:
+        """The connection's hiredis reader, its "no reply yet" value and the RESP3 push type,
+        if the lean path applies (else None): what a multiplexed connection reads with."""
+        return self._lean()
+
+    def stream_empty(self) -> bool:
+        """Nothing read from the socket is left unparsed (true after the handshake)."""
+        stream = self._reader
+        return stream is not None and not stream._buffer  # type: ignore[attr-defined]
+
+    def stale_reply(self, promotions: int) -> Any:
+        """The ``StaleReplyError`` for a reply to a command sent at ``promotions``, or None if
+        such a reply can be trusted (``ShardBound``'s rule)."""
+        self._sent_promotions = promotions
+        return self._untrusted_reply()
+
+    def host_error(self) -> str:
+        """``host:port``, as redis-py names the node in its errors."""
+        return self._host_error()
+
+    def forget_socket(self) -> None:
+        """Drop the streams of a socket another protocol took over and closed."""
+        self._reader = None
+        self._writer = None
+        self._parser.on_disconnect()  # type: ignore[attr-defined]
+
     # The running loop's ReadDeadlines (a connection lives in the loop of its pool).
     _deadlines: ReadDeadlines | None = None
 
@@ -417,6 +453,9 @@ class AsyncShardClients:
 
     def __init__(self, config: PoolConfig) -> None:
         self._max_connections = config.max_connections
+        # ASYNC_MULTIPLEX: the masters' calls share one connection per shard per loop; the pool
+        # stays, small, for what needs a connection of its own (see async_mux).
+        self._multiplex = config.async_multiplex
         self._pool_timeout = config.pool_timeout
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
             weakref.WeakKeyDictionary()
@@ -536,12 +575,18 @@ class AsyncShardClients:
                 connection_class=(
                     AsyncLeanShardSSLConnection if self._ssl else AsyncLeanShardConnection
                 ),
-                max_connections=self._max_connections,
+                max_connections=min(self._max_connections, DEDICATED)
+                if self._multiplex
+                else self._max_connections,
                 timeout=self._pool_timeout,
                 shard=shard,
                 **self._pool_kwargs(),
             )
-            client = state.masters[shard.index] = AsyncRedis(connection_pool=pool)
+            if self._multiplex:
+                client = MuxRedis(AsyncMuxPool(pool, shard))
+            else:
+                client = AsyncRedis(connection_pool=pool)
+            state.masters[shard.index] = client
         return client
 
     def reader(self, state: _LoopState, shard: Shard) -> tuple[Address, AsyncRedis] | None:
