@@ -284,7 +284,7 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
         """Drop the streams of a socket another protocol took over and closed."""
         self._reader = None
         self._writer = None
-        self._parser.on_disconnect()  # type: ignore[attr-defined]
+        self._parser.on_disconnect()
 
     # The running loop's ReadDeadlines (a connection lives in the loop of its pool).
     _deadlines: ReadDeadlines | None = None

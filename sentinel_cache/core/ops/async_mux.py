@@ -71,9 +71,7 @@ from sentinel_cache.core.topology.lean_rules import (
 logger = logging.getLogger("sentinel_cache")
 
 #: What ``CLIENT REPLY SKIP`` looks like packed: it and the command after it have no reply.
-_SKIP = b"".join(
-    b"$%d\r\n%s\r\n" % (len(part), part.encode()) for part in REPLY_SKIP
-)
+_SKIP = b"".join(b"$%d\r\n%s\r\n" % (len(part), part.encode()) for part in REPLY_SKIP)
 _SKIP = b"*%d\r\n" % len(REPLY_SKIP) + _SKIP
 
 #: Write a call at once when nothing is queued or in flight (the loop idle), instead of at the
@@ -237,7 +235,11 @@ class MuxLink(asyncio.Protocol):
             calls = self.calls
             if WRITE_AT_ONCE_WHEN_IDLE and not calls and not self.out:
                 calls.append(call)
-                self.transport.writelines(data)
+                transport = self.transport
+                clean = not transport.get_write_buffer_size()
+                transport.writelines(data)
+                if clean and transport.is_closing():  # failed at once: see _flush
+                    self.unflushed += 1
                 return
             calls.append(call)
             self.unflushed += 1
@@ -251,8 +253,14 @@ class MuxLink(asyncio.Protocol):
         if self.closed is not None:
             return
         out, self.out = self.out, []
-        self.unflushed = 0
-        self.transport.writelines(out)
+        flushed, self.unflushed = self.unflushed, 0
+        transport = self.transport
+        clean = not transport.get_write_buffer_size()
+        transport.writelines(out)
+        if clean and transport.is_closing():
+            # The send failed at once (a reset, a broken pipe): nothing of it left, so these
+            # calls fail as never sent when the loss is reported (connection_lost, soon).
+            self.unflushed = flushed
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -437,10 +445,12 @@ class AsyncMuxPool:
             link is not None
             and link.closed is None
             and link.generation == self.shard.state.generation
+            and self.pid == PROCESS.pid
+            # idle: the node may have closed it (a kill) unseen by the loop yet; looked at
+            # before anything is written, as the pool's checkout does
             and (link.calls or link.out or not link.connection.idle_readable())
         ):
-            if self.pid == PROCESS.pid:
-                return MuxCall(link)
+            return MuxCall(link)
         if not self.multiplexed:
             return await self.dedicated.get_connection(command_name, *keys, **options)
         link = await self._open()

@@ -1,0 +1,486 @@
+"""``ASYNC_MULTIPLEX``: every task of an event loop shares one auto-pipelined connection per
+shard master (``core/ops/async_mux.py``), with the pooled path's failover rules. Real servers,
+except the hostile replies, which need a fake master (as in ``test_hostile_replies``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import hiredis
+import pytest
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from test_closed_connections import kill_clients
+from test_hostile_replies import BOUND, HOSTILE, hostile, names_the_shard  # noqa: F401
+from waiting import key_on, wait_until
+
+from sentinel_cache import ReplyProtocolError, ShardUnavailableError, StaleReplyError
+from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.core.ops import async_mux
+from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.async_mux import AsyncMuxPool, MuxCall, MuxLink, replies_due
+from sentinel_cache.core.ops.client import CacheClient
+from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.topology.lean_rules import unsent
+from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+from sentinel_cache.exceptions import ConfigurationError
+from sentinel_cache.testing import LocalSentinelCluster
+
+NAME = "mux-test"
+TASKS = 64
+
+
+@pytest.fixture(scope="module")
+def two(server_kind: str) -> Iterator[LocalSentinelCluster]:
+    """Its own topology: the tests kill clients and turn a master into a replica."""
+    with LocalSentinelCluster(shards=2, replicas=0, sentinels=1) as private:
+        yield private
+
+
+def make(cluster: LocalSentinelCluster, **options: Any) -> ShardedSentinelPool:
+    options.setdefault("async_multiplex", True)
+    pool = ShardedSentinelPool(
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        listeners=False,
+        client_name=NAME,
+        **options,
+    )
+    pool.discover()
+    return pool
+
+
+@pytest.fixture
+def core(two: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
+    pool = make(two)
+    yield pool
+    pool.close()
+
+
+def run(
+    core: ShardedSentinelPool, scenario: Callable[[AsyncCacheClient], Coroutine[Any, Any, Any]]
+) -> Any:
+    async def main() -> Any:
+        client = AsyncCacheClient(core, Codec())
+        try:
+            return await scenario(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+async def pool_of(client: AsyncCacheClient, index: int) -> AsyncMuxPool:
+    pool = (await client.io.master(client.core.shards[index])).connection_pool
+    assert isinstance(pool, AsyncMuxPool)
+    return pool
+
+
+def ours(cluster: LocalSentinelCluster) -> list[int]:
+    """Per master, the server connections named ours (``CLIENT LIST``)."""
+    counts = []
+    for name in cluster.master_names:
+        with redis.Redis(*cluster.master_address(name)) as admin:
+            counts.append(sum(1 for c in admin.client_list() if c.get("name") == NAME))
+    return counts
+
+
+# -- the option ----------------------------------------------------------------------------------
+def test_the_option_is_off_by_default_and_must_be_a_bool() -> None:
+    assert PoolConfig.create(["m"], [("127.0.0.1", 26379)]).async_multiplex is False
+    with pytest.raises(
+        ConfigurationError, match="async_multiplex: must be True or False .got 'yes'"
+    ):
+        PoolConfig.create(["m"], [("127.0.0.1", 26379)], async_multiplex="yes")
+
+
+def test_the_reply_count_is_read_from_the_packed_commands() -> None:
+    get, skip = (
+        hiredis.pack_command(("GET", "k")),
+        hiredis.pack_command(("CLIENT", "REPLY", "SKIP")),
+    )
+    big = hiredis.pack_command(("SET", "k", b"\r\n*3\r\n" * 1000, "PX", 10))
+    assert replies_due([get]) == 1
+    assert replies_due([get + big + get]) == 3
+    assert replies_due([skip + big + skip + big]) == 0  # CLIENT REPLY SKIP: none for either
+    assert replies_due([skip + big + get, big]) == 2
+
+
+# -- one connection, replies in order -------------------------------------------------------------
+@pytest.mark.parametrize("multiplex", [True, False])
+def test_many_tasks_share_one_connection_per_shard_and_get_their_own_replies(
+    two: LocalSentinelCluster, multiplex: bool
+) -> None:
+    """64 tasks mixing single-key calls and batches of every size on 2 shards: each gets its
+    own replies (FIFO routing by reply count) on one server connection per master (the pool,
+    for comparison, holds one per task in flight)."""
+    core = make(two, async_multiplex=multiplex)
+    held: list[list[int]] = []
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        async def task(n: int) -> None:
+            keys = [f"mux:{n}:{i}" for i in range(n % 12 + 1)]
+            for round_ in range(20):
+                values = {key: f"{key}={round_}" for key in keys}
+                assert await client.set_many(values, 60) == []
+                assert await client.get_many(keys) == values
+                assert await client.incr(keys[0] + ":n", 1) if round_ else True
+                assert await client.get(keys[-1]) == values[keys[-1]]
+                if round_ == 10:
+                    held.append(ours(two))  # mid-run, while every task is in flight
+
+        await client.set_many({f"mux:{n}:0:n": 0 for n in range(TASKS)}, 60)
+        await asyncio.gather(*(task(n) for n in range(TASKS)))
+        counts = [await client.get(f"mux:{n}:0:n") for n in range(TASKS)]
+        assert counts == [19] * TASKS
+
+    try:
+        run(core, scenario)
+    finally:
+        core.close()
+    most = [max(column) for column in zip(*held, strict=True)]
+    if multiplex:
+        assert most == [1, 1], most
+    else:
+        assert min(most) > 1, most
+
+
+def test_a_cancelled_task_leaves_the_others_in_step(core: ShardedSentinelPool) -> None:
+    """Tasks cancelled while their replies are in flight: their replies are read and dropped,
+    the other tasks get theirs, and the connection stays open."""
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        keys = [key_on(core, 0, f"mux-cancel-{i}") for i in range(8)]
+        await client.set_many({key: key for key in keys}, 60)
+        link = (await pool_of(client, 0)).link
+
+        async def reader(key: str) -> None:
+            for _ in range(200):
+                assert await client.get(key) == key
+
+        for _ in range(20):
+            doomed = [asyncio.ensure_future(client.get_many(keys)) for _ in range(8)]
+            kept = [asyncio.ensure_future(reader(key)) for key in keys]
+            await asyncio.sleep(0)  # the doomed calls queued (some written)
+            for task in doomed:
+                task.cancel()
+            await asyncio.gather(*kept)
+            for task in doomed:
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+        pool = await pool_of(client, 0)
+        assert pool.link is link and link is not None and link.closed is None
+        assert not link.calls
+
+    run(core, scenario)
+
+
+# -- the resend rules -----------------------------------------------------------------------------
+@pytest.mark.parametrize("call", ["incr", "add"])
+def test_non_idempotent_calls_right_after_client_kill_succeed_once_each(
+    two: LocalSentinelCluster, core: ShardedSentinelPool, call: str
+) -> None:
+    """test_resend_rules's shape on the shared connection: killed while idle, the loop not run
+    since, the next call finds the socket readable before it writes (nothing sent)."""
+    key = key_on(core, 0, f"mux-resend-{call}")
+    assert CacheClient(core, Codec()).set(key, 0, None) is True
+    results: list[Any] = []
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        for _ in range(20):
+            assert await client.get("mux-resend-warm") is None
+            if call == "add":
+                await client.delete(key)
+            assert kill_clients(two) >= 1
+            results.append(
+                await client.incr(key, 1) if call == "incr" else await client.add(key, 1, None)
+            )
+
+    run(core, scenario)
+    assert results == (list(range(1, 21)) if call == "incr" else [True] * 20)
+
+
+def test_a_call_killed_in_the_write_buffer_is_resent_one_written_is_not(
+    two: LocalSentinelCluster, core: ShardedSentinelPool
+) -> None:
+    """CLIENT KILL while calls are pending: the ``incr`` written before the kill (its reply
+    lost) is a plain connection error and not sent again; those still in the write buffer are
+    marked unsent and resent on a new connection, each run once."""
+    written = key_on(core, 0, "mux-written")
+    queued = [key_on(core, 0, f"mux-queued-{i}") for i in range(5)]
+    CacheClient(core, Codec()).set_many(dict.fromkeys([written, *queued], 0), None)
+    admin = redis.Redis(*two.master_address(two.master_names[0]))
+    outcomes: list[Any] = []
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.get(written)  # connected
+        await client.set(written + ":warm", 0, None)
+        assert await client.incr(written + ":warm", 1) == 1  # whatever incr learns, learned
+        link = (await pool_of(client, 0)).link
+        assert link is not None
+        sock = link.transport.get_extra_info("socket")
+        first = asyncio.ensure_future(client.incr(written, 1))
+        await asyncio.sleep(0)  # written at once (the loop was idle)
+        rest = [asyncio.ensure_future(client.incr(key, 1)) for key in queued]
+        await asyncio.sleep(0)  # queued behind it, in the buffer until the turn ends
+        assert link.unflushed == len(queued), link
+        wait_until(lambda: admin.get(written) == b"1", 5, "the master to run the first incr")
+        with socket.socket(fileno=os.dup(sock.fileno())) as twin:
+            twin.settimeout(5)
+            assert twin.recv(64)  # the first reply, never read by the client
+            twin.shutdown(socket.SHUT_RDWR)
+        outcomes.extend(await asyncio.gather(first, *rest, return_exceptions=True))
+
+    try:
+        run(core, scenario)
+        values = [admin.get(key) for key in [written, *queued]]
+    finally:
+        admin.close()
+    assert isinstance(outcomes[0], ShardUnavailableError), outcomes[0]
+    for outcome in outcomes[1:]:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    assert outcomes[1:] == [1] * len(queued)
+    assert values == [b"1"] * (len(queued) + 1)  # each run once
+
+
+def test_a_kill_with_many_tasks_in_flight_loses_no_idempotent_call(
+    two: LocalSentinelCluster, core: ShardedSentinelPool
+) -> None:
+    """Kills while 64 tasks read and write: idempotent calls are resent on a new shared
+    connection and every one succeeds."""
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        stop = asyncio.Event()
+
+        async def task(n: int) -> int:
+            key, done = f"mux-kill:{n}", 0
+            while not stop.is_set():
+                assert await client.set(key, done, 60) is True
+                assert await client.get(key) == done
+                done += 1
+            return done
+
+        tasks = [asyncio.ensure_future(task(n)) for n in range(TASKS)]
+        for _ in range(10):
+            await asyncio.sleep(0.02)
+            await asyncio.to_thread(kill_clients, two)
+        stop.set()
+        assert all(done > 0 for done in await asyncio.gather(*tasks))
+
+    run(core, scenario)
+
+
+# -- SOCKET_TIMEOUT, per call ---------------------------------------------------------------------
+def test_a_call_past_its_socket_timeout_fails_alone_and_the_calls_behind_it_are_dropped(
+    two: LocalSentinelCluster,
+) -> None:
+    timeout = 0.3
+    core = make(two, socket_timeout=timeout)
+    key = key_on(core, 0, "mux-timeout")
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key, "v", 60)
+        pool = await pool_of(client, 0)
+        blocked, behind = await pool.get_connection(), await pool.get_connection()
+        started = time.monotonic()
+        await blocked.send_packed_command([hiredis.pack_command(("BLPOP", "mux-nothing", 10))])
+        await behind.send_packed_command([hiredis.pack_command(("GET", key))])
+        with pytest.raises(RedisTimeoutError, match="Timeout reading from"):
+            await blocked.read_response()
+        elapsed = time.monotonic() - started
+        with pytest.raises(RedisConnectionError) as dropped:
+            await behind.read_response()
+        assert not unsent(dropped.value) and not isinstance(dropped.value, RedisTimeoutError)
+        assert timeout <= elapsed < 10, elapsed  # its own timeout, not the BLPOP's 10 s
+        assert await client.get(key) == "v"  # a new connection
+        assert pool.link is not None and pool.link.closed is None
+
+    try:
+        run(core, scenario)
+    finally:
+        core.close()
+
+
+# -- the shard's rules: stale replies, READONLY, the guard ----------------------------------------
+def test_a_reply_after_a_promotion_is_no_acknowledgement(core: ShardedSentinelPool) -> None:
+    """A promotion announced while a call's reply is in flight: StaleReplyError, the connection
+    closed; the next call opens a new one."""
+    shard = core.shards[0]
+    key = key_on(core, 0, "mux-stale")
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key, 1, 60)
+        pool = await pool_of(client, 0)
+        call = await pool.get_connection()
+        await call.send_packed_command([hiredis.pack_command(("INCR", key))])
+        shard.note_promotion()  # what the listener does on +promoted-slave
+        with pytest.raises(StaleReplyError, match="promoted a replica"):
+            await call.read_response()
+        old = pool.link
+        assert old is not None and old.closed is not None
+        assert await client.get(key) == 2
+        assert pool.link is not old
+
+    run(core, scenario)
+
+
+def test_a_planted_fault_without_the_generation_check_acknowledges_a_stale_reply(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check above can fail: with the link's view of the shard frozen (the generation check
+    skipped), the reply after a promotion is taken as an acknowledgement."""
+    shard = core.shards[0]
+    key = key_on(core, 0, "mux-planted")
+
+    class Frozen:
+        def __init__(self, state: Any) -> None:
+            self.state = state
+
+    async def scenario(client: AsyncCacheClient) -> Any:
+        await client.set(key, 1, 60)
+        pool = await pool_of(client, 0)
+        call = await pool.get_connection()
+        assert pool.link is not None
+        monkeypatch.setattr(pool.link, "shard", Frozen(shard.state))
+        await call.send_packed_command([hiredis.pack_command(("INCR", key))])
+        shard.note_promotion()
+        return await call.read_response()
+
+    assert run(core, scenario) == 2
+
+
+def test_readonly_closes_the_shared_connection(two: LocalSentinelCluster) -> None:
+    """A master turned replica answers writes with READONLY: the shared connection is closed
+    (the next call connects anew, to wherever the shard points)."""
+    core = make(two, outage_hold=0)
+    address = two.master_address(two.master_names[0])
+    other = two.master_address(two.master_names[1])
+    key = key_on(core, 0, "mux-readonly")
+    admin = redis.Redis(*address)
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key, 1, 60)
+        pool = await pool_of(client, 0)
+        first = pool.link
+        admin.replicaof(other[0], other[1])
+        try:
+            with pytest.raises(ShardUnavailableError):
+                await client.set(key, 2, 60)
+            assert first is not None and first.closed is not None
+        finally:
+            admin.replicaof("NO", "ONE")
+        assert await client.set(key, 3, 60) is True
+        assert pool.link is not first
+
+    try:
+        run(core, scenario)
+    finally:
+        admin.close()
+        core.close()
+
+
+@pytest.mark.parametrize(("reply", "protocol_error"), HOSTILE)
+def test_a_hostile_reply_fails_the_call_within_a_timeout(
+    hostile: Callable[..., ShardedSentinelPool],  # noqa: F811
+    reply: bytes,
+    protocol_error: bool,
+) -> None:
+    """test_hostile_replies's replies on the shared connection: a protocol error naming the
+    shard (or one timeout), the connection closed, within the same bound."""
+    from sentinel_cache.testing.fake_sentinel import Raw
+
+    pool = hostile({("GET",): Raw(reply)}, async_multiplex=True)
+    results: list[tuple[Any, float]] = []
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        for _ in range(2):
+            started = time.monotonic()
+            try:
+                outcome: Any = await client.get("k")
+            except Exception as exc:
+                outcome = exc
+            results.append((outcome, time.monotonic() - started))
+        assert (await pool_of(client, 0)).multiplexed
+
+    run(pool, scenario)
+    for error, elapsed in results:
+        names_the_shard(error, pool)
+        if protocol_error:
+            assert isinstance(error.__cause__, ReplyProtocolError), repr(error.__cause__)
+        assert elapsed < BOUND, f"{elapsed:.2f} s"
+
+
+# -- what stays on a connection of its own, post, fork --------------------------------------------
+def test_redis_py_methods_take_the_dedicated_pool(core: ShardedSentinelPool) -> None:
+    async def scenario(client: AsyncCacheClient) -> None:
+        master = await client.io.master(core.shards[0])
+        async with master.pipeline(transaction=True) as pipe:
+            pipe.set("mux-dedicated", "1")
+            pipe.incr("mux-dedicated")
+            assert await pipe.execute() == [True, 2]
+        assert await master.execute_command("GET", "mux-dedicated") == b"2"
+        pool = master.connection_pool
+        assert isinstance(pool, AsyncMuxPool) and pool.dedicated.max_connections <= 4
+
+    run(core, scenario)
+
+
+def test_posted_writes_keep_the_connection_in_step(core: ShardedSentinelPool) -> None:
+    """``post`` (each command after ``CLIENT REPLY SKIP``) on the shared connection among
+    calls waiting for replies: nobody's replies shift."""
+    shard = core.shards[0]
+    keys = [key_on(core, 0, f"mux-post-{i}") for i in range(20)]
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.get(keys[0])
+        if shard.allows("CLIENT REPLY") is None:
+            await client.learn([shard], "CLIENT REPLY")
+        assert shard.allows("CLIENT REPLY") is True
+
+        async def poster(n: int) -> None:
+            await client.post({shard: [("SET", keys[n], f"p{n}")]})
+
+        async def reader(n: int) -> None:
+            for _ in range(20):
+                assert await client.get(keys[n]) in (None, f"v{n}")
+
+        await client.set_many({key: f"v{n}" for n, key in enumerate(keys[10:], 10)}, 60)
+        await asyncio.gather(*(poster(n) for n in range(10)), *(reader(n) for n in range(10, 20)))
+        link = (await pool_of(client, 0)).link
+        assert link is not None and link.closed is None
+        master = await client.io.master(shard)
+        assert await master.execute_command("GET", keys[3]) == b"p3"
+
+    run(core, scenario)
+
+
+def test_a_forked_process_opens_its_own_connection(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a fork (PROCESS.pid changed) the next call connects anew and leaves the parent's
+    socket alone."""
+    from sentinel_cache.core.process import PROCESS
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set("mux-fork", 1, 60)
+        pool = await pool_of(client, core.shard_index("mux-fork"))
+        parent = pool.link
+        monkeypatch.setattr(PROCESS, "pid", PROCESS.pid + 1)
+        assert await client.get("mux-fork") == 1
+        assert pool.link is not parent and parent is not None and parent.closed is None
+        parent.close()
+
+    run(core, scenario)
+
+
+def test_types_are_what_the_module_says() -> None:
+    assert MuxLink.__mro__[1] is asyncio.Protocol
+    assert MuxCall.__slots__
+    assert async_mux.WRITE_AT_ONCE_WHEN_IDLE in (True, False)
