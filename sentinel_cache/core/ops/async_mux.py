@@ -174,8 +174,9 @@ class MuxCall:
         state = link.shard.state
         if link.generation != state.generation or self.promotions != state.promotions:
             untrusted = link.untrusted(self)  # no acknowledgement from a replaced master
-            link.fail(link.dropped("the shard switched"), first=(self, untrusted), stale=True)
-            raise untrusted
+            if untrusted is not None:
+                link.fail(link.dropped("the shard switched"), first=(self, untrusted), stale=True)
+                raise untrusted
         return reply
 
     async def disconnect(self, nowait: bool = False) -> None:
@@ -371,9 +372,11 @@ class MuxLink(asyncio.Protocol):
     def _protocol_error(self, what: str) -> Any:
         return lambda: self.connection.protocol_error(what)
 
-    def untrusted(self, call: MuxCall) -> BaseException:
-        found = self.connection.stale_reply(call.promotions)
-        return found if found is not None else self.dropped("the shard switched")()
+    def untrusted(self, call: MuxCall) -> BaseException | None:
+        """The ``StaleReplyError`` for ``call``'s reply read now (the shard switched away from
+        this connection's master, or promoted a replica since the call was queued), else None.
+        """
+        return self.connection.stale_reply(call.promotions)
 
     def fail(
         self,
@@ -401,7 +404,7 @@ class MuxLink(asyncio.Protocol):
             elif index >= written:
                 exc = mark_unsent(RedisConnectionError(CLOSED))
             elif stale:
-                exc = self.untrusted(call)
+                exc = self.untrusted(call) or error()
             else:
                 exc = error()
             call.error = exc
