@@ -427,7 +427,7 @@ def test_redis_py_methods_take_the_dedicated_pool(core: ShardedSentinelPool) -> 
             assert await pipe.execute() == [True, 2]
         assert await master.execute_command("GET", "mux-dedicated") == b"2"
         pool = master.connection_pool
-        assert isinstance(pool, AsyncMuxPool) and pool.dedicated.max_connections <= 4
+        assert isinstance(pool, AsyncMuxPool) and pool.dedicated.max_connections == 4
 
     run(core, scenario)
 
@@ -484,3 +484,33 @@ def test_types_are_what_the_module_says() -> None:
     assert MuxLink.__mro__[1] is asyncio.Protocol
     assert MuxCall.__slots__
     assert async_mux.WRITE_AT_ONCE_WHEN_IDLE in (True, False)
+
+
+def test_without_the_lean_path_the_pool_serves_and_says_so(
+    two: LocalSentinelCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/configuration.md: with ``HEALTH_CHECK_INTERVAL`` (or without hiredis) the pool
+    serves the calls, with a warning once per shard and event loop."""
+    from sentinel_cache.core.ops.async_clients import AsyncLeanShardConnection
+
+    core = make(two, health_check_interval=5)
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        for _ in range(3):
+            await client.set("mux-health", 1, 60)
+            assert await client.get("mux-health") == 1
+        pool = await pool_of(client, core.shard_index("mux-health"))
+        assert not pool.multiplexed and pool.link is None
+        connection = await pool.get_connection()
+        try:
+            assert type(connection) is AsyncLeanShardConnection
+        finally:
+            await pool.release(connection)
+
+    caplog.set_level("WARNING", logger="sentinel_cache")
+    try:
+        run(core, scenario)
+    finally:
+        core.close()
+    warned = [r for r in caplog.records if "ASYNC_MULTIPLEX needs hiredis" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
