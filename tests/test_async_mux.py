@@ -8,6 +8,7 @@ import asyncio
 import os
 import socket
 import time
+from types import SimpleNamespace
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
@@ -110,6 +111,13 @@ def test_the_reply_count_is_read_from_the_packed_commands() -> None:
     assert replies_due([get + big + get]) == 3
     assert replies_due([skip + big + skip + big]) == 0  # CLIENT REPLY SKIP: none for either
     assert replies_due([skip + big + get, big]) == 2
+    # the connection's count in C gives the same
+    counting = SimpleNamespace(counter=hiredis.Reader())
+    for data in ([get], [get + big + get], [skip + big + skip + big], [skip + big + get]):
+        assert MuxLink.due(counting, data) == replies_due(data)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ends inside a command"):
+        MuxLink.due(counting, [get[:-3]])  # type: ignore[arg-type]
+    assert MuxLink.due(counting, [get]) == 1  # and counts right again after
 
 
 # -- one connection, replies in order -------------------------------------------------------------
