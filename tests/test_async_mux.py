@@ -8,8 +8,8 @@ import asyncio
 import os
 import socket
 import time
-from types import SimpleNamespace
 from collections.abc import Callable, Coroutine, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import hiredis
