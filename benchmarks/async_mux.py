@@ -272,12 +272,20 @@ def _connections(address: tuple[str, int]) -> dict[str, int]:
     return counts
 
 
-def table(results: dict[str, dict[str, list[dict]]], conns: dict[str, int]) -> str:
-    lines = [
-        "| operation | contender | ops/s | CPU µs/op | vs mux floor | vs pooled floor "
-        "| conns on master 0 |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+HEADER = [
+    "operation",
+    "contender",
+    "ops/s",
+    "CPU µs/op",
+    "vs mux floor",
+    "vs pooled floor",
+    "conns on master 0",
+]
+
+
+def rows(results: dict[str, dict[str, list[dict]]], conns: dict[str, int]) -> list[list[str]]:
+    """The table's rows (``make bench`` puts them in its report): medians of the rounds."""
+    out = []
     for op in OPERATIONS:
         rows = results.get(op, {})
         med = {
@@ -293,10 +301,14 @@ def table(results: dict[str, dict[str, list[dict]]], conns: dict[str, int]) -> s
         for name, (rate, cpu) in med.items():
             ratio_mux = f"{rate / mux_floor[0]:.2f}x" if mux_floor else "-"
             ratio_pool = f"{rate / pooled[0]:.2f}x" if pooled else "-"
-            lines.append(
-                f"| {op} | {name} | {rate:,.0f} | {cpu:.0f} | {ratio_mux} | {ratio_pool} "
-                f"| {conns.get(name.replace(' ', '-'), 0)} |"
-            )
+            held = str(conns.get(name.replace(" ", "-"), 0))
+            out.append([op, name, f"{rate:,.0f}", f"{cpu:.0f}", ratio_mux, ratio_pool, held])
+    return out
+
+
+def table(results: dict[str, dict[str, list[dict]]], conns: dict[str, int]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows(results, conns)]
     return "\n".join(lines)
 
 
