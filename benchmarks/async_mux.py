@@ -312,6 +312,57 @@ def table(results: dict[str, dict[str, list[dict]]], conns: dict[str, int]) -> s
     return "\n".join(lines)
 
 
+def idle_write(rounds: int, duration: float, server: str | None) -> str:
+    """``--idle-write``: ours mux on one server, ``aget`` by 1 task and by 64, with
+    ``WRITE_AT_ONCE_WHEN_IDLE`` on and off (in this process, interleaved): medians of ops/s."""
+    from sentinel_cache.core.config import PoolConfig
+    from sentinel_cache.core.ops import async_mux
+    from sentinel_cache.core.ops.aio import AsyncCacheClient
+    from sentinel_cache.core.serializers import Codec
+    from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+    from sentinel_cache.testing import LocalSentinelCluster
+
+    found: dict[tuple[bool, int], list[float]] = {}
+    with LocalSentinelCluster(shards=1, replicas=0, sentinels=1, server=server) as cluster:
+        config = PoolConfig.create(
+            cluster.master_names, cluster.sentinel_addresses, async_multiplex=True
+        )
+        core = ShardedSentinelPool.from_config(config)
+
+        async def phase(tasks: int) -> float:
+            client = AsyncCacheClient(core, Codec())
+            await client.set("idle", VALUE, TIMEOUT)
+            done = [0]
+
+            async def task() -> None:
+                deadline = time.perf_counter() + duration
+                while time.perf_counter() < deadline:
+                    await client.get("idle")
+                    done[0] += 1
+
+            await asyncio.gather(*(task() for _ in range(tasks)))
+            await client.aclose()
+            return done[0] / duration
+
+        try:
+            for _ in range(rounds):
+                for flag in (True, False):
+                    async_mux.WRITE_AT_ONCE_WHEN_IDLE = flag
+                    for tasks in (1, 64):
+                        found.setdefault((flag, tasks), []).append(asyncio.run(phase(tasks)))
+        finally:
+            async_mux.WRITE_AT_ONCE_WHEN_IDLE = True
+            core.close()
+    lines = [
+        "| write at once when idle | tasks | aget ops/s (median) | rounds |",
+        "|---|---:|---:|---|",
+    ]
+    for (flag, tasks), rates in sorted(found.items()):
+        each = ", ".join(f"{r:,.0f}" for r in rates)
+        lines.append(f"| {flag} | {tasks} | {statistics.median(rates):,.0f} | {each} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.async_mux")
     parser.add_argument("--pin", action="store_true", help="servers and clients on CPU 0")
@@ -320,9 +371,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tasks", type=int, default=64)
     parser.add_argument("--server", default=None, help="redis, embedded, ... (default: env)")
     parser.add_argument("--json", type=Path, help="write the raw figures here")
+    parser.add_argument(
+        "--idle-write", action="store_true", help="only: a lone call written at once or not"
+    )
     args = parser.parse_args(argv)
     if args.pin:
         os.sched_setaffinity(0, {0})  # inherited by the servers and workers started below
+    if args.idle_write:
+        print(idle_write(args.rounds, args.duration, args.server))
+        return {}
     from sentinel_cache.testing import LocalSentinelCluster
 
     with contextlib.ExitStack() as stack:

@@ -522,3 +522,46 @@ def test_without_the_lean_path_the_pool_serves_and_says_so(
         core.close()
     warned = [r for r in caplog.records if "ASYNC_MULTIPLEX needs hiredis" in r.getMessage()]
     assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_after_a_switch_a_checkout_closes_the_old_masters_connection(
+    make_cluster: Callable[..., LocalSentinelCluster],
+) -> None:
+    """A planned failover (the listeners see ``+switch-master``): the next call's checkout finds
+    the shard's generation moved, closes the connection to the old master and writes to the new
+    one."""
+    cluster = make_cluster(shards=1, replicas=1, sentinels=1)
+    core = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, async_multiplex=True
+    )
+    core.discover()
+    shard = core.shards[0]
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        assert await client.set("mux-switch", 1, 60) is True
+        pool = await pool_of(client, 0)
+        old = pool.link
+        assert old is not None
+        generation = shard.generation
+        name = cluster.master_names[0]
+        before = cluster.master_address(name)
+        await asyncio.to_thread(cluster.failover, name)
+        # the listener's news (a thread): polled, bounded
+        deadline = time.monotonic() + 30
+        while shard.generation == generation or shard.fenced:
+            assert time.monotonic() < deadline, "the core never saw the switch"
+            await asyncio.sleep(0.01)
+        call = await pool.get_connection()  # the checkout alone, nothing sent
+        assert old.closed is not None and call.link is not old
+        await pool.release(call)
+        assert await client.set("mux-switch", 2, 60) is True
+        link = pool.link
+        assert link is not None
+        now = (link.connection.host, link.connection.port)
+        assert now == tuple(shard.address) and now != tuple(before)
+        assert await client.get("mux-switch") == 2
+
+    try:
+        run(core, scenario)
+    finally:
+        core.close()
