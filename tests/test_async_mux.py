@@ -228,8 +228,9 @@ def test_a_call_killed_in_the_write_buffer_is_resent_one_written_is_not(
 
     async def scenario(client: AsyncCacheClient) -> None:
         await client.get(written)  # connected
-        await client.set(written + ":warm", 0, None)
-        assert await client.incr(written + ":warm", 1) == 1  # whatever incr learns, learned
+        warm = key_on(core, 0, "mux-written-warm")  # the script loaded on that master
+        await client.set(warm, 0, None)
+        assert await client.incr(warm, 1) == 1
         link = (await pool_of(client, 0)).link
         assert link is not None
         sock = link.transport.get_extra_info("socket")
@@ -565,3 +566,127 @@ def test_after_a_switch_a_checkout_closes_the_old_masters_connection(
         run(core, scenario)
     finally:
         core.close()
+
+
+# -- test_resend_rules's other shapes, on the shared connection -----------------------------------
+def cut_after_write(
+    monkeypatch: pytest.MonkeyPatch,
+    cluster: LocalSentinelCluster,
+    key: str,
+    ran: Callable[[redis.Redis], bool],
+) -> tuple[list[int], redis.Redis]:
+    """After the first call about ``key`` is written (a lone call is written at once), wait
+    until the master ran it, take its reply off the socket and shut the socket down: the
+    connection cut after the write, the command run."""
+    cuts: list[int] = []
+    admin = redis.Redis(*cluster.master_address(cluster.master_names[0]))
+    real = MuxCall.send_packed_command
+
+    async def send(self: MuxCall, command: Any, check_health: bool = True) -> None:
+        await real(self, command, check_health)
+        if not cuts and any(key.encode() in bytes(part) for part in command):
+            assert self.link.unflushed == 0, "written at once (the loop was idle)"
+            wait_until(lambda: ran(admin), 5, "the master to run the write")
+            sock = self.link.transport.get_extra_info("socket")
+            with socket.socket(fileno=os.dup(sock.fileno())) as twin:
+                twin.settimeout(5)
+                assert twin.recv(64)  # the reply, never read by the client
+                twin.shutdown(socket.SHUT_RDWR)
+            cuts.append(1)
+
+    monkeypatch.setattr(MuxCall, "send_packed_command", send)
+    return cuts, admin
+
+
+def test_a_non_idempotent_call_cut_after_the_write_is_never_sent_twice(
+    two: LocalSentinelCluster, core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key, warm = key_on(core, 0, "mux-cut"), key_on(core, 0, "mux-cut-warm")
+    client = CacheClient(core, Codec())
+    assert client.set_many({key: 0, warm: 0}, None) == []
+
+    async def incr(aclient: AsyncCacheClient) -> Any:
+        assert await aclient.incr(warm, 1) == 1  # the script loaded on that master
+        cuts, admin = cut_after_write(monkeypatch, two, key, lambda a: a.get(key) == b"1")
+        try:
+            return await aclient.incr(key, 1)
+        finally:
+            admin.close()
+            assert cuts == [1]
+
+    try:
+        with pytest.raises(ShardUnavailableError, match="shard 0"):
+            run(core, incr)
+    finally:
+        monkeypatch.undo()
+    assert client.get(key) == 1  # run once, not resent
+
+
+def test_an_smove_on_one_shard_cut_after_the_write_is_never_sent_twice(
+    two: LocalSentinelCluster, core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = key_on(core, 0, "mux-smove")
+    destination = f"{source}-to"
+    client = CacheClient(core, Codec())
+    client.delete_many([source, destination])
+    assert client.sadd(source, "m") == 1
+    cuts, admin = cut_after_write(monkeypatch, two, source, lambda a: a.exists(destination) == 1)
+    try:
+        with pytest.raises(ShardUnavailableError, match="shard 0"):
+            run(core, lambda aclient: aclient.smove(source, destination, "m"))
+    finally:
+        monkeypatch.undo()
+        admin.close()
+    assert cuts == [1]
+    assert (client.smembers(source), client.smembers(destination)) == (set(), {"m"})
+
+
+def test_a_refused_connect_in_an_outage_is_held_like_any_unsent_command(
+    make_cluster: Callable[..., LocalSentinelCluster],
+) -> None:
+    """A SIGKILLed master: the shared connection is closed, the new connect refused, so the
+    ``incr`` was never sent and ``OUTAGE_HOLD`` holds it until the switch; it lands on the new
+    master once."""
+    cluster = make_cluster(shards=1, replicas=1, sentinels=3, down_after_ms=1000)
+    pool = ShardedSentinelPool(
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        outage_hold=20.0,
+        outage_reads=False,
+        async_multiplex=True,
+    )
+    try:
+        pool.discover()
+        key = key_on(pool, 0, "mux-refused")
+
+        def kill() -> None:
+            admin = cluster.node_client(pool.shards[0].address)
+            try:
+                assert admin.execute_command("WAIT", 1, 5000) == 1  # the replica has the 1
+            finally:
+                admin.close()
+            cluster.kill_master(cluster.master_names[0])
+
+        async def scenario(aclient: AsyncCacheClient) -> int:
+            assert await aclient.add(key, 0, None)
+            assert await aclient.incr(key, 1) == 1
+            kill()
+            return int(await aclient.incr(key, 1))
+
+        assert run(pool, scenario) == 2
+        assert CacheClient(pool, Codec()).get(key) == 2
+    finally:
+        pool.close()
+
+
+def test_a_call_on_a_closing_transport_is_refused_as_never_sent(core: ShardedSentinelPool) -> None:
+    async def scenario(client: AsyncCacheClient) -> None:
+        pool = await pool_of(client, 0)
+        call = await pool.get_connection()
+        call.link.transport.close()
+        with pytest.raises(RedisConnectionError) as refused:
+            await call.send_packed_command([hiredis.pack_command(("INCR", "mux-closing"))])
+        assert unsent(refused.value)
+        assert await client.set("mux-closing-after", 1, 60) is True  # a new connection serves
+
+    run(core, scenario)
