@@ -690,3 +690,51 @@ def test_a_call_on_a_closing_transport_is_refused_as_never_sent(core: ShardedSen
         assert await client.set("mux-closing-after", 1, 60) is True  # a new connection serves
 
     run(core, scenario)
+
+
+def test_a_resp3_push_goes_to_redis_py_and_the_replies_stay_in_step(
+    two: LocalSentinelCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With CLIENT TRACKING on the shared RESP3 connection, an invalidation push arrives among
+    the replies: it is handed to redis-py's push handler, and no call's replies shift."""
+    core = make(two, protocol=3)
+    shard = core.shards[0]
+    key = key_on(core, 0, "mux-push")
+    pushes: list[Any] = []
+
+    async def scenario(client: AsyncCacheClient) -> list[Any]:
+        await client.get(key)  # connected
+        link = (await pool_of(client, 0)).link
+        assert link is not None and link.push is not None
+        handler = link.connection._parser.handle_push_response
+
+        async def record(response: Any, **kwargs: Any) -> Any:
+            pushes.append(response)
+            return await handler(response, **kwargs)
+
+        monkeypatch.setattr(link.connection._parser, "handle_push_response", record)
+        pool = await pool_of(client, 0)
+
+        async def call(*command: Any) -> Any:
+            handle = await pool.get_connection()
+            await handle.send_packed_command([hiredis.pack_command(command)])
+            return await handle.read_response()
+
+        replies = [await call("CLIENT", "TRACKING", "ON"), await call("SET", key, "1")]
+        replies.append(await call("GET", key))
+        with redis.Redis(*shard.address) as other:  # type: ignore[misc]
+            other.set(key, "2")  # the server pushes an invalidation of the key to us
+        deadline = time.monotonic() + 5
+        while not pushes:  # bounded: the push arrives when the loop reads the socket
+            assert time.monotonic() < deadline, "no push arrived"
+            await asyncio.sleep(0.005)
+        replies += [await call("PING"), await call("GET", key)]
+        assert link.closed is None
+        return replies
+
+    try:
+        replies = run(core, scenario)
+    finally:
+        core.close()
+    assert replies == [b"OK", b"OK", b"1", b"PONG", b"2"], replies
+    assert pushes and pushes[0][0] in (b"invalidate", "invalidate"), pushes
