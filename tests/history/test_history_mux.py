@@ -26,14 +26,25 @@ def topology(server_kind: str) -> Iterator[LocalSentinelCluster]:
         yield cluster
 
 
+#: ``async-shared``: one event loop per process shared by its 4 client threads, so their calls
+#: are concurrent tasks queued on one connection per shard; ``async``: a loop per thread.
 SCENARIOS = [
     Scenario("async mux, CLIENT KILL", adapter="async", nemesis="client kill", options=MUX),
     Scenario(
-        "async mux, planned failover", adapter="async", nemesis="planned failover", options=MUX
+        "async mux shared loop, CLIENT KILL",
+        adapter="async-shared",
+        nemesis="client kill",
+        options=MUX,
     ),
     Scenario(
-        "async mux, SIGKILL of a master",
-        adapter="async",
+        "async mux shared loop, planned failover",
+        adapter="async-shared",
+        nemesis="planned failover",
+        options=MUX,
+    ),
+    Scenario(
+        "async mux shared loop, SIGKILL of a master",
+        adapter="async-shared",
         nemesis="kill master",
         options={**MUX, **SURVIVE_CRASH},
     ),
@@ -62,7 +73,7 @@ MUX_TRUST = "sentinel_cache.core.ops.async_mux:MuxLink.untrusted"
 
 PLANTED = Scenario(
     "planted: mux trusts late replies, no write fence, planned failover",
-    adapter="async",
+    adapter="async-shared",
     nemesis="planned failover",
     options=MUX,
     weights=READ_HEAVY,
