@@ -428,15 +428,22 @@ def test_a_hostile_reply_fails_the_call_within_a_timeout(
 
 # -- what stays on a connection of its own, post, fork --------------------------------------------
 def test_redis_py_methods_take_the_dedicated_pool(core: ShardedSentinelPool) -> None:
+    """The cache's own calls open none of the pool's connections; a transaction opens one."""
+
     async def scenario(client: AsyncCacheClient) -> None:
+        keys = [key_on(core, 0, f"mux-own-{i}") for i in range(10)]
+        await asyncio.gather(*(client.set(key, 1, 60) for key in keys))
+        assert await client.get_many(keys) == dict.fromkeys(keys, 1)
         master = await client.io.master(core.shards[0])
+        assert master.connection_pool.dedicated._ledger.slots == 0  # none opened
         async with master.pipeline(transaction=True) as pipe:
             pipe.set("mux-dedicated", "1")
             pipe.incr("mux-dedicated")
             assert await pipe.execute() == [True, 2]
         assert await master.execute_command("GET", "mux-dedicated") == b"2"
         pool = master.connection_pool
-        assert isinstance(pool, AsyncMuxPool) and pool.dedicated.max_connections == 4
+        assert isinstance(pool, AsyncMuxPool) and pool.dedicated._ledger.slots == 1
+        assert pool.dedicated.max_connections == core.config.max_connections  # the fallback's
 
     run(core, scenario)
 

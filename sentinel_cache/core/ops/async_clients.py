@@ -83,9 +83,6 @@ except ImportError:  # pragma: no cover - older redis-py
     EventDispatcher = None  # type: ignore[assignment, misc]
 
 _READ_SIZE = 65536
-#: With ASYNC_MULTIPLEX, the most connections of a master's dedicated pool per loop (what a
-#: redis-py client method sends on it: pipelines, transactions, blocking commands).
-DEDICATED = 4
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
 #: Below this many buffered bytes no reply item is looked at (``overfull``'s bound is larger).
 _OVERFULL_FROM = MIN_BULK_LIMIT
@@ -454,7 +451,8 @@ class AsyncShardClients:
     def __init__(self, config: PoolConfig) -> None:
         self._max_connections = config.max_connections
         # ASYNC_MULTIPLEX: the masters' calls share one connection per shard per loop; the pool
-        # stays, small, for what needs a connection of its own (see async_mux).
+        # stays for what needs a connection of its own, and serves every call where the lean
+        # path is refused (see async_mux). Its connections are opened only when used.
         self._multiplex = config.async_multiplex
         self._pool_timeout = config.pool_timeout
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
@@ -575,9 +573,7 @@ class AsyncShardClients:
                 connection_class=(
                     AsyncLeanShardSSLConnection if self._ssl else AsyncLeanShardConnection
                 ),
-                max_connections=min(self._max_connections, DEDICATED)
-                if self._multiplex
-                else self._max_connections,
+                max_connections=self._max_connections,
                 timeout=self._pool_timeout,
                 shard=shard,
                 **self._pool_kwargs(),

@@ -36,7 +36,8 @@ AsyncLeanShardIO`):
 * fork safety (a new process starts a new connection) and loop safety (one per loop, kept by
   :class:`~sentinel_cache.core.ops.async_clients.AsyncShardClients`).
 
-What needs a connection of its own keeps the small dedicated pool (:attr:`AsyncMuxPool.dedicated`):
+What needs a connection of its own keeps the pool (:attr:`AsyncMuxPool.dedicated`, its
+connections opened only when used: none for the cache's own calls):
 anything a redis-py client method sends (``execute_command``, pipelines, transactions, pub/sub,
 blocking commands) through :class:`MuxRedis`. The runner's ``post`` (``CLIENT REPLY SKIP``
 before each command) stays on the shared connection: a call's batch is appended whole, so the
