@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    async_mux,
     construct,
     failover,
     fullstack,
@@ -299,6 +300,14 @@ def main(argv: list[str] | None = None) -> int:
             rounds=max(2, args.rounds - 2), seconds=2 * args.duration, progress=log
         )
         timed("sync threads, shared connection", t0)
+    muxed: dict[str, Any] = {}
+    for mode in ("unpinned", "pinned"):
+        log(
+            f"async single-key and multi-key, pool vs ASYNC_MULTIPLEX, {mode} (benchmarks.async_mux)"
+        )
+        t0 = time.monotonic()
+        muxed[mode] = _async_mux(pin=mode == "pinned", rounds=many_rounds, duration=args.duration)
+        timed(f"async mux, {mode}", t0)
     lat_header, lat_rows, lat_summary = report.latency_table(lat)
     pin_header, pin_rows, pin_summary = report.latency_table(pin)
     thr_header, thr_rows, thr_summary = report.throughput_table(thr, args.threads)
@@ -384,6 +393,20 @@ def main(argv: list[str] | None = None) -> int:
                 "on one master (the peer), and its floor (asyncio streams, 4 shards).",
                 m_header,
                 m_rows,
+            )
+        )
+    data["async_mux"] = muxed
+    for mode, found in muxed.items():
+        sections.append(
+            (
+                ASYNC,
+                f"`benchmarks.async_mux`, {mode}"
+                + (" (its servers and workers on CPU 0)" if mode == "pinned" else "")
+                + f": 64 tasks, {many_rounds} rounds of {args.duration:g} s: ours with the pool "
+                "and with `ASYNC_MULTIPLEX`, the multiplexed floor (one connection per server, "
+                "auto-pipelined) and the pooled 4-shard floor; connections held on master 0.",
+                async_mux.HEADER,
+                async_mux.rows(found["results"], found["conns"]),
             )
         )
     data["profile"] = prof
@@ -547,6 +570,17 @@ def _async_many(*, pin: bool, rounds: int, duration: float) -> dict[str, Any]:
             os.sched_setaffinity(0, saved)
         results: dict[str, Any] = json.loads(out.read_text())["results"]
     return results
+
+
+def _async_mux(*, pin: bool, rounds: int, duration: float) -> dict[str, Any]:
+    """One run of ``benchmarks.async_mux`` (as ``_async_many``): its results and connections."""
+    saved = os.sched_getaffinity(0)
+    argv = ["--rounds", str(rounds), "--duration", f"{duration:g}"]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return async_mux.main([*argv, "--pin"] if pin else argv)
+    finally:
+        os.sched_setaffinity(0, saved)
 
 
 def _defaults_text() -> str:

@@ -90,6 +90,7 @@ CASES: dict[str, Callable[[], object]] = {
     "max_connections: must be at most 10000 (per shard and process)": core(max_connections=10_001),
     "pool_timeout: must be a finite number >= 0": core(pool_timeout=-1),
     "read_from_replicas: must be True or False": core(read_from_replicas=1),
+    "async_multiplex: must be True or False": core(async_multiplex="yes"),
     "outage_hold: must be a finite number >= 0": core(outage_hold=-0.5),
     "outage_reads_max_lag: must be a finite number >= 0.001": core(outage_reads_max_lag=0),
     'SERIALIZER: expected "pickle", "json", "msgpack", "text", "bytes" or a dotted path': options(

@@ -164,6 +164,7 @@ class PoolConfig:
     pool_timeout: float = 2.0
     health_check_interval: float = 0.0
     read_from_replicas: bool = False
+    async_multiplex: bool = False
     discovery_timeout: float = 5.0
     failover_hold: float = 2.0
     outage_reads: bool = True
@@ -223,6 +224,7 @@ class PoolConfig:
                     )
         for name in (
             "read_from_replicas",
+            "async_multiplex",
             "outage_reads",
             "listeners",
             "metrics",

@@ -46,6 +46,7 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "POOL_TIMEOUT": (POOL, "pool_timeout"),
     "HEALTH_CHECK_INTERVAL": (POOL, "health_check_interval"),
     "READ_FROM_REPLICAS": (POOL, "read_from_replicas"),
+    "ASYNC_MULTIPLEX": (POOL, "async_multiplex"),
     "DISCOVERY_TIMEOUT": (POOL, "discovery_timeout"),
     "FAILOVER_HOLD": (POOL, "failover_hold"),
     "OUTAGE_READS": (POOL, "outage_reads"),

@@ -9,6 +9,7 @@ Three tables make it extensible, each one entry per thing:
   method and one effect kind the checker understands.
 * :data:`ADAPTERS` (name -> factory): the public API the clients go through (``"core"``: the
   sync ``CacheClient``; ``"async"``: ``AsyncCacheClient``, one event loop per thread;
+  ``"async-shared"``: one event loop per process shared by its client threads;
   ``"django"``: ``django.core.cache.caches``).
 * :class:`StepHook`: a point inside the library at which a client pauses until the parent's
   nemesis has struck ("when the operation reaches step X, fire the nemesis").
@@ -478,6 +479,56 @@ class AsyncAdapter(Adapter):
             self.loop.close()
 
 
+class SharedLoopAdapter(AsyncAdapter):
+    """``AsyncCacheClient`` on ONE event loop per process, run by a thread of its own and shared
+    by every client thread: their calls are concurrent tasks of that loop (with
+    ``ASYNC_MULTIPLEX``, queued on one connection per shard: what the mux is for)."""
+
+    def __init__(self, core: Any, lock_timeout: float, shared: dict[str, Any]) -> None:
+        from sentinel_cache.core.ops.aio import AsyncCacheClient
+        from sentinel_cache.core.serializers import Codec
+
+        self.shared = shared
+        self.loop = shared["loop"]
+        self.client = AsyncCacheClient(core, Codec())
+        self.lock_timeout = lock_timeout
+        with shared["lock"]:
+            shared["open"] += 1
+
+    @classmethod
+    def build(cls, sentinels: Any, options: Mapping[str, Any]) -> Callable[[], Adapter]:
+        import asyncio
+        import threading
+
+        from sentinel_cache.core.config import parse_cache_config
+        from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
+
+        config, cache_options = parse_cache_config(sentinels, options)
+        core = ShardedSentinelPool.from_config(config)
+        loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, name="history-shared-loop", daemon=True).start()
+        shared = {"loop": loop, "lock": threading.Lock(), "open": 0}
+        return lambda: cls(core, cache_options.stampede_lock_timeout, shared)
+
+    def __repr__(self) -> str:
+        return f"<SharedLoopAdapter {self.client.core!r}>"
+
+    def _run(self, coro: Any) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        try:
+            self._run(self.client.aclose())
+        finally:
+            with self.shared["lock"]:
+                self.shared["open"] -= 1
+                last = self.shared["open"] == 0
+            if last:  # the loop's thread ends; the process exits after the history is sent
+                self.loop.call_soon_threadsafe(self.loop.stop)
+
+
 class DjangoAdapter(Adapter):
     """The Django backend through ``django.core.cache.caches["history"]`` (Django configured
     in this process with nothing but that cache)."""
@@ -551,6 +602,7 @@ class DjangoAdapter(Adapter):
 ADAPTERS: dict[str, Callable[[Any, Mapping[str, Any]], Callable[[], Adapter]]] = {
     "core": CoreAdapter.build,
     "async": AsyncAdapter.build,
+    "async-shared": SharedLoopAdapter.build,
     "django": DjangoAdapter.build,
 }
 

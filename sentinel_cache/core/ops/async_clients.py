@@ -48,6 +48,7 @@ from sentinel_cache.core.config import (
     connection_class_and_kwargs,
     connection_parameters,
 )
+from sentinel_cache.core.ops.async_mux import AsyncMuxPool, MuxRedis
 from sentinel_cache.core.ops.deadlines import ReadDeadlines, read_deadlines
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._async.connection import AsyncShardConnectionMixin
@@ -250,6 +251,38 @@ class AsyncLeanShardIO(AsyncShardConnectionMixin, AsyncLeanIO):
         if hostile is not None:
             raise self.protocol_error(hostile)
 
+    # -- what the multiplexed connection (core/ops/async_mux.py) asks of the one it took over --
+    @property
+    def generation(self) -> int:
+        """The shard's address generation this connection was made for."""
+        return self._generation
+
+    def lean_state(self) -> tuple[Any, Any, Any] | None:
+        """The connection's hiredis reader, its "no reply yet" value and the RESP3 push type,
+        if the lean path applies (else None): what a multiplexed connection reads with."""
+        return self._lean()
+
+    def stream_empty(self) -> bool:
+        """Nothing read from the socket is left unparsed (true after the handshake)."""
+        stream = self._reader
+        return stream is not None and not stream._buffer  # type: ignore[attr-defined]
+
+    def stale_reply(self, promotions: int) -> Any:
+        """The ``StaleReplyError`` for a reply to a command sent at ``promotions``, or None if
+        such a reply can be trusted (``ShardBound``'s rule)."""
+        self._sent_promotions = promotions
+        return self._untrusted_reply()
+
+    def host_error(self) -> str:
+        """``host:port``, as redis-py names the node in its errors."""
+        return self._host_error()
+
+    def forget_socket(self) -> None:
+        """Drop the streams of a socket another protocol took over and closed."""
+        self._reader = None
+        self._writer = None
+        self._parser.on_disconnect()
+
     # The running loop's ReadDeadlines (a connection lives in the loop of its pool).
     _deadlines: ReadDeadlines | None = None
 
@@ -417,6 +450,10 @@ class AsyncShardClients:
 
     def __init__(self, config: PoolConfig) -> None:
         self._max_connections = config.max_connections
+        # ASYNC_MULTIPLEX: the masters' calls share one connection per shard per loop; the pool
+        # stays for what needs a connection of its own, and serves every call where the lean
+        # path is refused (see async_mux). Its connections are opened only when used.
+        self._multiplex = config.async_multiplex
         self._pool_timeout = config.pool_timeout
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
             weakref.WeakKeyDictionary()
@@ -541,7 +578,11 @@ class AsyncShardClients:
                 shard=shard,
                 **self._pool_kwargs(),
             )
-            client = state.masters[shard.index] = AsyncRedis(connection_pool=pool)
+            if self._multiplex:
+                client = MuxRedis(AsyncMuxPool(pool, shard))
+            else:
+                client = AsyncRedis(connection_pool=pool)
+            state.masters[shard.index] = client
         return client
 
     def reader(self, state: _LoopState, shard: Shard) -> tuple[Address, AsyncRedis] | None:
