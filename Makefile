@@ -52,7 +52,8 @@ pytest: venv
 		tests/test_feature_revoked.py tests/test_closed_connections.py \
 		tests/test_reshard_read_race.py tests/test_resend_rules.py tests/test_value_limit.py \
 		tests/test_stampede_lock_expiry.py tests/test_incr_foreign.py tests/test_lock_outage.py tests/java/test_jedis.py \
-		tests/test_outage_staleness.py tests/django/test_django_crash_defaults.py tests/test_kill_storm.py
+		tests/test_outage_staleness.py tests/django/test_django_crash_defaults.py tests/test_kill_storm.py \
+		tests/test_async_mux.py tests/test_near_cache_arrivals.py
 
 # Every network-fault scenario, the long heal-at-switch rounds included (not part of `make test`).
 chaos: venv
