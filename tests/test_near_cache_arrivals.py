@@ -120,3 +120,29 @@ def test_an_invalidation_being_applied_is_not_served_past(
     finally:
         release.set()
     assert got == ["new"] * 3
+
+
+def test_a_kept_write_whose_writer_connection_was_killed_is_resent_on_the_pool(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync ``set`` of a kept key goes on the near cache's writer connection. Killed by the
+    node (``CLIENT KILL``, as the sentinels do on every reconfiguration) before the tracker
+    noticed, the write is sent again on the master's pool (it was never sent, or it is
+    idempotent): before, that resend asked the pool-less writer to disconnect its pool and
+    raised ``AttributeError``."""
+    client = CacheClient(core, Codec())
+    key = "arrivals:writer-killed"
+    _kept(client, core, key)
+    shim = _HeldSelect()
+    monkeypatch.setattr(near_tracking, "select", shim)
+    shim.held.set()
+    try:
+        wait_until(lambda: len(shim.waiting) == len(core.shards), HOLD_S, "trackers held")
+        admin = outsider(core, key)
+        assert admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 2
+        admin.close()
+        assert client.set(key, "after the kill", 600) is True
+    finally:
+        shim.held.clear()
+        shim.release.set()
+    assert client.get(key) == "after the kill"

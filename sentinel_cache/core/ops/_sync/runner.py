@@ -201,7 +201,7 @@ class Runner(Moves):
                 error: BaseException = exc
                 if not retry and may_resend(exc, idempotent) and closed_by_node(exc):
                     try:
-                        return self.reconnected(shard, operation, client)
+                        return self.reconnected(shard, operation)
                     except PoolExhaustedError:
                         raise
                     except MASTER_ERRORS as again:  # the node is gone: the rules below
@@ -234,18 +234,19 @@ class Runner(Moves):
                 f"shard {shard.label} at {shard.address}: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def reconnected(
-        self, shard: Shard, operation: Callable[[Any], T], client: Any
-    ) -> T:
+    def reconnected(self, shard: Shard, operation: Callable[[Any], T]) -> T:
         """``operation`` once more after the master closed the connection it was sent on
         (:func:`~sentinel_cache.core.topology.lean_rules.closed_by_node`): on a new connection,
         the pool's idle ones closed first, since whatever closed one (a ``CLIENT KILL``, a
         restart) closed them too. Only for what may be sent again
         (:func:`~sentinel_cache.core.topology.lean_rules.may_resend`): idempotent, or never
-        sent. What this attempt raises takes the safety net's path."""
+        sent. What this attempt raises takes the safety net's path. Always on the master's
+        pool, whatever the call was sent on: the near cache's writer connection has no pool, and
+        its loss ends its session (a resend there raised ``AttributeError``)."""
         note(self.core, shard, retried=True)
-        client.connection_pool.disconnect(inuse_connections=False)
-        return operation(client)
+        master = self.io.master(shard)
+        master.connection_pool.disconnect(inuse_connections=False)
+        return operation(master)
 
     def skips_master(self, outage_readable: bool, write: bool) -> bool:
         """Whether a call on a shard in a known outage (a call's re-resolve found its master
