@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .nemeses import KILL_SENT
+from .nemeses import FAILOVER_ABORTED, KILL_SENT
 from .recorder import (
     INFO,
     OK,
@@ -500,9 +500,14 @@ AVAILABLE_UNDER: dict[str, str] = {
 KILL_GRACE = 0.001
 
 
-def _excused(op: Op, kills: Sequence[Event]) -> bool:
-    """A raise the nemesis excuses: in flight across one CLIENT KILL."""
-    return any(op.invoke <= k.end + KILL_GRACE and op.complete >= k.start for k in kills)
+def _excused(op: Op, kills: Sequence[Event], aborted: Sequence[Event]) -> bool:
+    """A raise the nemesis excuses: in flight across one CLIENT KILL, or a write held on the
+    fence of a failover the sentinels gave up on (no new master came within FAILOVER_HOLD)."""
+    if any(op.invoke <= k.end + KILL_GRACE and op.complete >= k.start for k in kills):
+        return True
+    return op.error.startswith("FailoverInProgressError") and any(
+        op.invoke <= a.end and op.complete >= a.start for a in aborted
+    )
 
 
 #: ops whose value is a lock hold: {"token", "acquired", "begin", "held", "released", "timeout"}
@@ -513,7 +518,8 @@ def _unavailable(history: History, modes: Modes) -> list[Violation]:
     """Every op that raised, when every nemesis of the run promises availability (a
     hand-written history without events promises nothing)."""
     kills = [e for e in history.events if e.name == KILL_SENT]
-    names = {e.name for e in history.events if e.name != KILL_SENT}
+    aborted = [e for e in history.events if e.name == FAILOVER_ABORTED]
+    names = {e.name for e in history.events if e.name not in (KILL_SENT, FAILOVER_ABORTED)}
     if not names or not names <= set(AVAILABLE_UNDER):
         return []
     promise = "; ".join(AVAILABLE_UNDER[n] for n in sorted(names))
@@ -525,7 +531,7 @@ def _unavailable(history: History, modes: Modes) -> list[Violation]:
             [("E", op)],
         )
         for op in history.ops
-        if op.kind == INFO and not _excused(op, kills)
+        if op.kind == INFO and not _excused(op, kills, aborted)
     ]
 
 

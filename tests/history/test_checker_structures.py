@@ -4,11 +4,12 @@ without the anomaly each rule names."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from . import ops_sessions, ops_structures  # noqa: F401 - registers the ops
 from .checker import AVAILABLE_UNDER, RULES, check
-from .nemeses import KILL_SENT
+from .nemeses import FAILOVER_ABORTED, KILL_SENT
 from .recorder import INFO, OK, Event, History, Op, merge
 from .test_checker import op
 
@@ -227,6 +228,16 @@ def test_nemeses_that_promise_nothing_excuse_every_error() -> None:
     assert judged(raised((1, 2))) == {}  # a history without events promises nothing
     mixed = (Event("client kill", 0, 3), Event("kill master", 3, 4))
     assert judged(raised((1, 2)), events=mixed) == {}
+
+
+def test_an_aborted_failover_excuses_only_the_writes_its_fence_held_and_failed() -> None:
+    events = (Event("planned failover", 1.0, 20.0), Event(FAILOVER_ABORTED, 1.0, 13.0))
+    held = replace(raised((1.5, 3.5)), error="FailoverInProgressError: writes held for 2s")
+    assert judged(held, events=events) == {}
+    # another error in that window, or the fence's error outside it (the second attempt)
+    assert judged(raised((1.5, 3.5)), events=events) == {"unavailable": 1}
+    late = replace(held, invoke=14.0, complete=16.0)
+    assert judged(late, events=events) == {"unavailable": 1}
 
 
 def test_client_kill_excuses_only_the_ops_in_flight_across_a_kill() -> None:
