@@ -352,8 +352,8 @@ def test_planted_fail_open_old_delete_is_reported(
 #: tracker thread's wait for the GIL or the CPU no longer counts (before that look, reads 120-
 #: 200 ms after an acknowledged overwrite returned the old copy on a loaded machine with 16
 #: threads per process). What is left is open: a few reads in a hundred thousand, 2 to 25 ms
-#: after another process's acknowledged overwrite, return a copy their own process wrote on its
-#: writer connection (11 in 7 long runs at load 12; 1 in a CI run, 12.8 ms late); not
+#: after another process's acknowledged overwrite, return the old copy, most often of a value
+#: their own process wrote (11 in 7 long runs at load 12; 1 in a CI run, 12.8 ms late); not
 #: understood (docs/reliability.md). The bound covers it: the largest stated delivery (2 ms)
 #: and the largest of these lags seen, rounded up: 30 ms. (A tenth of a second more, the bound
 #: before the look, let the planted fault below go unseen in a CI-sized run: the readers' own
