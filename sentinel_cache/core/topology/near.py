@@ -19,7 +19,10 @@ What keeps a copy correct:
    a copy of another session, or of another master generation than the shard's current one, is
    never served (so a switch hides the shard's copies at once, before the tracker has even
    noticed it), and no read or write made after a switch is kept under the old master's session
-   (its tracking hears nothing of the new master's writes).
+   (its tracking hears nothing of the new master's writes). Nor is a copy served while a
+   failover is announced (the write fence is up), or once a replica was promoted since its read
+   was sent: another process may notice the switch before this one (its listener thread
+   scheduled sooner) and write on the new master, while this one still follows the old.
 2. **Tickets** (the in-flight race). A read that misses takes a ticket for the key before it
    sends; an invalidation of that key, a local write of it or the end of the session tears the
    ticket; the reply is stored only if its ticket is intact. An invalidation that arrives before
@@ -74,6 +77,7 @@ class _Entry(NamedTuple):
     shard: int
     session: int
     generation: int
+    promotions: int  # the shard's replica promotions announced when its read was sent
     expires: float
     size: int
 
@@ -129,8 +133,8 @@ class NearCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[Any, _Entry] = OrderedDict()
         # key -> (ticket, shard index, session, generation, when taken: before the request,
-        # the shard's count of reads a replica answered in an outage)
-        self._tickets: dict[Any, tuple[object, int, int, int, float, int]] = {}
+        # the shard's count of reads a replica answered in an outage, promotions announced)
+        self._tickets: dict[Any, tuple[object, int, int, int, float, int, int]] = {}
         self._shards = [_ShardState() for _ in range(self._shard_count)]
         self._bytes = 0
         self._trackers = []
@@ -167,13 +171,19 @@ class NearCache:
             check_key(key)
             raise
         if entry is not None:
-            data, index, session, generation, expires, _ = entry
+            data, index, session, generation, promotions, expires, _ = entry
             state = self._shards[index]
+            master = self._shard_list[index].state
             # A session's number is only ever held by copies while it is live (ending or
-            # beginning one moves it on), so a matching session means live.
+            # beginning one moves it on), so a matching session means live. Not while a
+            # failover is announced (fenced), nor once a replica was promoted since the copy's
+            # read: a process that noticed the switch before this one may have written on the
+            # new master, which this session hears nothing of.
             if (
                 session == state.session
-                and generation == self._shard_list[index].generation
+                and generation == master.generation
+                and promotions == master.promotions
+                and not master.fenced
                 and expires > monotonic()
             ):
                 writer = state.writer
@@ -202,7 +212,8 @@ class NearCache:
         # A session tracks one master: right after a switch (before its tracker noticed) the
         # new master's replies must not be kept under it, for it hears nothing of their keys.
         # Nor while that master is unreachable: a replica answers such reads (OUTAGE_READS).
-        generation = shard.generation
+        master = shard.state
+        generation = master.generation
         if (
             not state.live
             or state.generation != generation
@@ -219,6 +230,7 @@ class NearCache:
                 generation,
                 monotonic(),
                 shard.outage_reads,
+                master.promotions,
             )
         return ticket
 
@@ -270,6 +282,7 @@ class NearCache:
             or held[2] != state.session
             or held[3] != shard.generation
             or held[3] != state.generation
+            or held[6] != shard.promotions  # a reply across a promotion: moot
             # The master was found unreachable since the ticket was taken: a replica may have
             # answered (OUTAGE_READS), which the master's session hears nothing about. Or one
             # did, and the outage ended before this reply came here (the master answered again).
@@ -287,7 +300,7 @@ class NearCache:
         expires = held[4] + ttl
         if expires <= time.monotonic():
             return True  # expired already: nothing kept
-        self._entries[key] = _Entry(data, shard.index, held[2], held[3], expires, size)
+        self._entries[key] = _Entry(data, shard.index, held[2], held[3], held[6], expires, size)
         state.keys.add(key)
         state.bytes += size
         self._bytes += size
