@@ -146,3 +146,43 @@ def test_a_kept_write_whose_writer_connection_was_killed_is_resent_on_the_pool(
         shim.held.clear()
         shim.release.set()
     assert client.get(key) == "after the kill"
+
+
+def test_an_invalidation_applied_between_the_lookup_and_the_check_is_not_served_past(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reading thread finds the copy, then waits for the GIL while the tracker reads and
+    applies an invalidation that had arrived before the read began; when the reader looks,
+    nothing is pending any more. It must look the copy up again rather than serve the one it
+    found (the history checker's near-cache finding: reads 2 to 25 ms after another process's
+    acknowledged overwrite returned the old copy, on a loaded machine with 16 threads)."""
+    client = CacheClient(core, Codec())
+    key = "arrivals:between"
+    _kept(client, core, key)
+    shim = _HeldSelect()
+    monkeypatch.setattr(near_tracking, "select", shim)
+    shim.held.set()
+    original = near_tracking.Arrivals.pending
+    looked: list[bool] = []
+
+    def pending(self: near_tracking.Arrivals) -> bool:
+        if not looked:  # the reader has found the copy: now the tracker runs, to the end
+            shim.held.clear()
+            shim.release.set()
+            wait_until(lambda: near_status(core, key)["entries"] == 0, HOLD_S, "applied")
+            wait_until(lambda: not original(self), HOLD_S, "nothing pending")
+        looked.append(True)
+        return original(self)
+
+    try:
+        wait_until(lambda: len(shim.waiting) == len(core.shards), HOLD_S, "trackers held")
+        other = outsider(core, key)
+        other.set(key, Codec().dumps("new"))  # acknowledged: its invalidation has arrived
+        other.close()
+        monkeypatch.setattr(near_tracking.Arrivals, "pending", pending)
+        got = client.get(key)
+    finally:
+        shim.held.clear()
+        shim.release.set()
+    assert looked, "the read never looked for pending invalidations"
+    assert got == "new"

@@ -158,11 +158,13 @@ class NearCache:
         """The local copy of ``key`` if one may be served, else None (counted as a miss).
 
         The hot path of a hit takes no lock (a lock costs as much as the rest of it): each step
-        is one atomic operation under the GIL, and a copy dropped or hidden meanwhile was still
-        current when this read began, as it would be had the read taken the lock first. The
-        entry knows its shard, so the key is not placed on the ring. A copy is not served while
-        invalidations of its shard have arrived and are not applied
-        (:class:`~sentinel_cache.core.topology.near_tracking.Arrivals`).
+        is one atomic operation under the GIL. A copy is not served while invalidations of its
+        shard have arrived and are not applied
+        (:class:`~sentinel_cache.core.topology.near_tracking.Arrivals`), and it is looked up
+        again once none is: then every invalidation that arrived before the read began has been
+        applied, and a copy dropped after that was still current when the read began, as it
+        would be had the read taken the lock first. The entry knows its shard, so the key is
+        not placed on the ring.
         """
         entries = self._entries
         try:
@@ -187,14 +189,22 @@ class NearCache:
                 and expires > monotonic()
             ):
                 writer = state.writer
-                if writer is None or writer.arrivals is None or writer.arrivals.pending():
+                if (
+                    writer is None
+                    or writer.arrivals is None
+                    or writer.arrivals.pending()
+                    # Looked up again once nothing is pending: the tracker may have applied an
+                    # invalidation that arrived before this read began between the first look
+                    # and the check (this thread waiting for the GIL in between).
+                    or entries.get(key) is not entry
+                ):
                     # Invalidations arrived and not applied yet (or the session is ending):
                     # the server answers, the copy stays unless one of them is about it.
                     state.misses += 1
                     return None
                 try:  # noqa: SIM105 - contextlib.suppress costs a context manager per hit
                     entries.move_to_end(key)
-                except KeyError:  # dropped since: served all the same (see above)
+                except KeyError:  # dropped since, by what arrived after the check: served
                     pass
                 state.hits += 1  # a statistic: an increment lost to a race is no harm
                 return data
