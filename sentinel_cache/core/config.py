@@ -164,7 +164,7 @@ class PoolConfig:
     pool_timeout: float = 2.0
     health_check_interval: float = 0.0
     read_from_replicas: bool = False
-    async_multiplex: bool = False
+    async_multiplex: bool = True
     discovery_timeout: float = 5.0
     failover_hold: float = 2.0
     outage_reads: bool = True
