@@ -22,7 +22,7 @@ from test_hostile_replies import BOUND, HOSTILE, hostile, names_the_shard  # noq
 from waiting import key_on, wait_until
 
 from sentinel_cache import ReplyProtocolError, ShardUnavailableError, StaleReplyError
-from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.core.config import PoolConfig, parse_cache_config
 from sentinel_cache.core.ops import async_mux
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.async_mux import AsyncMuxPool, MuxCall, MuxLink, replies_due
@@ -93,8 +93,25 @@ def ours(cluster: LocalSentinelCluster) -> list[int]:
 
 
 # -- the option ----------------------------------------------------------------------------------
-def test_the_option_is_off_by_default_and_must_be_a_bool() -> None:
-    assert PoolConfig.create(["m"], [("127.0.0.1", 26379)]).async_multiplex is False
+def test_the_option_is_on_by_default_and_must_be_a_bool() -> None:
+    """On unless turned off; the configuration tells an explicit ``True`` (which warns when the
+    pool must serve instead) from the default (which falls back quietly)."""
+    default = PoolConfig.create(["m"], [("127.0.0.1", 26379)])
+    assert default.async_multiplex is True
+    assert default.async_multiplex_explicit is False
+    asked = PoolConfig.create(["m"], [("127.0.0.1", 26379)], async_multiplex=True)
+    assert asked.async_multiplex is True and asked.async_multiplex_explicit is True
+    off = PoolConfig.create(["m"], [("127.0.0.1", 26379)], async_multiplex=False)
+    assert off.async_multiplex is False and off.async_multiplex_explicit is False
+    for options, explicit in (
+        ({"MASTERS": ["m"]}, False),
+        ({"MASTERS": ["m"], "ASYNC_MULTIPLEX": True}, True),
+    ):
+        config, _ = parse_cache_config([("127.0.0.1", 26379)], options)  # Django's, Flask's
+        assert config.async_multiplex is True and config.async_multiplex_explicit is explicit
+    with pytest.raises(ConfigurationError, match="async_multiplex_explicit"):
+        # not an option: what the user asked is read from async_multiplex alone
+        PoolConfig.create(["m"], [("127.0.0.1", 26379)], async_multiplex_explicit=True)
     with pytest.raises(
         ConfigurationError, match="async_multiplex: must be True or False .got 'yes'"
     ):
@@ -502,14 +519,26 @@ def test_types_are_what_the_module_says() -> None:
     assert async_mux.WRITE_AT_ONCE_WHEN_IDLE in (True, False)
 
 
+@pytest.mark.parametrize("explicit", [True, False], ids=["asked", "default"])
 def test_without_the_lean_path_the_pool_serves_and_says_so(
-    two: LocalSentinelCluster, caplog: pytest.LogCaptureFixture
+    two: LocalSentinelCluster, caplog: pytest.LogCaptureFixture, explicit: bool
 ) -> None:
     """docs/configuration.md: with ``HEALTH_CHECK_INTERVAL`` (or without hiredis) the pool
-    serves the calls, with a warning once per shard and event loop."""
+    serves the calls, with a warning once per shard and event loop if ``ASYNC_MULTIPLEX: True``
+    was set; on by default only, the pool serves quietly (a debug line)."""
     from sentinel_cache.core.ops.async_clients import AsyncLeanShardConnection
 
-    core = make(two, health_check_interval=5)
+    if explicit:
+        core = make(two, health_check_interval=5)
+    else:
+        core = ShardedSentinelPool(
+            two.master_names,
+            two.sentinel_addresses,
+            listeners=False,
+            client_name=NAME,
+            health_check_interval=5,
+        )
+        core.discover()
 
     async def scenario(client: AsyncCacheClient) -> None:
         for _ in range(3):
@@ -523,13 +552,14 @@ def test_without_the_lean_path_the_pool_serves_and_says_so(
         finally:
             await pool.release(connection)
 
-    caplog.set_level("WARNING", logger="sentinel_cache")
+    caplog.set_level("DEBUG", logger="sentinel_cache")
     try:
         run(core, scenario)
     finally:
         core.close()
-    warned = [r for r in caplog.records if "ASYNC_MULTIPLEX needs hiredis" in r.getMessage()]
-    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    said = [r for r in caplog.records if "ASYNC_MULTIPLEX needs hiredis" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
+    assert said[0].levelname == ("WARNING" if explicit else "DEBUG")
 
 
 def test_after_a_switch_a_checkout_closes_the_old_masters_connection(

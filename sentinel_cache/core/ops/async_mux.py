@@ -457,11 +457,13 @@ class AsyncMuxPool:
     ``ASYNC_MULTIPLEX``: ``get_connection`` hands out a :class:`MuxCall` on the one shared
     connection (connecting it first if needed), ``release`` does nothing. Where hiredis is
     missing (or a health check interval, raw replies... make the lean path refuse), it hands
-    out the dedicated pool's connections instead."""
+    out the dedicated pool's connections instead: with a warning if the user asked for the mux
+    (``explicit``), quietly (a debug line) if it was only the default."""
 
-    def __init__(self, dedicated: Any, shard: Any) -> None:
+    def __init__(self, dedicated: Any, shard: Any, explicit: bool = True) -> None:
         self.dedicated = dedicated
         self.shard = shard
+        self.explicit = explicit
         self.link: MuxLink | None = None
         self.pid = PROCESS.pid
         self._connecting: asyncio.Task[MuxLink | None] | None = None
@@ -525,7 +527,8 @@ class AsyncMuxPool:
         if lean is None or not connection.stream_empty():
             await connection.disconnect()
             self.multiplexed = False
-            logger.warning(
+            logger.log(
+                logging.WARNING if self.explicit else logging.DEBUG,
                 "shard %s: ASYNC_MULTIPLEX needs hiredis and no HEALTH_CHECK_INTERVAL; "
                 "this shard's asyncio calls use the connection pool",
                 self.shard.label,
