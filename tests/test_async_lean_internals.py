@@ -14,8 +14,8 @@ import pytest
 from waiting import key_on
 
 from sentinel_cache.core.ops import async_clients
-from sentinel_cache.core.ops.async_mux import AsyncMuxPool
 from sentinel_cache.core.ops.aio import AsyncCacheClient
+from sentinel_cache.core.ops.async_mux import AsyncMuxPool
 from sentinel_cache.core.serializers import Codec
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 

@@ -276,6 +276,43 @@ def test_a_call_killed_in_the_write_buffer_is_resent_one_written_is_not(
     assert values == [b"1"] * (len(queued) + 1)  # each run once
 
 
+def test_a_call_begun_after_a_kills_reply_is_not_written_on_the_killed_connection(
+    two: LocalSentinelCluster, core: ShardedSentinelPool
+) -> None:
+    """tests/test_kill_storm.py's promise (docs/failover.md) with a call in flight on the shared
+    connection, so no checkout looks at its socket: the node closed it before answering the
+    kill, the loop has not read that yet, and the write buffer is flushed before the loop's
+    reader runs. The flush reads the socket first: the ``incr`` begun after the kill's reply
+    is found unsent, runs once on a new connection and returns; the ``get`` in flight is
+    resent (idempotent)."""
+    busy = key_on(core, 0, "mux-busy")
+    after = key_on(core, 0, "mux-after")
+    CacheClient(core, Codec()).set_many({busy: 7, after: 0}, None)
+    admin = redis.Redis(*two.master_address(two.master_names[0]))
+
+    async def scenario(client: AsyncCacheClient) -> tuple[Any, Any]:
+        warm = key_on(core, 0, "mux-after-warm")  # connected, the script loaded on that master
+        await client.set(warm, 0, None)
+        assert await client.incr(warm, 1) == 1
+        link = (await pool_of(client, 0)).link
+        assert link is not None
+        first = asyncio.ensure_future(client.get(busy))
+        await asyncio.sleep(0)  # written at once (the loop was idle); its reply not read
+        assert link.calls and link.closed is None, link
+        assert kill_clients(two) >= 1  # the loop does not run meanwhile
+        later = await asyncio.gather(client.incr(after, 1), return_exceptions=True)
+        return later[0], await first
+
+    try:
+        incremented, got = run(core, scenario)
+        value = admin.get(after)
+    finally:
+        admin.close()
+    if isinstance(incremented, BaseException):
+        raise incremented
+    assert (incremented, got, value) == (1, 7, b"1")
+
+
 def test_a_kill_with_many_tasks_in_flight_loses_no_idempotent_call(
     two: LocalSentinelCluster, core: ShardedSentinelPool
 ) -> None:
