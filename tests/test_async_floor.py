@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,11 +23,20 @@ from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.testing import LocalSentinelCluster
 
 
+@pytest.fixture
+def pooled(make_core: Callable[..., ShardedSentinelPool]) -> ShardedSentinelPool:
+    """conftest's ``core`` on the pool (``ASYNC_MULTIPLEX: False``): the two tests taking it are
+    about a pooled connection's checkout and release, which the shared connection has not (its
+    READONLY rule: tests/test_async_mux.py::test_readonly_closes_the_shared_connection)."""
+    return make_core(listeners=False, discover=True, async_multiplex=False)
+
+
 def test_a_readonly_reply_drops_the_socket(
-    core: ShardedSentinelPool, cluster: LocalSentinelCluster
+    pooled: ShardedSentinelPool, cluster: LocalSentinelCluster
 ) -> None:
     """A node that answers a write with READONLY is no master: the connection that read it is
     closed, so its next use connects to wherever the shard points by then."""
+    core = pooled
     client = AsyncCacheClient(core, Codec())
     shard = core.shards[0]
     master = shard.address
@@ -57,10 +67,11 @@ def test_a_readonly_reply_drops_the_socket(
 
 
 def test_a_connection_marked_for_reconnection_is_closed_on_release(
-    core: ShardedSentinelPool,
+    pooled: ShardedSentinelPool,
 ) -> None:
     """redis-py marks a connection for reconnection (maintenance notifications): its release
     closes it, the quick one included, and the next checkout connects it again."""
+    core = pooled
     client = AsyncCacheClient(core, Codec())
     shard = core.shards[0]
 

@@ -2,7 +2,8 @@
 same replies and the same failures as redis.asyncio's own path, on real servers. It writes
 without waiting when the transport takes the batch, reads without a timer when the reply has
 arrived, hands RESP3 pushes to redis-py, and a pool skips announcing a release with nothing to
-re-authenticate."""
+re-authenticate. Every core here is pinned to the pool (``async_multiplex=False``): the shared
+connection (``ASYNC_MULTIPLEX``, the default) has its own tests in tests/test_async_mux.py."""
 
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ except ImportError:  # the CI cells without hiredis: redis-py's path serves ever
     HIREDIS = False
 
 ClusterFactory = Callable[..., LocalSentinelCluster]
+
+
+@pytest.fixture
+def core(make_core: Callable[..., ShardedSentinelPool]) -> ShardedSentinelPool:
+    """conftest's ``core``, on the pool."""
+    return make_core(listeners=False, discover=True, async_multiplex=False)
 
 
 def test_the_core_connections_take_the_lean_path_with_hiredis(core: ShardedSentinelPool) -> None:
@@ -152,7 +159,11 @@ def test_a_resp3_push_before_a_reply_goes_to_redis_py_and_the_reply_comes_back(
     """With CLIENT TRACKING on a RESP3 connection, an invalidation push arrives ahead of the
     next reply; the read hands it to redis-py's push handler and returns the reply itself."""
     core = ShardedSentinelPool(
-        cluster.master_names, cluster.sentinel_addresses, listeners=False, protocol=3
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        listeners=False,
+        protocol=3,
+        async_multiplex=False,
     )
     core.discover()
     client = AsyncCacheClient(core, Codec())
@@ -255,6 +266,7 @@ def test_a_frozen_master_costs_an_async_get_many_one_socket_timeout(
     core = ShardedSentinelPool(
         cluster.master_names,
         cluster.sentinel_addresses,
+        async_multiplex=False,
         socket_timeout=0.5,
         listeners=False,
         reresolve_interval=0.0,
@@ -297,7 +309,9 @@ def test_a_read_cancelled_half_way_drops_its_socket(make_cluster: ClusterFactory
     caller of the connection: it gets its own keys' values, never the cancelled call's. (The
     runner drops a batch's unread sockets; a connection's own read drops it as well.)"""
     cluster = make_cluster(shards=1, replicas=0, sentinels=1, down_after_ms=5000)
-    core = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, listeners=False)
+    core = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, listeners=False, async_multiplex=False
+    )
     client = AsyncCacheClient(core, Codec())
     first = {f"cancel:a{i}": f"a{i}" for i in range(5)}
     second = {f"cancel:b{i}": f"b{i}" for i in range(5)}

@@ -22,7 +22,7 @@ from test_hostile_replies import BOUND, HOSTILE, hostile, names_the_shard  # noq
 from waiting import key_on, wait_until
 
 from sentinel_cache import ReplyProtocolError, ShardUnavailableError, StaleReplyError
-from sentinel_cache.core.config import PoolConfig
+from sentinel_cache.core.config import PoolConfig, parse_cache_config
 from sentinel_cache.core.ops import async_mux
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.async_mux import AsyncMuxPool, MuxCall, MuxLink, replies_due
@@ -93,8 +93,25 @@ def ours(cluster: LocalSentinelCluster) -> list[int]:
 
 
 # -- the option ----------------------------------------------------------------------------------
-def test_the_option_is_off_by_default_and_must_be_a_bool() -> None:
-    assert PoolConfig.create(["m"], [("127.0.0.1", 26379)]).async_multiplex is False
+def test_the_option_is_on_by_default_and_must_be_a_bool() -> None:
+    """On unless turned off; the configuration tells an explicit ``True`` (which warns when the
+    pool must serve instead) from the default (which falls back quietly)."""
+    default = PoolConfig.create(["m"], [("127.0.0.1", 26379)])
+    assert default.async_multiplex is True
+    assert default.async_multiplex_explicit is False
+    asked = PoolConfig.create(["m"], [("127.0.0.1", 26379)], async_multiplex=True)
+    assert asked.async_multiplex is True and asked.async_multiplex_explicit is True
+    off = PoolConfig.create(["m"], [("127.0.0.1", 26379)], async_multiplex=False)
+    assert off.async_multiplex is False and off.async_multiplex_explicit is False
+    for options, explicit in (
+        ({"MASTERS": ["m"]}, False),
+        ({"MASTERS": ["m"], "ASYNC_MULTIPLEX": True}, True),
+    ):
+        config, _ = parse_cache_config([("127.0.0.1", 26379)], options)  # Django's, Flask's
+        assert config.async_multiplex is True and config.async_multiplex_explicit is explicit
+    with pytest.raises(ConfigurationError, match="async_multiplex_explicit"):
+        # not an option: what the user asked is read from async_multiplex alone
+        PoolConfig.create(["m"], [("127.0.0.1", 26379)], async_multiplex_explicit=True)
     with pytest.raises(
         ConfigurationError, match="async_multiplex: must be True or False .got 'yes'"
     ):
@@ -257,6 +274,43 @@ def test_a_call_killed_in_the_write_buffer_is_resent_one_written_is_not(
             raise outcome
     assert outcomes[1:] == [1] * len(queued)
     assert values == [b"1"] * (len(queued) + 1)  # each run once
+
+
+def test_a_call_begun_after_a_kills_reply_is_not_written_on_the_killed_connection(
+    two: LocalSentinelCluster, core: ShardedSentinelPool
+) -> None:
+    """tests/test_kill_storm.py's promise (docs/failover.md) with a call in flight on the shared
+    connection, so no checkout looks at its socket: the node closed it before answering the
+    kill, the loop has not read that yet, and the write buffer is flushed before the loop's
+    reader runs. The flush reads the socket first: the ``incr`` begun after the kill's reply
+    is found unsent, runs once on a new connection and returns; the ``get`` in flight is
+    resent (idempotent)."""
+    busy = key_on(core, 0, "mux-busy")
+    after = key_on(core, 0, "mux-after")
+    CacheClient(core, Codec()).set_many({busy: 7, after: 0}, None)
+    admin = redis.Redis(*two.master_address(two.master_names[0]))
+
+    async def scenario(client: AsyncCacheClient) -> tuple[Any, Any]:
+        warm = key_on(core, 0, "mux-after-warm")  # connected, the script loaded on that master
+        await client.set(warm, 0, None)
+        assert await client.incr(warm, 1) == 1
+        link = (await pool_of(client, 0)).link
+        assert link is not None
+        first = asyncio.ensure_future(client.get(busy))
+        await asyncio.sleep(0)  # written at once (the loop was idle); its reply not read
+        assert link.calls and link.closed is None, link
+        assert kill_clients(two) >= 1  # the loop does not run meanwhile
+        later = await asyncio.gather(client.incr(after, 1), return_exceptions=True)
+        return later[0], await first
+
+    try:
+        incremented, got = run(core, scenario)
+        value = admin.get(after)
+    finally:
+        admin.close()
+    if isinstance(incremented, BaseException):
+        raise incremented
+    assert (incremented, got, value) == (1, 7, b"1")
 
 
 def test_a_kill_with_many_tasks_in_flight_loses_no_idempotent_call(
@@ -502,14 +556,26 @@ def test_types_are_what_the_module_says() -> None:
     assert async_mux.WRITE_AT_ONCE_WHEN_IDLE in (True, False)
 
 
+@pytest.mark.parametrize("explicit", [True, False], ids=["asked", "default"])
 def test_without_the_lean_path_the_pool_serves_and_says_so(
-    two: LocalSentinelCluster, caplog: pytest.LogCaptureFixture
+    two: LocalSentinelCluster, caplog: pytest.LogCaptureFixture, explicit: bool
 ) -> None:
     """docs/configuration.md: with ``HEALTH_CHECK_INTERVAL`` (or without hiredis) the pool
-    serves the calls, with a warning once per shard and event loop."""
+    serves the calls, with a warning once per shard and event loop if ``ASYNC_MULTIPLEX: True``
+    was set; on by default only, the pool serves quietly (a debug line)."""
     from sentinel_cache.core.ops.async_clients import AsyncLeanShardConnection
 
-    core = make(two, health_check_interval=5)
+    if explicit:
+        core = make(two, health_check_interval=5)
+    else:
+        core = ShardedSentinelPool(
+            two.master_names,
+            two.sentinel_addresses,
+            listeners=False,
+            client_name=NAME,
+            health_check_interval=5,
+        )
+        core.discover()
 
     async def scenario(client: AsyncCacheClient) -> None:
         for _ in range(3):
@@ -523,13 +589,14 @@ def test_without_the_lean_path_the_pool_serves_and_says_so(
         finally:
             await pool.release(connection)
 
-    caplog.set_level("WARNING", logger="sentinel_cache")
+    caplog.set_level("DEBUG", logger="sentinel_cache")
     try:
         run(core, scenario)
     finally:
         core.close()
-    warned = [r for r in caplog.records if "ASYNC_MULTIPLEX needs hiredis" in r.getMessage()]
-    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    said = [r for r in caplog.records if "ASYNC_MULTIPLEX needs hiredis" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
+    assert said[0].levelname == ("WARNING" if explicit else "DEBUG")
 
 
 def test_after_a_switch_a_checkout_closes_the_old_masters_connection(

@@ -30,6 +30,7 @@ def _core(cluster: LocalSentinelCluster, socket_timeout: float) -> ShardedSentin
     return ShardedSentinelPool(
         cluster.master_names,
         cluster.sentinel_addresses,
+        async_multiplex=False,  # the pool's reads (the shared connection's: test_async_mux.py)
         socket_timeout=socket_timeout,
         listeners=False,
         reresolve_interval=0.0,

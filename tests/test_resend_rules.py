@@ -52,7 +52,10 @@ def one(server_kind: str) -> Iterator[LocalSentinelCluster]:
 
 @pytest.fixture
 def core(one: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
-    pool = ShardedSentinelPool(one.master_names, one.sentinel_addresses, listeners=False)
+    # The asyncio flavour here is the pool's (the shared connection's: test_async_mux.py).
+    pool = ShardedSentinelPool(
+        one.master_names, one.sentinel_addresses, listeners=False, async_multiplex=False
+    )
     pool.discover()
     yield pool
     pool.close()

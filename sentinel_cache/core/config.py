@@ -164,7 +164,10 @@ class PoolConfig:
     pool_timeout: float = 2.0
     health_check_interval: float = 0.0
     read_from_replicas: bool = False
-    async_multiplex: bool = False
+    async_multiplex: bool = True
+    # Whether the user asked for ASYNC_MULTIPLEX (set by create): only then is falling back to
+    # the pool (no hiredis, HEALTH_CHECK_INTERVAL) worth a warning; the default falls back quietly.
+    async_multiplex_explicit: bool = False
     discovery_timeout: float = 5.0
     failover_hold: float = 2.0
     outage_reads: bool = True
@@ -225,6 +228,7 @@ class PoolConfig:
         for name in (
             "read_from_replicas",
             "async_multiplex",
+            "async_multiplex_explicit",
             "outage_reads",
             "listeners",
             "metrics",
@@ -252,8 +256,10 @@ class PoolConfig:
             "weights",
             "connection_kwargs",
             "sentinel_kwargs",
+            "async_multiplex_explicit",
         }
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in pool_fields}
+        options["async_multiplex_explicit"] = options.get("async_multiplex") is True
         previous = options.pop("previous_masters", None)
         previous_weights = options.pop("previous_weights", None)
         if previous:

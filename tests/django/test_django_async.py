@@ -165,26 +165,44 @@ def test_loops_are_cleaned_up_when_they_end(cache: ShardedSentinelCache) -> None
     assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
+@pytest.mark.parametrize("multiplex", [True, False], ids=["ASYNC_MULTIPLEX", "pool"])
 def test_cache_objects_of_one_core_share_connections(
-    cache: ShardedSentinelCache, cluster: LocalSentinelCluster
+    make_cache: MakeCache, cluster: LocalSentinelCluster, multiplex: bool
 ) -> None:
     # Under ASGI Django builds a cache object per request: they must not each open sockets.
-    twins = [build_cache(cache_entry(cluster, KEY_PREFIX=cache.key_prefix)) for _ in range(20)]
+    # Counted on the server (CLIENT LIST, by a client name of this test's own core), so the
+    # same promise is checked for the shared connection (the default) and for the pool.
+    name = f"share-{'mux' if multiplex else 'pool'}"
+    options: dict[str, Any] = {"CONNECTION_KWARGS": {"client_name": name}}
+    if not multiplex:
+        options["ASYNC_MULTIPLEX"] = False
+    cache = make_cache(OPTIONS=options)
+    twins = [
+        build_cache(cache_entry(cluster, KEY_PREFIX=cache.key_prefix, OPTIONS=options))
+        for _ in range(20)
+    ]
     assert all(twin.core is cache.core for twin in twins)
     assert all(twin.aclient.clients is cache.aclient.clients for twin in twins)
     key = key_on(cache, 0)
 
-    async def main() -> int:
+    def held() -> int:
+        total = 0
+        for master in cluster.master_names:
+            with redis.Redis(*cluster.master_address(master)) as admin:
+                total += sum(1 for c in admin.client_list() if c.get("name") == name)
+        return total
+
+    async def main() -> tuple[int, int]:
         await cache.aset(key, 0)
         for twin in twins:
             await twin.aincr(key)
-        clients = cache.aclient.clients
-        state = await clients.state()
-        masters = [clients.master(state, shard) for shard in cache.core.shards]
-        return sum(m.connection_pool.idle() for m in masters)
+        in_turn = held()  # one connection, used by every cache object in turn
+        if multiplex:  # and at once: still that one (the pool would open one per await)
+            await asyncio.gather(*(twin.aincr(key) for twin in twins))
+        return in_turn, held()
 
-    assert asyncio.run(main()) == 1  # one connection, used by every cache object in turn
-    assert cache.get(key) == 20
+    assert asyncio.run(main()) == (1, 1)
+    assert cache.get(key) == (40 if multiplex else 20)
 
 
 def test_aclose_closes_only_this_loops_connections(cache: ShardedSentinelCache) -> None:

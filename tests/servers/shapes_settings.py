@@ -34,6 +34,12 @@ CACHES = {
                 if os.environ.get("SHAPES_OUTAGE_HOLD")
                 else {}
             ),
+            # Unset: the default (the shared asyncio connection); "0" turns it off (the pool).
+            **(
+                {"ASYNC_MULTIPLEX": os.environ["SHAPES_ASYNC_MULTIPLEX"] == "1"}
+                if os.environ.get("SHAPES_ASYNC_MULTIPLEX")
+                else {}
+            ),
         },
     }
 }

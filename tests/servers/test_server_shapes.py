@@ -24,6 +24,7 @@ What the backend promises, and so what is asserted:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from shapes_support import (
     ServerProcess,
     Traffic,
@@ -40,6 +42,7 @@ from shapes_support import (
     probe_workers,
     python_module,
     server_env,
+    socket_holders,
 )
 
 from sentinel_cache.core.config import PoolConfig
@@ -51,6 +54,8 @@ SENTINELS = 3
 DOWN_AFTER_MS = 1000
 GUNICORN_WORKERS = 3
 UVICORN_WORKERS = 2
+#: Clients at once in the connection count (about 12 requests in flight per worker).
+CONCURRENT = 24
 # After the sentinels agree on the new master, how long stragglers may still fail: the
 # listeners switch within milliseconds; the rest is slack for a shared 2-core CI machine.
 RECOVERY_GRACE = 1.0
@@ -174,6 +179,22 @@ def _serve(
 
 
 # --------------------------------------------------------------------------- shared checks
+
+
+def master_connections(served: Served) -> dict[tuple[int, str], int]:
+    """(pid, master name) -> the data connections that process holds on that master (its
+    ``CLIENT LIST`` read first, then the sockets, as :func:`listener_owners` does)."""
+    lists = {}
+    for name in served.cluster.master_names:
+        with redis.Redis(*served.cluster.master_address(name)) as admin:
+            lists[name] = admin.client_list()
+    holders = socket_holders(served.group_pids())
+    counted: dict[tuple[int, str], int] = {}
+    for name, entries in lists.items():
+        for entry in entries:
+            for pid in holders.get(int(str(entry["addr"]).rpartition(":")[2]), set()):
+                counted[(pid, name)] = counted.get((pid, name), 0) + 1
+    return counted
 
 
 def check_listeners_per_worker(served: Served) -> dict[int, dict[str, Any]]:
@@ -375,6 +396,34 @@ class TestUvicornAsync:
         self, uvicorn_served: Served
     ) -> None:
         check_pubsub_total(uvicorn_served, "supervisor")
+
+    def test_a_worker_holds_one_async_connection_per_shard_under_concurrency(
+        self, uvicorn_served: Served
+    ) -> None:
+        """docs/operations.md (connection sizing): with ``ASYNC_MULTIPLEX`` (the default) an
+        ASGI worker's event loop holds 1 connection per shard whatever its concurrency. Per
+        worker and master at most 3: that one, the sync pool's from the import-time use, and
+        the housekeeping's ``ROLE`` check (``OUTAGE_READS``, the shards have replicas). The pool
+        (``SHAPES_ASYNC_MULTIPLEX=0``) held 1 per request in flight instead."""
+        served = uvicorn_served
+        most: dict[tuple[int, str], int] = {}
+        with contextlib.ExitStack() as stack:
+            flows = [
+                stack.enter_context(Traffic(served.port, served.work_path))
+                for _ in range(CONCURRENT)
+            ]
+            for flow in flows:
+                flow.wait_for(3)
+            for _ in range(5):  # samples while every client has requests in flight
+                for key, count in master_connections(served).items():
+                    most[key] = max(most.get(key, 0), count)
+                for flow in flows:
+                    flow.wait_for(1)
+        failed = [r for flow in flows for r in flow.failed()]
+        assert not failed, [(r.status, r.body, r.error) for r in failed[:5]]
+        workers = set(served.group_pids()) - {served.server.pid}
+        assert {pid for pid, _ in most} <= workers, (most, workers)
+        assert most and max(most.values()) <= 3, most
 
     def test_planned_failover_no_failed_request(self, uvicorn_served: Served) -> None:
         planned_failover(uvicorn_served, "shard0")

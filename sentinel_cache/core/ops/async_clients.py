@@ -454,6 +454,7 @@ class AsyncShardClients:
         # stays for what needs a connection of its own, and serves every call where the lean
         # path is refused (see async_mux). Its connections are opened only when used.
         self._multiplex = config.async_multiplex
+        self._multiplex_explicit = config.async_multiplex_explicit
         self._pool_timeout = config.pool_timeout
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
             weakref.WeakKeyDictionary()
@@ -579,7 +580,7 @@ class AsyncShardClients:
                 **self._pool_kwargs(),
             )
             if self._multiplex:
-                client = MuxRedis(AsyncMuxPool(pool, shard))
+                client = MuxRedis(AsyncMuxPool(pool, shard, self._multiplex_explicit))
             else:
                 client = AsyncRedis(connection_pool=pool)
             state.masters[shard.index] = client

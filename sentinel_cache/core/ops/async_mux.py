@@ -85,6 +85,9 @@ _SKIP_PARSED = [part.encode() for part in REPLY_SKIP]
 #: Write a call at once when nothing is queued or in flight (the loop idle), instead of at the
 #: end of the loop turn: one call alone gains a turn; under load calls are batched anyway.
 WRITE_AT_ONCE_WHEN_IDLE = True
+#: Reads (of up to the transport's 256 KiB each) a flush makes at most to reach what the socket
+#: holds before writing (the replies ahead of an end of file).
+READ_BEFORE_WRITE = 16
 
 
 def replies_due(data: Any) -> int:
@@ -225,6 +228,8 @@ class MuxLink(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.pushes: set[asyncio.Task[Any]] = set()
         self.counter = hiredis.Reader()  # counts the commands of a call (due)
+        # The selector transport's own read (CPython's; None elsewhere, e.g. uvloop): see _flush.
+        self.read_now: Any = getattr(self.transport, "_read_ready", None)
         self.transport.set_protocol(self)
 
     def __repr__(self) -> str:
@@ -285,6 +290,17 @@ class MuxLink(asyncio.Protocol):
         self.flushing = False
         if self.closed is not None:
             return
+        if self.read_now is not None and self.connection.idle_readable():
+            # Read what the socket holds before writing: the loop may not have run its reader
+            # since the node closed the connection (a CLIENT KILL while calls were in flight).
+            # Its end of file then fails the calls still in `out` as unsent (resent anew)
+            # instead of writing them where they could not be told from calls the node ran.
+            for _ in range(READ_BEFORE_WRITE):
+                self.read_now()
+                if self.closed is not None or not self.connection.idle_readable():
+                    break
+            if self.closed is not None:
+                return
         out, self.out = self.out, []
         flushed, self.unflushed = self.unflushed, 0
         transport = self.transport
@@ -457,11 +473,13 @@ class AsyncMuxPool:
     ``ASYNC_MULTIPLEX``: ``get_connection`` hands out a :class:`MuxCall` on the one shared
     connection (connecting it first if needed), ``release`` does nothing. Where hiredis is
     missing (or a health check interval, raw replies... make the lean path refuse), it hands
-    out the dedicated pool's connections instead."""
+    out the dedicated pool's connections instead: with a warning if the user asked for the mux
+    (``explicit``), quietly (a debug line) if it was only the default."""
 
-    def __init__(self, dedicated: Any, shard: Any) -> None:
+    def __init__(self, dedicated: Any, shard: Any, explicit: bool = True) -> None:
         self.dedicated = dedicated
         self.shard = shard
+        self.explicit = explicit
         self.link: MuxLink | None = None
         self.pid = PROCESS.pid
         self._connecting: asyncio.Task[MuxLink | None] | None = None
@@ -525,7 +543,8 @@ class AsyncMuxPool:
         if lean is None or not connection.stream_empty():
             await connection.disconnect()
             self.multiplexed = False
-            logger.warning(
+            logger.log(
+                logging.WARNING if self.explicit else logging.DEBUG,
                 "shard %s: ASYNC_MULTIPLEX needs hiredis and no HEALTH_CHECK_INTERVAL; "
                 "this shard's asyncio calls use the connection pool",
                 self.shard.label,
