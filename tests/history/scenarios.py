@@ -107,13 +107,17 @@ def run(
     run_seed: int,
     *,
     modes_from_events: Callable[[list[Event]], Modes] | None = None,
+    keyspace: Callable[[Workload], bool] | None = None,
 ) -> Verdict:
     """Record ``scenario`` on ``cluster`` (settled, faults cleared) and judge it;
     ``modes_from_events``: the modes depend on when the nemesis struck (a relaxation that
-    holds only inside the fault's window)."""
+    holds only inside the fault's window); ``keyspace``: the keys a run needs (a planted fault
+    that only keys on two shards can show): prefixes are drawn until it says yes."""
     slug = "".join(c if c.isalnum() else "-" for c in scenario.name)[:24]
     # fresh keys for every run of the session (a replayed seed runs twice on one topology)
     workload = Workload.hot(f"h{run_seed}.{next(_RUNS)}:{slug}")
+    while keyspace is not None and not keyspace(workload):
+        workload = Workload.hot(f"h{run_seed}.{next(_RUNS)}:{slug}")
     options = {"MASTERS": list(cluster.master_names), **scenario.options}
     plan = plan_for(scenario, cluster, options, workload, run_seed)
     history, events, settled = record(scenario, cluster, plan, target=cluster.master_names[0])
