@@ -266,6 +266,10 @@ def adoption(old: LocalSentinelCluster, cluster: LocalSentinelCluster, name: str
                 features["old writes paused, IGNORE_EXCEPTIONS"]().scenario,
                 name="planted: the old cache's failed deletes acknowledged, its writes paused",
                 patches=((FORGET, "history.planted_features:old_delete_fails_open"),),
+                # Longer than its twin's 1.5 s: each client's first calls that write on the
+                # old cache wait out its 0.5 s socket timeout, and with some schedules (seed
+                # 598383882) no delete failed inside 1.5 s and there was nothing to see.
+                strike=paused_old_writes(old, seconds=3.0),
             ),
             old=address,
             keys=OLD_FROZEN_KEYS,
