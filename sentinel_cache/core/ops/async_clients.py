@@ -454,6 +454,8 @@ class AsyncShardClients:
         # stays for what needs a connection of its own, and serves every call where the lean
         # path is refused (see async_mux). Its connections are opened only when used.
         self._multiplex = config.async_multiplex
+        #: Whether the masters' clients are multiplexed (``ASYNC_MULTIPLEX``).
+        self.multiplexed: bool = config.async_multiplex
         self._pool_timeout = config.pool_timeout
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
             weakref.WeakKeyDictionary()

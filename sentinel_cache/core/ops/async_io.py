@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.ops.async_clients import shared_async_clients
+from sentinel_cache.core.ops.async_mux import Send, sender
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import FailoverInProgressError
@@ -38,6 +39,12 @@ class AsyncShardIO:
 
     def __repr__(self) -> str:
         return f"<AsyncShardIO {self.clients!r}>"
+
+    def sender(self, send: Send) -> Send:
+        """The runner's round trip on a client: ``send``, or with ``ASYNC_MULTIPLEX`` the
+        multiplexed connection's own (one coroutine per call; ``send`` where it does not
+        apply)."""
+        return sender(send) if self.clients.multiplexed else send
 
     async def reader(self, shard: Shard) -> tuple[Address | None, Any]:
         """A replica in the read rotation (its address and client), or (None, None)."""

@@ -61,6 +61,8 @@ class Runner(Moves):
         # Read once: the options that put work on the hot path, off (the common case) or on.
         self.replica_reads = core.config.read_from_replicas
         self.outage_hold = core.config.outage_hold
+        #: One round trip on a client: :func:`send`, or the multiplexed connection's own.
+        self.roundtrip = self.io.sender(send)
 
     def close(self) -> None:
         """Release this flavour's connections (asyncio: the running loop's); the core stays."""
@@ -91,12 +93,13 @@ class Runner(Moves):
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run` (``client``: see there)."""
         core = self.core
+        roundtrip = self.roundtrip
         if core.tracer is None:
             metrics = core.metrics
             if metrics is None:
                 return self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    lambda client: roundtrip(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -107,7 +110,7 @@ class Runner(Moves):
             try:
                 replies = self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    lambda client: roundtrip(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -122,7 +125,7 @@ class Runner(Moves):
         with observed(core, shard, commands) as call:
             call.replies = self.run(
                 shard,
-                lambda client: send(client, commands),
+                lambda client: roundtrip(client, commands),
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
