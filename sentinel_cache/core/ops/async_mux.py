@@ -615,13 +615,14 @@ def sender(send: Send) -> Send:
     otherwise (a replica, the dedicated pool, a connection to open or reopen: its checkout's
     rules apply, a failed connect marked unsent)."""
 
-    async def mux_send(client: Any, commands: Sequence[Command]) -> list[Any]:
+    def mux_send(client: Any, commands: Sequence[Command]) -> Awaitable[list[Any]]:
+        # Not a coroutine itself: the runner awaits the one it returns (a frame less per call).
         pool = client.connection_pool
         if type(pool) is AsyncMuxPool:
             link = pool.ready()
             if link is not None:
-                return await link.roundtrip(commands)
-        return await send(client, commands)
+                return link.roundtrip(commands)
+        return send(client, commands)
 
     return mux_send
 

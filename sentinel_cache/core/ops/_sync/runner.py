@@ -559,15 +559,27 @@ class Runner(Moves):
                 ticket = near.ticket(shard, key)
         kept = False
         try:
-            replies = self.execute(
-                shard,
-                commands,
-                write=write,
-                idempotent=idempotent,
-                replicas=replicas,
-                outage=outage,
-                client=writer,
-            )
+            if core.tracer is None and core.metrics is None:  # execute's plain case, a call less
+                roundtrip = self.roundtrip
+                replies = self.run(
+                    shard,
+                    lambda client: roundtrip(client, commands),
+                    write=write,
+                    idempotent=idempotent,
+                    replicas=replicas,
+                    outage=outage,
+                    client=writer,
+                )
+            else:
+                replies = self.execute(
+                    shard,
+                    commands,
+                    write=write,
+                    idempotent=idempotent,
+                    replicas=replicas,
+                    outage=outage,
+                    client=writer,
+                )
             kept = ticket is not None and is_ok(replies[0])
         except MASTER_ERRORS as exc:
             if not self.fail_open.skip(shard, exc, commands[0][0]):
