@@ -9,10 +9,13 @@ to the call at the head of a FIFO queue, since a server answers in the order it 
 task, no ``wait_for`` and no timer per call: a call waits on one future, woken once all its
 replies are in.
 
-The runner's code is unchanged: :class:`AsyncMuxPool` is the ``connection_pool`` of the loop's
-master client of a shard, and its ``get_connection`` hands out a :class:`MuxCall`, a cheap
-per-call handle with what the runner uses of a connection (``send_packed_command``,
-``read_response``, ``disconnect``, ``bulk_limit``, ``pack_commands``).
+:class:`AsyncMuxPool` is the ``connection_pool`` of the loop's master client of a shard. The
+runner's round trip (``send``) on it is, once the connection is open, one coroutine on the
+connection (:meth:`MuxLink.roundtrip`, via :func:`sender`): no handle, no reply count parsed.
+Every other use (the first call, which connects; ``scatter``'s batches; ``post``) goes through
+``get_connection``, which hands out a :class:`MuxCall`, a cheap per-call handle with what the
+runner uses of a connection (``send_packed_command``, ``read_response``, ``disconnect``,
+``bulk_limit``, ``pack_commands``).
 
 The failover rules, as the pooled lean path's (:class:`~sentinel_cache.core.ops.async_clients.
 AsyncLeanShardIO`):
