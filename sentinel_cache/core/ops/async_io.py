@@ -40,11 +40,11 @@ class AsyncShardIO:
     def __repr__(self) -> str:
         return f"<AsyncShardIO {self.clients!r}>"
 
-    def sender(self, send: Send) -> Send:
-        """The runner's round trip on a client: ``send``, or with ``ASYNC_MULTIPLEX`` the
-        multiplexed connection's own (one coroutine per call; ``send`` where it does not
-        apply)."""
-        return sender(send) if self.clients.multiplexed else send
+    def sender(self, send: Send) -> Send | None:
+        """With ``ASYNC_MULTIPLEX``, the runner's round trip on a client: the multiplexed
+        connection's own (one coroutine per call; ``send`` where it does not apply). None
+        otherwise: the runner's ``send``."""
+        return sender(send) if self.clients.multiplexed else None
 
     async def reader(self, shard: Shard) -> tuple[Address | None, Any]:
         """A replica in the read rotation (its address and client), or (None, None)."""

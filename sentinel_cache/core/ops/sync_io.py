@@ -34,10 +34,12 @@ class ShardIO:
     def __repr__(self) -> str:
         return f"<ShardIO {self.core!r}>"
 
-    def sender(self, send: Callable[[Any, Any], list[Any]]) -> Callable[[Any, Any], list[Any]]:
-        """The runner's round trip on a client: ``send`` itself (the asyncio twin may replace
-        it with the multiplexed connection's own)."""
-        return send
+    def sender(
+        self, send: Callable[[Any, Any], list[Any]]
+    ) -> Callable[[Any, Any], list[Any]] | None:
+        """None: the runner's round trip is its ``send`` (the asyncio twin may replace it with
+        the multiplexed connection's own)."""
+        return None
 
     def reader(self, shard: Shard) -> tuple[Address | None, Any]:
         """A replica in the read rotation (its address and client), or (None, None)."""

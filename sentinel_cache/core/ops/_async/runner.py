@@ -60,7 +60,8 @@ class AsyncRunner(AsyncMoves):
         # Read once: the options that put work on the hot path, off (the common case) or on.
         self.replica_reads = core.config.read_from_replicas
         self.outage_hold = core.config.outage_hold
-        #: One round trip on a client: :func:`send`, or the multiplexed connection's own.
+        #: The multiplexed connection's round trip on a client (falling back to :func:`send`
+        #: itself), or None: :func:`send`, looked up at each call.
         self.roundtrip = self.io.sender(send)
 
     async def aclose(self) -> None:
@@ -92,7 +93,7 @@ class AsyncRunner(AsyncMoves):
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run` (``client``: see there)."""
         core = self.core
-        roundtrip = self.roundtrip
+        roundtrip = self.roundtrip or send
         if core.tracer is None:
             metrics = core.metrics
             if metrics is None:
@@ -558,27 +559,15 @@ class AsyncRunner(AsyncMoves):
                 ticket = near.ticket(shard, key)
         kept = False
         try:
-            if core.tracer is None and core.metrics is None:  # execute's plain case, a call less
-                roundtrip = self.roundtrip
-                replies = await self.run(
-                    shard,
-                    lambda client: roundtrip(client, commands),
-                    write=write,
-                    idempotent=idempotent,
-                    replicas=replicas,
-                    outage=outage,
-                    client=writer,
-                )
-            else:
-                replies = await self.execute(
-                    shard,
-                    commands,
-                    write=write,
-                    idempotent=idempotent,
-                    replicas=replicas,
-                    outage=outage,
-                    client=writer,
-                )
+            replies = await self.execute(
+                shard,
+                commands,
+                write=write,
+                idempotent=idempotent,
+                replicas=replicas,
+                outage=outage,
+                client=writer,
+            )
             kept = ticket is not None and is_ok(replies[0])
         except MASTER_ERRORS as exc:
             if not self.fail_open.skip(shard, exc, commands[0][0]):
