@@ -654,21 +654,22 @@ def cut_after_write(
     connection cut after the write, the command run."""
     cuts: list[int] = []
     admin = redis.Redis(*cluster.master_address(cluster.master_names[0]))
-    real = MuxCall.send_packed_command
+    real = MuxLink.queue
 
-    async def send(self: MuxCall, command: Any, check_health: bool = True) -> None:
-        await real(self, command, check_health)
-        if not cuts and any(key.encode() in bytes(part) for part in command):
-            assert self.link.unflushed == 0, "written at once (the loop was idle)"
+    # Where every call's bytes go (the runner's round trip and a MuxCall's send alike).
+    def queue(self: MuxLink, call: MuxCall, data: list[Any]) -> None:
+        real(self, call, data)
+        if not cuts and any(key.encode() in bytes(part) for part in data):
+            assert self.unflushed == 0, "written at once (the loop was idle)"
             wait_until(lambda: ran(admin), 5, "the master to run the write")
-            sock = self.link.transport.get_extra_info("socket")
+            sock = self.transport.get_extra_info("socket")
             with socket.socket(fileno=os.dup(sock.fileno())) as twin:
                 twin.settimeout(5)
                 assert twin.recv(64)  # the reply, never read by the client
                 twin.shutdown(socket.SHUT_RDWR)
             cuts.append(1)
 
-    monkeypatch.setattr(MuxCall, "send_packed_command", send)
+    monkeypatch.setattr(MuxLink, "queue", queue)
     return cuts, admin
 
 
@@ -812,3 +813,211 @@ def test_a_resp3_push_goes_to_redis_py_and_the_replies_stay_in_step(
         core.close()
     assert replies == [b"OK", b"OK", b"1", b"PONG", b"2"], replies
     assert pushes and pushes[0][0] in (b"invalidate", "invalidate"), pushes
+
+
+# -- the runner's round trip on the shared connection (MuxLink.roundtrip) -------------------------
+def test_the_cache_calls_take_the_round_trip_once_connected(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the shared connection is open, a call is one ``roundtrip`` on it: no handle checked
+    out (the figures in docs/benchmarks.md are this path's); the first call connects through the
+    checkout, as before."""
+    key = key_on(core, 0, "mux-fast")
+    checkouts: list[int] = []
+    trips: list[int] = []
+    real_checkout, real_trip = AsyncMuxPool.get_connection, MuxLink.roundtrip
+
+    async def get_connection(self: AsyncMuxPool, *args: Any, **kwargs: Any) -> Any:
+        checkouts.append(1)
+        return await real_checkout(self, *args, **kwargs)
+
+    async def roundtrip(self: MuxLink, commands: Any) -> list[Any]:
+        trips.append(len(commands))
+        return await real_trip(self, commands)
+
+    monkeypatch.setattr(AsyncMuxPool, "get_connection", get_connection)
+    monkeypatch.setattr(MuxLink, "roundtrip", roundtrip)
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        assert await client.set(key, 1, 60) is True
+        assert checkouts == [1] and trips == []  # connected through the checkout
+        for call, expected in (
+            (client.get(key), 1),
+            (client.incr(key, 1), 2),
+            (client.delete(key), True),
+        ):
+            before = len(trips)
+            assert await call == expected
+            assert len(trips) > before
+        assert checkouts == [1]
+
+    run(core, scenario)
+
+
+def promote_when_queued(
+    monkeypatch: pytest.MonkeyPatch, core: ShardedSentinelPool, key: str
+) -> list[int]:
+    """A promotion announced right after the first call about ``key`` is queued (its reply not
+    read yet); returns the reply counts of the calls about ``key`` queued."""
+    queued: list[int] = []
+    real = MuxLink.queue
+
+    def queue(self: MuxLink, call: MuxCall, data: list[Any]) -> None:
+        real(self, call, data)
+        if any(key.encode() in bytes(part) for part in data):
+            queued.append(call.due)
+            if len(queued) == 1:
+                core.shards[0].note_promotion()  # what the listener does on +promoted-slave
+
+    monkeypatch.setattr(MuxLink, "queue", queue)
+    return queued
+
+
+def test_the_round_trip_takes_no_reply_after_a_promotion_as_an_acknowledgement(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A promotion between queueing a call and reading its reply: a non-idempotent ``incr``
+    raises StaleReplyError (run once on the server, never resent), the connection closed."""
+    key = key_on(core, 0, "mux-fast-stale")
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key, 1, 60)
+        old = (await pool_of(client, 0)).link
+        queued = promote_when_queued(monkeypatch, core, key)
+        with pytest.raises(StaleReplyError, match="promoted a replica"):
+            await client.incr(key, 1)
+        assert queued == [1]  # one reply due (the number of commands), sent once
+        assert old is not None and old.closed is not None
+        monkeypatch.undo()
+        assert await client.get(key) == 2  # it ran once; a new connection serves
+
+    run(core, scenario)
+
+
+def test_the_round_trip_resends_an_idempotent_read_after_a_promotion(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same switch under a ``get``: its reply is refused and the read sent again, on a new
+    connection, and answered."""
+    key = key_on(core, 0, "mux-fast-reread")
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key, "v", 60)
+        old = (await pool_of(client, 0)).link
+        queued = promote_when_queued(monkeypatch, core, key)
+        assert await client.get(key) == "v"
+        assert queued == [1, 1]  # refused, then sent again
+        new = (await pool_of(client, 0)).link
+        assert old is not None and old.closed is not None and new is not old
+
+    run(core, scenario)
+
+
+def test_a_planted_fault_in_the_round_trip_acknowledges_a_stale_reply(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check above can fail: with the link's view of the shard frozen, the ``incr`` after a
+    promotion is taken as acknowledged."""
+    key = key_on(core, 0, "mux-fast-planted")
+
+    async def scenario(client: AsyncCacheClient) -> Any:
+        await client.set(key, 1, 60)
+        link = (await pool_of(client, 0)).link
+        assert link is not None
+        monkeypatch.setattr(link, "shard", SimpleNamespace(state=core.shards[0].state))
+        promote_when_queued(monkeypatch, core, key)
+        return await client.incr(key, 1)
+
+    assert run(core, scenario) == 2
+
+
+def test_the_round_trip_raises_an_error_reply_after_the_rest_and_stays_in_step(
+    core: ShardedSentinelPool,
+) -> None:
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key_on(core, 0, "mux-fast-warm"), 1, 60)
+        link = (await pool_of(client, 0)).ready()
+        assert link is not None
+        key = key_on(core, 0, "mux-fast-error")
+        with pytest.raises(redis.ResponseError, match="not an integer"):
+            await link.roundtrip([("SET", key, "x"), ("INCR", key), ("GET", key)])
+        assert link.closed is None and not link.calls
+        assert await link.roundtrip([("GET", key)]) == [b"x"]  # its own reply, in step
+
+    run(core, scenario)
+
+
+def test_the_round_trip_on_a_closing_transport_is_refused_as_never_sent(
+    core: ShardedSentinelPool,
+) -> None:
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key_on(core, 0, "mux-fast-warm"), 1, 60)
+        link = (await pool_of(client, 0)).ready()
+        assert link is not None
+        link.transport.close()
+        with pytest.raises(RedisConnectionError) as refused:
+            await link.roundtrip([("INCR", "mux-fast-closing")])
+        assert unsent(refused.value)
+        assert await client.set("mux-fast-closing-after", 1, 60) is True  # a new connection
+
+    run(core, scenario)
+
+
+def test_a_round_trip_past_its_socket_timeout_fails_alone_and_the_ones_behind_are_dropped(
+    two: LocalSentinelCluster,
+) -> None:
+    timeout = 0.3
+    core = make(two, socket_timeout=timeout)
+    key = key_on(core, 0, "mux-fast-timeout")
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key, "v", 60)
+        link = (await pool_of(client, 0)).ready()
+        assert link is not None
+        started = time.monotonic()
+        blocked, behind = await asyncio.gather(
+            link.roundtrip([("BLPOP", "mux-fast-nothing", 10)]),
+            link.roundtrip([("GET", key)]),
+            return_exceptions=True,
+        )
+        elapsed = time.monotonic() - started
+        assert isinstance(blocked, RedisTimeoutError), blocked
+        assert isinstance(behind, RedisConnectionError), behind
+        assert not unsent(behind) and not isinstance(behind, RedisTimeoutError)
+        assert timeout <= elapsed < 10, elapsed  # its own timeout, not the BLPOP's 10 s
+        assert await client.get(key) == "v"  # a new connection
+        # A call whose first reply came and whose second did not fails whole.
+        link = (await pool_of(client, 0)).ready()
+        assert link is not None
+        with pytest.raises(RedisTimeoutError):
+            await link.roundtrip([("GET", key), ("BLPOP", "mux-fast-nothing", 10)])
+
+    try:
+        run(core, scenario)
+    finally:
+        core.close()
+
+
+def test_a_loading_reply_in_the_round_trip_closes_the_shared_connection(
+    hostile: Callable[..., ShardedSentinelPool],  # noqa: F811
+) -> None:
+    """``-LOADING`` (redis-py's BusyLoadingError, a connection error handed as a reply) is no
+    value: the call fails as a connection failure naming the shard, the connection closed."""
+    from sentinel_cache.testing.fake_sentinel import Raw
+
+    pool = hostile(
+        {("GET",): Raw(b"-LOADING the dataset is being loaded\r\n")}, async_multiplex=True
+    )
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        mux = await pool_of(client, 0)
+        await mux.get_connection()  # connected: the get below is a round trip
+        link = mux.ready()
+        assert link is not None
+        with pytest.raises(ShardUnavailableError) as failed:
+            await client.get("k")
+        names_the_shard(failed.value, pool)
+        assert isinstance(failed.value.__cause__, redis.exceptions.BusyLoadingError)
+        assert link.closed is not None
+
+    run(pool, scenario)

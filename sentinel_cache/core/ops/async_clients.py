@@ -455,6 +455,8 @@ class AsyncShardClients:
         # path is refused (see async_mux). Its connections are opened only when used.
         self._multiplex = config.async_multiplex
         self._multiplex_explicit = config.async_multiplex_explicit
+        #: Whether the masters' clients are multiplexed (``ASYNC_MULTIPLEX``).
+        self.multiplexed: bool = config.async_multiplex
         self._pool_timeout = config.pool_timeout
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
             weakref.WeakKeyDictionary()

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from sentinel_cache.core.config import Address
 from sentinel_cache.core.ops.async_clients import shared_async_clients
+from sentinel_cache.core.ops.async_mux import Send, sender
 from sentinel_cache.core.topology.shard import Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
 from sentinel_cache.exceptions import FailoverInProgressError
@@ -38,6 +39,12 @@ class AsyncShardIO:
 
     def __repr__(self) -> str:
         return f"<AsyncShardIO {self.clients!r}>"
+
+    def sender(self, send: Send) -> Send | None:
+        """With ``ASYNC_MULTIPLEX``, the runner's round trip on a client: the multiplexed
+        connection's own (one coroutine per call; ``send`` where it does not apply). None
+        otherwise: the runner's ``send``."""
+        return sender(send) if self.clients.multiplexed else None
 
     async def reader(self, shard: Shard) -> tuple[Address | None, Any]:
         """A replica in the read rotation (its address and client), or (None, None)."""

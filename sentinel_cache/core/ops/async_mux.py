@@ -9,10 +9,13 @@ to the call at the head of a FIFO queue, since a server answers in the order it 
 task, no ``wait_for`` and no timer per call: a call waits on one future, woken once all its
 replies are in.
 
-The runner's code is unchanged: :class:`AsyncMuxPool` is the ``connection_pool`` of the loop's
-master client of a shard, and its ``get_connection`` hands out a :class:`MuxCall`, a cheap
-per-call handle with what the runner uses of a connection (``send_packed_command``,
-``read_response``, ``disconnect``, ``bulk_limit``, ``pack_commands``).
+:class:`AsyncMuxPool` is the ``connection_pool`` of the loop's master client of a shard. The
+runner's round trip (``send``) on it is, once the connection is open, one coroutine on the
+connection (:meth:`MuxLink.roundtrip`, via :func:`sender`): no handle, no reply count parsed.
+Every other use (the first call, which connects; ``scatter``'s batches; ``post``) goes through
+``get_connection``, which hands out a :class:`MuxCall`, a cheap per-call handle with what the
+runner uses of a connection (``send_packed_command``, ``read_response``, ``disconnect``,
+``bulk_limit``, ``pack_commands``).
 
 The failover rules, as the pooled lean path's (:class:`~sentinel_cache.core.ops.async_clients.
 AsyncLeanShardIO`):
@@ -49,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis.asyncio
@@ -56,7 +60,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from sentinel_cache.core.ops.plans import REPLY_SKIP
+from sentinel_cache.core.ops.plans import REPLY_SKIP, Command, pack
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology.lean_rules import (
     CLOSED,
@@ -75,6 +79,9 @@ except ImportError:  # pragma: no cover - no link is made without it (the pool s
     hiredis = None  # type: ignore[assignment]
 
 logger = logging.getLogger("sentinel_cache")
+
+#: The runner's one round trip on a client (``runner.send``).
+Send = Callable[[Any, Sequence[Command]], Awaitable[list[Any]]]
 
 #: What ``CLIENT REPLY SKIP`` looks like packed: it and the command after it have no reply.
 _SKIP = b"".join(b"$%d\r\n%s\r\n" % (len(part), part.encode()) for part in REPLY_SKIP)
@@ -124,12 +131,14 @@ class MuxCall:
 
     __slots__ = ("link", "due", "replies", "taken", "waiter", "error", "promotions", "deadline")
 
-    def __init__(self, link: MuxLink) -> None:
+    def __init__(
+        self, link: MuxLink, due: int = 0, waiter: asyncio.Future[None] | None = None
+    ) -> None:
         self.link = link
-        self.due = 0
+        self.due = due
         self.replies: list[Any] = []
         self.taken = 0
-        self.waiter: asyncio.Future[None] | None = None
+        self.waiter = waiter
         self.error: BaseException | None = None
         self.promotions = 0
         self.deadline = 0.0
@@ -467,6 +476,52 @@ class MuxLink(asyncio.Protocol):
         """Close it (a checkout found the shard switched, or the pool was closed)."""
         self.fail(self.dropped("closed by the client"))
 
+    # -- the runner's round trip, in one coroutine ---------------------------------------------
+    async def roundtrip(self, commands: Sequence[Command]) -> list[Any]:
+        """What the runner's ``send`` does on a :class:`MuxCall` (pack, queue, read every reply,
+        an error reply raised after the others), in one coroutine instead of five: the
+        checkout, ``send_packed_command``, a ``read_response`` per reply and the release are
+        one call's work here. The reply count is the number of commands (``send`` never sends
+        ``CLIENT REPLY SKIP``), not parsed from the bytes. Every rule of ``read_response``
+        holds, reply by reply: the reply guard, ``READONLY``, the stale-reply check."""
+        data = pack(self.connection, commands)
+        if self.transport.is_closing():  # closed before anything was queued: never ran
+            raise mark_unsent(RedisConnectionError(CLOSED))
+        waiter = self.loop.create_future()
+        call = MuxCall(self, len(commands), waiter)
+        call.promotions = self.shard.state.promotions
+        self.queue(call, data)
+        if self.paused:
+            await self.drained()
+        await waiter  # woken once every reply is in, or by fail(): never left pending
+        replies = call.replies
+        error: ResponseError | None = None
+        for reply in replies:
+            kind = type(reply)
+            if kind is not bytes:
+                if (failure := broken(reply)) is not None:
+                    self.fail(lambda: RedisConnectionError(f"{failure}"), first=(call, failure))
+                    raise failure
+                if kind is not list and isinstance(reply, ResponseError):
+                    if isinstance(reply, ReadOnlyError):  # no master any more: drop the socket
+                        self.fail(self.dropped("the node answered READONLY"), first=(call, reply))
+                        raise reply
+                    error = error or reply
+                    continue
+            state = self.shard.state
+            if self.generation != state.generation or call.promotions != state.promotions:
+                untrusted = self.untrusted(call)  # no acknowledgement from a replaced master
+                if untrusted is not None:
+                    self.fail(
+                        self.dropped("the shard switched"), first=(call, untrusted), stale=True
+                    )
+                    raise untrusted
+        if len(replies) != call.due:  # failed before all its replies came
+            raise call.error  # type: ignore[misc]
+        if error is not None:
+            raise error
+        return replies
+
 
 class AsyncMuxPool:
     """The pool-like ``connection_pool`` of a shard master's client in one event loop with
@@ -492,7 +547,9 @@ class AsyncMuxPool:
     def get_encoder(self) -> Any:
         return self.dedicated.get_encoder()
 
-    async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+    def ready(self) -> MuxLink | None:
+        """The shared connection if a call may be queued on it now without connecting: open,
+        to the shard's master of the moment, this process's; else None."""
         link = self.link
         if (
             link is not None
@@ -503,6 +560,12 @@ class AsyncMuxPool:
             # before anything is written, as the pool's checkout does
             and (link.calls or link.out or not link.connection.idle_readable())
         ):
+            return link
+        return None
+
+    async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+        link = self.ready()
+        if link is not None:
             return MuxCall(link)
         if not self.multiplexed:
             return await self.dedicated.get_connection(command_name, *keys, **options)
@@ -566,6 +629,24 @@ class AsyncMuxPool:
             link.close()
             self.link = None
         await self.dedicated.disconnect(inuse_connections=inuse_connections)
+
+
+def sender(send: Send) -> Send:
+    """The runner's ``send`` with the multiplexed round trip (:meth:`MuxLink.roundtrip`) where
+    the client is a shard master's :class:`MuxRedis` whose connection is ready; ``send`` itself
+    otherwise (a replica, the dedicated pool, a connection to open or reopen: its checkout's
+    rules apply, a failed connect marked unsent)."""
+
+    def mux_send(client: Any, commands: Sequence[Command]) -> Awaitable[list[Any]]:
+        # Not a coroutine itself: the runner awaits the one it returns (a frame less per call).
+        pool = client.connection_pool
+        if type(pool) is AsyncMuxPool:
+            link = pool.ready()
+            if link is not None:
+                return link.roundtrip(commands)
+        return send(client, commands)
+
+    return mux_send
 
 
 class MuxRedis(redis.asyncio.Redis):

@@ -34,6 +34,13 @@ class ShardIO:
     def __repr__(self) -> str:
         return f"<ShardIO {self.core!r}>"
 
+    def sender(
+        self, send: Callable[[Any, Any], list[Any]]
+    ) -> Callable[[Any, Any], list[Any]] | None:
+        """None: the runner's round trip is its ``send`` (the asyncio twin may replace it with
+        the multiplexed connection's own)."""
+        return None
+
     def reader(self, shard: Shard) -> tuple[Address | None, Any]:
         """A replica in the read rotation (its address and client), or (None, None)."""
         return shard.read_replica() or (None, None)

@@ -60,6 +60,9 @@ class AsyncRunner(AsyncMoves):
         # Read once: the options that put work on the hot path, off (the common case) or on.
         self.replica_reads = core.config.read_from_replicas
         self.outage_hold = core.config.outage_hold
+        #: The multiplexed connection's round trip on a client (falling back to :func:`send`
+        #: itself), or None: :func:`send`, looked up at each call.
+        self.roundtrip = self.io.sender(send)
 
     async def aclose(self) -> None:
         """Release this flavour's connections (asyncio: the running loop's); the core stays."""
@@ -90,12 +93,13 @@ class AsyncRunner(AsyncMoves):
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run` (``client``: see there)."""
         core = self.core
+        roundtrip = self.roundtrip or send
         if core.tracer is None:
             metrics = core.metrics
             if metrics is None:
                 return await self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    lambda client: roundtrip(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -106,7 +110,7 @@ class AsyncRunner(AsyncMoves):
             try:
                 replies = await self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    lambda client: roundtrip(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -121,7 +125,7 @@ class AsyncRunner(AsyncMoves):
         with observed(core, shard, commands) as call:
             call.replies = await self.run(
                 shard,
-                lambda client: send(client, commands),
+                lambda client: roundtrip(client, commands),
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,

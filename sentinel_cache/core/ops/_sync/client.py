@@ -117,7 +117,10 @@ class CacheOperations(Runner):
             if not non_string_miss(exc, key):
                 raise
             return default
-        return self.value_of(data, key, default)
+        if data is None:  # value_of's, inlined: every get's last step
+            return default
+        value = self.decode(data, key)
+        return default if value is MISS else value
 
     def set(
         self, key: Any, value: Any, timeout: float | None, *, nx: bool = False, xx: bool = False

@@ -61,6 +61,9 @@ class Runner(Moves):
         # Read once: the options that put work on the hot path, off (the common case) or on.
         self.replica_reads = core.config.read_from_replicas
         self.outage_hold = core.config.outage_hold
+        #: The multiplexed connection's round trip on a client (falling back to :func:`send`
+        #: itself), or None: :func:`send`, looked up at each call.
+        self.roundtrip = self.io.sender(send)
 
     def close(self) -> None:
         """Release this flavour's connections (asyncio: the running loop's); the core stays."""
@@ -91,12 +94,13 @@ class Runner(Moves):
         """Send ``commands`` to the shard in one round trip and return their replies, with the
         safety net of :meth:`run` (``client``: see there)."""
         core = self.core
+        roundtrip = self.roundtrip or send
         if core.tracer is None:
             metrics = core.metrics
             if metrics is None:
                 return self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    lambda client: roundtrip(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -107,7 +111,7 @@ class Runner(Moves):
             try:
                 replies = self.run(
                     shard,
-                    lambda client: send(client, commands),
+                    lambda client: roundtrip(client, commands),
                     write=write,
                     idempotent=idempotent,
                     replicas=replicas,
@@ -122,7 +126,7 @@ class Runner(Moves):
         with observed(core, shard, commands) as call:
             call.replies = self.run(
                 shard,
-                lambda client: send(client, commands),
+                lambda client: roundtrip(client, commands),
                 write=write,
                 idempotent=idempotent,
                 replicas=replicas,
