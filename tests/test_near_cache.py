@@ -106,12 +106,12 @@ def test_a_hit_is_served_locally_and_an_outside_write_evicts_it(core: ShardedSen
         assert client.get("near:a") == {"v": 1}
         return bool(near_status(core, "near:a")["hits"] == before + 1)
 
-    wait_until(hit, 2, "a near-cache hit")
+    wait_until(hit, 5, "a near-cache hit")
     with outsider(core, "near:a") as other:
         other.set("near:a", Codec().dumps({"v": 2}))
-        written = time.monotonic()
-    wait_until(lambda: client.get("near:a") == {"v": 2}, 1, "the invalidation")
-    assert time.monotonic() - written < 1
+    # The invalidation is on the socket before the outsider's reply: the next read asks the
+    # server (near_tracking.Arrivals), however late the tracker applies it.
+    assert client.get("near:a") == {"v": 2}
     assert near_status(core, "near:a")["invalidations"] >= 1
 
 
