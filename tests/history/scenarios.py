@@ -171,7 +171,7 @@ def record(
         finally:
             recorder.stop()
             cluster.clear_faults()
-        settled = settle(cluster)
+        settled = settle(cluster, demote=True)  # the clients have stopped
     except BaseException:
         recorder.abort()
         raise
