@@ -31,29 +31,35 @@ typecheck: venv
 # own logic (those run once, on the first pass). The first pass prints its 25 slowest tests.
 # PYTEST_WORKERS processes (pytest-xdist), each taking whole files: most tests wait on servers
 # and sentinels rather than compute, so two halve the time on CI's 2 cores; 0 runs in-process.
+# The second pass lists its files slowest first (test time on the embedded Valkey, summed from
+# --durations=0) and keeps that order (--no-loadscope-reorder, pytest-xdist 3.8; by default
+# xdist hands out the files with the most tests first), so no slow file starts last.
 PYTEST_WORKERS ?= 2
 XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 pytest: venv
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" --durations=25 $(XDIST) $(PYTEST_ARGS)
-	SENTINEL_CACHE_SERVER=embedded $(PY) -m pytest -q -p no:cacheprovider $(XDIST) \
-		tests/test_core.py tests/test_failover.py tests/test_harness.py tests/test_safety_net.py tests/test_near_cache.py \
-		tests/test_near_cache_truth.py tests/test_scan_failover.py tests/test_sscan_failover.py tests/test_value_format.py \
-		tests/django/test_django_hashes.py tests/django/test_django_sets.py tests/django/test_django_sorted_sets.py \
-		tests/django/test_django_redis_extras.py tests/test_stampede.py tests/test_stampede_wake.py \
-		tests/test_stampede_writes_win.py tests/test_stampede_coalesce.py \
-		tests/test_outage.py tests/test_outage_hung.py tests/test_outage_near.py \
-		tests/django/test_django_outage_sessions.py tests/test_sync_lean_io.py tests/test_async_lean_io.py \
-		tests/test_listener_load.py tests/test_safety_net_retry.py tests/test_async_read_deadlines.py \
-		tests/test_outage_near_fill.py tests/test_near_replica_rotation.py \
-		tests/test_docs_promises_acl.py tests/test_docs_promises_durable.py tests/test_reshard_durable.py tests/test_docs_promises_sentinels.py \
-		tests/test_docs_promises_options.py tests/test_docs_promises_metrics.py \
-		tests/test_metrics_batches.py tests/test_scatter_ready.py tests/test_sync_quick_release.py tests/test_sentinel_epoch_refused.py \
-		tests/test_feature_denied.py tests/test_adoption_durable.py tests/test_durable_shortfall_log.py \
-		tests/test_feature_revoked.py tests/test_closed_connections.py \
-		tests/test_reshard_read_race.py tests/test_resend_rules.py tests/test_value_limit.py \
-		tests/test_stampede_lock_expiry.py tests/test_incr_foreign.py tests/test_lock_outage.py tests/java/test_jedis.py \
-		tests/test_outage_staleness.py tests/django/test_django_crash_defaults.py tests/test_kill_storm.py \
-		tests/test_async_mux.py tests/test_near_cache_arrivals.py
+	SENTINEL_CACHE_SERVER=embedded $(PY) -m pytest -q -p no:cacheprovider $(XDIST) --no-loadscope-reorder \
+		tests/test_outage.py tests/test_harness.py tests/test_failover.py tests/test_scan_failover.py \
+		tests/test_near_cache_truth.py tests/test_stampede_wake.py tests/test_async_mux.py \
+		tests/test_reshard_read_race.py tests/test_outage_staleness.py tests/test_near_cache.py \
+		tests/test_stampede.py tests/test_core.py tests/test_kill_storm.py tests/java/test_jedis.py \
+		tests/django/test_django_crash_defaults.py tests/test_closed_connections.py \
+		tests/django/test_django_outage_sessions.py tests/test_listener_load.py tests/test_safety_net.py \
+		tests/test_lock_outage.py tests/test_resend_rules.py tests/test_stampede_lock_expiry.py \
+		tests/test_outage_hung.py tests/django/test_django_sets.py tests/test_reshard_durable.py \
+		tests/test_outage_near.py tests/django/test_django_sorted_sets.py tests/test_adoption_durable.py \
+		tests/django/test_django_redis_extras.py tests/test_docs_promises_acl.py \
+		tests/test_sscan_failover.py tests/test_durable_shortfall_log.py \
+		tests/test_async_read_deadlines.py tests/test_async_lean_io.py tests/test_incr_foreign.py \
+		tests/test_sync_lean_io.py tests/test_docs_promises_options.py tests/test_feature_revoked.py \
+		tests/test_near_cache_arrivals.py tests/test_outage_near_fill.py \
+		tests/test_docs_promises_metrics.py tests/test_scatter_ready.py \
+		tests/django/test_django_hashes.py tests/test_feature_denied.py \
+		tests/test_sentinel_epoch_refused.py tests/test_stampede_writes_win.py \
+		tests/test_docs_promises_durable.py tests/test_stampede_coalesce.py tests/test_value_limit.py \
+		tests/test_near_replica_rotation.py tests/test_docs_promises_sentinels.py \
+		tests/test_value_format.py tests/test_safety_net_retry.py tests/test_metrics_batches.py \
+		tests/test_sync_quick_release.py
 
 # Every network-fault scenario, the long heal-at-switch rounds included (not part of `make test`).
 chaos: venv

@@ -175,7 +175,7 @@ def record(
         finally:
             recorder.stop()
             cluster.clear_faults()
-        settled = settle(cluster)
+        settled = settle(cluster, demote=True)  # the clients have stopped
     except BaseException:
         recorder.abort()
         raise
