@@ -40,6 +40,8 @@ def test_ipv6_sentinel() -> None:
         ([("h", 1, 2)], "(host, port)"),
         (["a:1", "a:1"], "listed twice"),
         (12, "12"),
+        ([("h", float("inf"))], "inf"),  # int() raised OverflowError (found by the fuzz test)
+        ([("h", float("nan"))], "nan"),
     ],
 )
 def test_bad_sentinels(sentinels: object, fragment: str) -> None:

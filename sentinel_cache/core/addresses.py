@@ -67,7 +67,7 @@ def _parse_port(port: Any, field_name: str, whole: Any) -> int:
         raise bad_value(field_name, whole, "the port must be an integer from 1 to 65535")
     try:
         number = int(port)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         raise bad_value(field_name, whole, "the port must be an integer from 1 to 65535") from None
     if not 1 <= number <= 65535 or (isinstance(port, float) and port != number):
         raise bad_value(field_name, whole, "the port must be an integer from 1 to 65535")
