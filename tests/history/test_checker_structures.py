@@ -240,6 +240,15 @@ def test_an_aborted_failover_excuses_only_the_writes_its_fence_held_and_failed()
     assert judged(late, events=events) == {"unavailable": 1}
 
 
+def test_a_planned_failover_excuses_only_a_reply_across_its_promotion() -> None:
+    events = (Event("planned failover", 1.0, 3.0),)
+    stale = replace(raised((1.5, 1.6)), error="StaleReplyError: ... outcome is unknown")
+    assert judged(stale, events=events) == {}
+    # another error inside the failover, or a stale reply outside it
+    assert judged(raised((1.5, 1.6)), events=events) == {"unavailable": 1}
+    assert judged(replace(stale, invoke=4.0, complete=4.1), events=events) == {"unavailable": 1}
+
+
 def test_client_kill_excuses_only_the_ops_in_flight_across_a_kill() -> None:
     kills = (
         Event("client kill", 0.9, 3.1),
