@@ -7,6 +7,7 @@ versions (``SENTINEL_CACHE_HISTORY_SCALE``, default 4 there) run under ``make ch
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -517,7 +518,14 @@ PLANTED_NEAR = [
 def test_planted_resharding_fault_is_reported(
     feature: Feature, caught_as: set[str], grown: LocalSentinelCluster
 ) -> None:
+    """Tombstones off shows only where a delete lands inside a moving key's first copy: most
+    schedules meet that on 10 keys or more, a few on none (seed 27513661: 0 in a CI run and in
+    its replay, with the copy 100 or 300 ms late). Such a run proves nothing either way, so one
+    more seed is drawn; the fault must be reported in one of the two runs."""
     verdict = run_feature(feature, grown, seed())
+    if not caught_as & set(verdict.by_rule()):
+        print(f"not shown: {verdict!r}; drawing another schedule", file=sys.stderr)
+        verdict = run_feature(feature, grown, seed())
     assert caught_as & set(verdict.by_rule()), verdict.report()
 
 
