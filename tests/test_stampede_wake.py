@@ -421,3 +421,25 @@ def test_a_process_holds_at_most_a_quarter_of_a_shards_pool_blocked(
     finally:
         holder_pool.close()
         waiter_pool.close()
+
+
+def test_a_ticket_is_not_given_for_a_key_stored_since_the_callers_miss(
+    cluster: LocalSentinelCluster,
+) -> None:
+    """A decorator's caller missed, then another caller computed, stored and released before
+    this one asked for the lock: the lock is free, but the key is there, so no ticket (look in
+    the cache again) and the lock is given back. Before, the caller computed it a second time
+    (a loaded CI run: a cold Flask view ran twice across two processes)."""
+    pool = pool_of(cluster)
+    key = f"ticket-stored-{time.time_ns()}"
+    try:
+        flight = SingleFlight(CacheClient(pool, Codec()), 30)
+        pool.client_for(key).set(key, b"computed by another caller", px=60_000)
+        assert flight.begin(key) is None
+        assert not pool.client_for(key).exists(lock_key(key))
+        pool.client_for(key).delete(key)
+        ticket = flight.begin(key)  # missing: this caller computes
+        assert ticket is not None and ticket.token is not None
+        ticket.end()
+    finally:
+        pool.close()

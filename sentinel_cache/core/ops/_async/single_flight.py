@@ -34,6 +34,7 @@ from sentinel_cache.core.ops._async.stampede import (
     delta_key,
     lock_key,
     refresh_due,
+    release_command,
     take_lock,
     timed_reads,
     wait_released,
@@ -112,15 +113,20 @@ class AsyncSingleFlight:
             return None
         try:
             token, take = take_lock(key, self.lock_timeout)
-            (taken, ms_left), _ = await self.client.keyed(
-                key, [take, ("PTTL", lock_key(key))], [SKIPPED, -2], WRITE
+            (taken, ms_left, present), _ = await self.client.keyed(
+                key, [take, ("PTTL", lock_key(key)), ("EXISTS", key)], [SKIPPED, -2, 0], WRITE
             )
             if taken is SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no coordination
                 return AsyncTicket(self, key, None, turn)
             if is_ok(taken):
-                return AsyncTicket(self, key, token, turn)
-            deadline = time.monotonic() + self.lock_timeout  # a longer lock is not waited out
-            await wait_released(self.client, key, ms_left, None, deadline)
+                if not present:
+                    return AsyncTicket(self, key, token, turn)
+                # A holder stored and released between this caller's miss and its lock: the
+                # value is there, read under the lock, so it is not computed a second time.
+                await self.client.keyed(key, [release_command(key, token)], [0], WRITE)
+            else:
+                deadline = time.monotonic() + self.lock_timeout  # a longer lock: not waited out
+                await wait_released(self.client, key, ms_left, None, deadline)
         except BaseException:
             turns.end(key, turn)
             raise

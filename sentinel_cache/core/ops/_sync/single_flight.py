@@ -35,6 +35,7 @@ from sentinel_cache.core.ops._sync.stampede import (
     delta_key,
     lock_key,
     refresh_due,
+    release_command,
     take_lock,
     timed_reads,
     wait_released,
@@ -113,15 +114,20 @@ class SingleFlight:
             return None
         try:
             token, take = take_lock(key, self.lock_timeout)
-            (taken, ms_left), _ = self.client.keyed(
-                key, [take, ("PTTL", lock_key(key))], [SKIPPED, -2], WRITE
+            (taken, ms_left, present), _ = self.client.keyed(
+                key, [take, ("PTTL", lock_key(key)), ("EXISTS", key)], [SKIPPED, -2, 0], WRITE
             )
             if taken is SKIPPED:  # IGNORE_EXCEPTIONS skipped the shard: no coordination
                 return Ticket(self, key, None, turn)
             if is_ok(taken):
-                return Ticket(self, key, token, turn)
-            deadline = time.monotonic() + self.lock_timeout  # a longer lock is not waited out
-            wait_released(self.client, key, ms_left, None, deadline)
+                if not present:
+                    return Ticket(self, key, token, turn)
+                # A holder stored and released between this caller's miss and its lock: the
+                # value is there, read under the lock, so it is not computed a second time.
+                self.client.keyed(key, [release_command(key, token)], [0], WRITE)
+            else:
+                deadline = time.monotonic() + self.lock_timeout  # a longer lock: not waited out
+                wait_released(self.client, key, ms_left, None, deadline)
         except BaseException:
             turns.end(key, turn)
             raise
