@@ -181,22 +181,9 @@ class MuxCall:
                 raise self.error  # type: ignore[misc]
         reply = replies[taken]
         self.taken = taken + 1
-        link = self.link
-        kind = type(reply)
-        if kind is not bytes:
-            if (failure := broken(reply)) is not None:
-                link.fail(lambda: RedisConnectionError(f"{failure}"), first=(self, failure))
-                raise failure
-            if kind is not list and isinstance(reply, ResponseError):
-                if isinstance(reply, ReadOnlyError):  # no master any more: drop the socket
-                    link.fail(link.dropped("the node answered READONLY"), first=(self, reply))
-                raise reply
-        state = link.shard.state
-        if link.generation != state.generation or self.promotions != state.promotions:
-            untrusted = link.untrusted(self)  # no acknowledgement from a replaced master
-            if untrusted is not None:
-                link.fail(link.dropped("the shard switched"), first=(self, untrusted), stale=True)
-                raise untrusted
+        error = self.link.checked(self, reply)
+        if error is not None:
+            raise error
         return reply
 
     async def disconnect(self, nowait: bool = False) -> None:
@@ -476,6 +463,28 @@ class MuxLink(asyncio.Protocol):
         """Close it (a checkout found the shard switched, or the pool was closed)."""
         self.fail(self.dropped("closed by the client"))
 
+    def checked(self, call: MuxCall, reply: Any) -> ResponseError | None:
+        """The rules every reply of ``call`` passes, whichever way it is read: the reply guard,
+        ``READONLY`` (the connection dropped), no acknowledgement from a replaced master (each
+        raised here); an error reply is returned, for the caller to raise."""
+        kind = type(reply)
+        if kind is not bytes:
+            if (failure := broken(reply)) is not None:
+                self.fail(lambda: RedisConnectionError(f"{failure}"), first=(call, failure))
+                raise failure
+            if kind is not list and isinstance(reply, ResponseError):
+                if isinstance(reply, ReadOnlyError):  # no master any more: drop the socket
+                    self.fail(self.dropped("the node answered READONLY"), first=(call, reply))
+                    raise reply
+                return reply
+        state = self.shard.state
+        if self.generation != state.generation or call.promotions != state.promotions:
+            untrusted = self.untrusted(call)  # no acknowledgement from a replaced master
+            if untrusted is not None:
+                self.fail(self.dropped("the shard switched"), first=(call, untrusted), stale=True)
+                raise untrusted
+        return None
+
     # -- the runner's round trip, in one coroutine ---------------------------------------------
     async def roundtrip(self, commands: Sequence[Command]) -> list[Any]:
         """What the runner's ``send`` does on a :class:`MuxCall` (pack, queue, read every reply,
@@ -496,26 +505,9 @@ class MuxLink(asyncio.Protocol):
         await waiter  # woken once every reply is in, or by fail(): never left pending
         replies = call.replies
         error: ResponseError | None = None
-        for reply in replies:
-            kind = type(reply)
-            if kind is not bytes:
-                if (failure := broken(reply)) is not None:
-                    self.fail(lambda: RedisConnectionError(f"{failure}"), first=(call, failure))
-                    raise failure
-                if kind is not list and isinstance(reply, ResponseError):
-                    if isinstance(reply, ReadOnlyError):  # no master any more: drop the socket
-                        self.fail(self.dropped("the node answered READONLY"), first=(call, reply))
-                        raise reply
-                    error = error or reply
-                    continue
-            state = self.shard.state
-            if self.generation != state.generation or call.promotions != state.promotions:
-                untrusted = self.untrusted(call)  # no acknowledgement from a replaced master
-                if untrusted is not None:
-                    self.fail(
-                        self.dropped("the shard switched"), first=(call, untrusted), stale=True
-                    )
-                    raise untrusted
+        for reply in replies:  # every reply checked; the first error reply raised after
+            found = self.checked(call, reply)
+            error = error or found
         if len(replies) != call.due:  # failed before all its replies came
             raise call.error  # type: ignore[misc]
         if error is not None:
