@@ -24,6 +24,7 @@ from waiting import key_on, wait_until
 from sentinel_cache import ReplyProtocolError, ShardUnavailableError, StaleReplyError
 from sentinel_cache.core.config import PoolConfig, parse_cache_config
 from sentinel_cache.core.ops import async_mux
+from sentinel_cache.core.ops._async import runner as runner_module
 from sentinel_cache.core.ops.aio import AsyncCacheClient
 from sentinel_cache.core.ops.async_mux import AsyncMuxPool, MuxCall, MuxLink, replies_due
 from sentinel_cache.core.ops.client import CacheClient
@@ -1021,3 +1022,138 @@ def test_a_loading_reply_in_the_round_trip_closes_the_shared_connection(
         assert link.closed is not None
 
     run(pool, scenario)
+
+
+# -- the runner's direct round trip: execute sends on the open shared connection without run ---
+def spy_run(monkeypatch: pytest.MonkeyPatch, client: AsyncCacheClient) -> list[bool]:
+    """Record each call of the client's ``run`` (the safety net's entry): its ``failed``."""
+    runs: list[bool] = []
+    real = client.run
+
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        runs.append(kwargs.get("failed") is not None)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(client, "run", run)
+    return runs
+
+
+def test_a_call_on_the_open_shared_connection_skips_the_safety_nets_coroutines(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once connected, a single-key call is ``execute`` and the link's ``roundtrip``: ``run``
+    (and the loop's client lookup) only when that round trip fails, or where ``run`` would not
+    send to the shared connection at once (the tests below)."""
+    key = key_on(core, 0, "mux-direct")
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        runs = spy_run(monkeypatch, client)
+        assert await client.set(key, 1, 60) is True
+        assert runs == [False]  # the first call connects, through run and the checkout
+        assert await client.get(key) == 1
+        assert await client.incr(key, 1) == 2
+        assert await client.delete(key) is True
+        assert runs == [False]
+
+    run(core, scenario)
+
+
+def test_a_failed_direct_round_trip_takes_the_safety_net_from_where_it_failed(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A promotion while a direct ``get`` is queued: its reply is refused and ``run`` is
+    entered with that failure (not from the start: the read is not sent a third time), which
+    sends the read again on a new connection."""
+    key = key_on(core, 0, "mux-direct-failed")
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key, "v", 60)
+        runs = spy_run(monkeypatch, client)
+        queued = promote_when_queued(monkeypatch, core, key)
+        assert await client.get(key) == "v"
+        assert runs == [True] and queued == [1, 1]
+
+    run(core, scenario)
+
+
+def test_a_write_behind_a_raised_fence_waits_for_it(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write fence holds a write even on an open shared connection (the direct round trip
+    is not taken); a read is not fenced and takes it."""
+    key = key_on(core, 0, "mux-direct-fence")
+    shard = core.shards[0]
+    waited: list[str] = []
+
+    async def wait_fence(fenced: Any, hold: float) -> None:  # the fence lowered at once
+        waited.append(fenced.label)
+        fenced.lower_fence()
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key, 1, 60)
+        runs = spy_run(monkeypatch, client)
+        monkeypatch.setattr(runner_module, "wait_fence", wait_fence)
+        shard.raise_fence("a test")
+        try:
+            assert await client.get(key) == 1
+            assert runs == [] and waited == []
+            assert await client.set(key, 2, 60) is True
+            assert runs == [False] and waited == [shard.label]
+        finally:
+            shard.lower_fence()
+
+    run(core, scenario)
+
+
+def test_a_read_with_replicas_in_rotation_is_not_taken_to_the_master_directly(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``READ_FROM_REPLICAS``: a read asks the rotation for a replica (here none serves, so the
+    master answers), a write goes to the master directly."""
+    key = key_on(core, 0, "mux-direct-replicas")
+    asked: list[int] = []
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key, 1, 60)
+        real = client.io.reader
+
+        async def reader(shard: Any) -> Any:
+            asked.append(shard.index)
+            return await real(shard)
+
+        monkeypatch.setattr(client.io, "reader", reader)
+        monkeypatch.setattr(client, "replica_reads", True)
+        assert await client.get(key) == 1
+        assert asked == [0]
+        assert await client.set(key, 2, 60) is True
+        assert asked == [0]
+
+    run(core, scenario)
+
+
+def test_a_call_in_a_known_outage_is_not_sent_to_the_master_directly(
+    two: LocalSentinelCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard whose master is known unreachable (``OUTAGE_HOLD``): a write is held before it
+    is sent, so the master's timeout is paid once, not per call; not sent directly."""
+    core = make(two, outage_hold=5.0)
+    key = key_on(core, 0, "mux-direct-outage")
+    shard = core.shards[0]
+    held: list[int] = []
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        await client.set(key, 1, 60)
+
+        async def hold(held_shard: Any, generation: int, error: Any) -> None:
+            held.append(held_shard.index)
+            held_shard.reachable_again()
+
+        monkeypatch.setattr(client, "hold", hold)
+        shard.note_unreachable(shard.generation)
+        assert await client.set(key, 2, 60) is True
+        assert held == [0]
+
+    try:
+        run(core, scenario)
+    finally:
+        core.close()

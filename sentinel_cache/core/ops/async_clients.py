@@ -568,6 +568,19 @@ class AsyncShardClients:
         client = state.masters.get(shard.index)
         return client if client is not None else self.master(state, shard)
 
+    def mux_link(self, shard: Shard) -> Any:
+        """The running loop's shared connection to the shard's master (``ASYNC_MULTIPLEX``) if
+        a call may be queued on it now (:meth:`~sentinel_cache.core.ops.async_mux.AsyncMuxPool.
+        ready`), else None: what :meth:`master_of` would give, when its connection is open."""
+        last = self._last
+        if last is None or last[0] is not asyncio.get_running_loop():
+            return None
+        client = last[1].masters.get(shard.index)
+        if client is None:
+            return None
+        pool = client.connection_pool
+        return pool.ready() if type(pool) is AsyncMuxPool else None
+
     def master(self, state: _LoopState, shard: Shard) -> AsyncRedis:
         client = state.masters.get(shard.index)
         if client is None:

@@ -36,6 +36,11 @@ class AsyncShardIO:
         self.turns = AsyncTurns(core)
         #: The running loop's client of a shard's master (bound once: every shard of every call).
         self.master: Callable[[Shard], Awaitable[Any]] = self.clients.master_of
+        #: With ``ASYNC_MULTIPLEX``, the running loop's shared connection to a shard's master
+        #: when a call may go on it at once (else None): the runner's direct round trip.
+        self.mux_link: Callable[[Shard], Any] | None = (
+            self.clients.mux_link if self.clients.multiplexed else None
+        )
 
     def __repr__(self) -> str:
         return f"<AsyncShardIO {self.clients!r}>"

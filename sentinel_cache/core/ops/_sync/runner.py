@@ -64,6 +64,8 @@ class Runner(Moves):
         #: The multiplexed connection's round trip on a client (falling back to :func:`send`
         #: itself), or None: :func:`send`, looked up at each call.
         self.roundtrip = self.io.sender(send)
+        #: The shared connection a call may go on at once (see :meth:`execute`), or None.
+        self.mux_link = self.io.mux_link
 
     def close(self) -> None:
         """Release this flavour's connections (asyncio: the running loop's); the core stays."""
@@ -98,6 +100,29 @@ class Runner(Moves):
         if core.tracer is None:
             metrics = core.metrics
             if metrics is None:
+                if client is None and self.mux_link is not None:
+                    # The shared connection's round trip, without run's and the checkout's
+                    # coroutines: only where run would send to that connection at once.
+                    state = shard.state
+                    if (
+                        core.started
+                        and state.address is not None
+                        and state.unreachable_since is None
+                        and not (state.fenced if write else replicas and self.replica_reads)
+                    ):
+                        link = self.mux_link(shard)
+                        if link is not None:
+                            try:
+                                return link.roundtrip(commands)
+                            except MASTER_ERRORS as exc:  # run's safety net, as if it had sent
+                                return self.run(
+                                    shard,
+                                    lambda client: roundtrip(client, commands),
+                                    write=write,
+                                    idempotent=idempotent,
+                                    outage=outage,
+                                    failed=(exc, state.address, state.generation),
+                                )
                 return self.run(
                     shard,
                     lambda client: roundtrip(client, commands),
@@ -145,6 +170,7 @@ class Runner(Moves):
         replicas: bool = True,
         outage: bool = True,
         client: Any = None,
+        failed: tuple[BaseException, Address | None, int] | None = None,
     ) -> T:
         """``operation(client)`` on the shard's master (or, for a read, a replica in rotation;
         or first on ``client``, a connection to the master given by the caller) with the
@@ -169,14 +195,23 @@ class Runner(Moves):
         step with it (:meth:`outage_read`), and with ``OUTAGE_HOLD`` an operation that may be
         sent again waits for the switch (:meth:`hold`). Once the outage is known, a read goes to
         such a replica first and a write (with ``OUTAGE_HOLD``) waits *before* it is sent.
+
+        ``failed``: the first attempt was already made on the shard's master (:meth:`execute`'s
+        direct round trip on the shared connection) and raised this error, while the master
+        was that address of that generation: the rules below start from it.
         """
         core = self.core
+        reader = client is None and not write
+        outage_readable = reader and outage  # a replica in step may answer it in an outage
+        read = operation if outage_readable else None  # what a replica in step may answer
+        if failed is not None:
+            return self._retried(
+                shard, operation, failed, read, write=write, idempotent=idempotent
+            )
         state = shard.state  # one look at the shard: the fast path reads nothing else of it
         if not core.started or state.address is None or (write and state.fenced):
             self.ready(shard, write)
             state = shard.state
-        reader = client is None and not write
-        outage_readable = reader and outage  # a replica in step may answer it in an outage
         # A known outage (shard.in_outage, in the same look): the master not asked first.
         if state.unreachable_since is not None and self.skips_master(outage_readable, write):
             if outage_readable:
@@ -192,38 +227,57 @@ class Runner(Moves):
             replica, chosen = None, client
         client = chosen if chosen is not None else self.io.master(shard)
         address, generation = state.address, state.generation
-        read = operation if outage_readable else None  # what a replica in step may answer
+        try:
+            return operation(client)
+        except PoolExhaustedError:
+            raise
+        except MASTER_ERRORS as exc:
+            if replica is not None:  # a replica failed: the master still serves reads
+                shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
+                return operation(self.io.master(shard))
+            first = (exc, address, generation)
+        return self._retried(
+            shard, operation, first, read, write=write, idempotent=idempotent
+        )
+
+    def _retried(
+        self,
+        shard: Shard,
+        operation: Callable[[Any], T],
+        failed: tuple[BaseException, Address | None, int],
+        read: Callable[[Any], Any] | None,
+        *,
+        write: bool,
+        idempotent: bool,
+    ) -> T:
+        """:meth:`run`'s safety net once its first attempt on the master raised ``failed``: the
+        error, and the address and generation of the master it was sent to."""
+        core = self.core
+        error, address, generation = failed
         for retry in (False, True):
-            try:
-                return operation(self.io.master(shard) if retry else client)
-            except PoolExhaustedError:
-                raise
-            except MASTER_ERRORS as exc:
-                if replica is not None:  # a replica failed: the master still serves reads
-                    shard.set_replica_health(replica, False, f"{type(exc).__name__}: {exc}")
+            if retry:
+                try:
                     return operation(self.io.master(shard))
-                error: BaseException = exc
-                if not retry and may_resend(exc, idempotent) and closed_by_node(exc):
-                    try:
-                        return self.reconnected(shard, operation)
-                    except PoolExhaustedError:
-                        raise
-                    except MASTER_ERRORS as again:  # the node is gone: the rules below
-                        error = again
-                # The same rules when the one retry failed too (the shard moved to a node that
-                # is down as well, or the move was a re-resolve naming the same dead master), so
-                # an outage holds it, then the shard's error, never the connection's bare one.
-                # What was never sent is held and resent as an idempotent call is (may_resend).
-                served, reply = self._recover(
-                    shard,
-                    error,
-                    address,
-                    generation,
-                    read,
-                    idempotent=may_resend(error, idempotent),
-                )
-                if served:
-                    return reply
+                except PoolExhaustedError:
+                    raise
+                except MASTER_ERRORS as exc:
+                    error = exc
+            elif may_resend(error, idempotent) and closed_by_node(error):
+                try:
+                    return self.reconnected(shard, operation)
+                except PoolExhaustedError:
+                    raise
+                except MASTER_ERRORS as again:  # the node is gone: the rules below
+                    error = again
+            # The same rules when the one retry failed too (the shard moved to a node that
+            # is down as well, or the move was a re-resolve naming the same dead master), so
+            # an outage holds it, then the shard's error, never the connection's bare one.
+            # What was never sent is held and resent as an idempotent call is (may_resend).
+            served, reply = self._recover(
+                shard, error, address, generation, read, idempotent=may_resend(error, idempotent)
+            )
+            if served:
+                return reply
             if not retry:
                 note(core, shard, retried=True)
                 if write and shard.fenced:
