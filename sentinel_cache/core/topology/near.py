@@ -440,6 +440,9 @@ class NearCache:
             lookups = state.hits + state.misses
             return {
                 "tracked": state.live,
+                # How the session hears invalidations: "push" (RESP3, 1 connection) or
+                # "redirect" (RESP2, 2 connections); None while untracked.
+                "mode": state.writer.mode if state.live and state.writer is not None else None,
                 "entries": len(state.keys),
                 "bytes": state.bytes,
                 "hits": state.hits,

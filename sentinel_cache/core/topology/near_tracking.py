@@ -1,7 +1,9 @@
-"""The near cache's tracker threads and their connections: per shard, an invalidation
-connection subscribed to ``__redis__:invalidate`` and a writer connection whose
-``CLIENT TRACKING ... BCAST NOLOOP`` redirects there (see :mod:`~sentinel_cache.core.topology.near`
-for why, and what keeps a copy correct).
+"""The near cache's tracker threads and their connections: per shard, either one RESP3 writer
+connection whose ``CLIENT TRACKING ON BCAST NOLOOP`` invalidations arrive on it as push frames
+(*push* mode), or, where the server refuses ``HELLO 3``, an invalidation connection subscribed
+to ``__redis__:invalidate`` and a RESP2 writer connection whose tracking redirects there
+(*redirect* mode); see :mod:`~sentinel_cache.core.topology.near` for why, and what keeps a copy
+correct.
 
 Apart from the copies so that each side reads alone; a tracker reports to its near cache only
 through :class:`Sessions` (so this module does not import the one that starts it).
@@ -25,6 +27,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sentinel_cache.core.config import connection_class_and_kwargs
 from sentinel_cache.core.throttle import Throttle
 from sentinel_cache.core.topology._sync.connection import ShardConnection, ShardSSLConnection
+from sentinel_cache.exceptions import ReplyProtocolError
 
 if TYPE_CHECKING:
     from sentinel_cache.core.config import PoolConfig
@@ -37,6 +40,11 @@ CHANNEL = b"__redis__:invalidate"
 PING_EVERY = 1.0  # seconds between two pings on a quiet tracker connection
 PONG_WITHIN = 1.0  # a ping unanswered this long ends the session
 RETRY_EVERY = 0.2  # seconds between two attempts to start tracking a shard
+CLIENT_NAME = "sentinel_cache-near"  # the tracker's connections, as CLIENT LIST shows them
+#: The one parser whose push handler every supported redis-py calls, in order, from inside
+#: ``read_response`` (pure Python: hiredis's handles pushes only in newer redis-py).
+_PUSH_PARSER = redis.connection._RESP3Parser
+_APPLIED = object()  # what the push handler returns for a push it applied
 
 
 class Sessions(Protocol):
@@ -55,9 +63,18 @@ class Sessions(Protocol):
 
 class _WriterMixin:
     """A writer connection never reconnects: a new socket would not be tracked (nothing would
-    tell us about other writers), so once lost it stays lost and its session ends."""
+    tell us about other writers), so once lost it stays lost and its session ends. In push
+    mode, whoever reads it raises ``arrivals.draining`` first (a push may come before a
+    reply, and the parser may take several frames in one read)."""
 
     lost = False
+    arrivals: Arrivals | None = None  # push mode: its session's arrivals, once tracked
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        arrivals = self.arrivals
+        if arrivals is not None:
+            arrivals.draining = True  # lowered by Writer.drain once nothing is left unapplied
+        return super().read_response(*args, **kwargs)  # type: ignore[misc]
 
     def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
         if self.lost:
@@ -120,10 +137,11 @@ class Writer:
     :meth:`NearCache.own`). Leased to one caller at a time; to the operations it looks like a
     redis-py client (``connection_pool.get_connection``/``release``)."""
 
-    def __init__(self, near: Sessions, index: int, connection: Any) -> None:
+    def __init__(self, near: Sessions, index: int, connection: Any, mode: str) -> None:
         self.near = near
         self.index = index
         self.connection = connection
+        self.mode = mode  # "push": invalidations arrive on this connection; "redirect"
         self.lock = threading.Lock()
         self.session = 0
         self.cause = "tracker connection lost"  # what ends the session if the connection goes
@@ -134,7 +152,10 @@ class Writer:
 
     def __repr__(self) -> str:
         lost = self.connection.lost
-        return f"<NearCache writer shard={self.index} session={self.session} lost={lost}>"
+        return (
+            f"<NearCache writer shard={self.index} session={self.session} mode={self.mode} "
+            f"lost={lost}>"
+        )
 
     def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         return self.connection
@@ -144,11 +165,54 @@ class Writer:
 
     def done(self) -> None:
         """The lease holder is done; a connection lost meanwhile ends the session at once (its
-        tracking went with it)."""
+        tracking went with it). In push mode it first applies the pushes its reads left in the
+        parser's buffer (or that came meanwhile), so nothing read stays unapplied."""
+        if self.mode == "push":
+            self.drain(PONG_WITHIN / 10)
         lost = self.connection.lost
         self.lock.release()
         if lost:
             self.near.end(self.index, self.session, self.cause)
+
+    def on_push(self, push: Any) -> object:
+        """The parser's push handler, called by whoever reads the socket, in order, before the
+        reply (if any) that follows the push is returned."""
+        if isinstance(push, list) and push and push[0] in (b"invalidate", "invalidate"):
+            self.near.invalidate(self.index, push[1] if len(push) > 1 else None)
+            return _APPLIED
+        return None  # no push of ours: the connection is out of step (see drain)
+
+    def drain(self, budget: float) -> bool:
+        """Push mode, holding the lease: apply every push readable now (buffered by the parser
+        or on the socket), for at most ``budget`` seconds; ``arrivals.draining`` is lowered only
+        once none is left. False if some may be left (the tracker goes on) or the connection
+        was lost (garbage, a reply nobody asked for, a partial frame held ``PONG_WITHIN``)."""
+        connection = self.connection
+        arrivals = self.arrivals
+        if connection.lost or arrivals is None:
+            return False
+        arrivals.draining = True  # before the socket is read: see Arrivals.pending
+        began = time.monotonic()
+        sock = connection._sock
+        try:
+            while connection.can_read(timeout=0):
+                if time.monotonic() - began >= budget:
+                    return False  # still draining: the flag stays up
+                sock.settimeout(PONG_WITHIN)  # a frame delivered in part, then held: lost
+                try:
+                    # The parser's own read: a push comes back as what on_push returned, and
+                    # nothing else is owed to a writer nobody is using.
+                    applied = connection._parser.read_response(push_request=True)
+                finally:
+                    sock.settimeout(connection.socket_timeout)
+                if applied is not _APPLIED:
+                    connection.disconnect()
+                    return False
+        except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError):
+            connection.disconnect()
+            return False
+        arrivals.draining = False  # applied all: what comes next is polled
+        return True
 
 
 class Tracker(threading.Thread):
@@ -165,7 +229,12 @@ class Tracker(threading.Thread):
         kwargs.pop("host", None)
         kwargs.pop("port", None)
         kwargs["protocol"] = 2  # RESP2 pub/sub messages, whatever redis-py's default protocol
+        if not kwargs.get("client_name"):
+            kwargs["client_name"] = CLIENT_NAME
         self._connection_class, self._kwargs = cls, kwargs
+        self._push_kwargs = {**kwargs, "protocol": 3, "parser_class": _PUSH_PARSER}
+        self._push: bool | str = config.near_cache_push
+        self._refused: Any = None  # the master whose HELLO 3 was refused ("auto": redirect)
         # The invalidation connection never waits longer than a ping may (a message delivered
         # in part, then held, must not stall the invalidations), whatever SOCKET_TIMEOUT says.
         self._tracker_kwargs = {**kwargs, "socket_timeout": PONG_WITHIN}
@@ -188,10 +257,19 @@ class Tracker(threading.Thread):
             if address is None:
                 self._stopped.wait(RETRY_EVERY)
                 continue
+            if self._push is True or (self._push == "auto" and self._refused != address):
+                if not self._track_push(address, generation):  # else refused: the redirect
+                    self._stopped.wait(RETRY_EVERY)
+                continue
             connection = self._connection_class(
                 host=address.host, port=address.port, **self._tracker_kwargs
             )
-            writer = Writer(self.near, index, self._writer_class(shard=self.shard, **self._kwargs))
+            writer = Writer(
+                self.near,
+                index,
+                self._writer_class(shard=self.shard, **self._kwargs),
+                "redirect",
+            )
             session = None
             cause = "tracker connection lost"
             try:
@@ -214,6 +292,12 @@ class Tracker(threading.Thread):
                 writer.connection.read_response()
                 writer.arrivals = Arrivals(connection._sock)
                 session = self.near.begin(index, writer, generation)
+                logger.debug(
+                    "near cache: shard %s at %s tracked (redirect mode, 2 connections), session %s",
+                    self.shard.label,
+                    address,
+                    session,
+                )
                 cause = self._follow(connection, writer, generation)
             except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError) as exc:
                 self._failures.warn(
@@ -231,6 +315,162 @@ class Tracker(threading.Thread):
                 with writer.lock:  # not under a write in flight
                     writer.connection.disconnect()
             self._stopped.wait(RETRY_EVERY)
+
+    def _track_push(self, address: Any, generation: int) -> bool:
+        """One push-mode session on the master at ``address``; True only if ``HELLO 3`` was
+        refused ("auto" then tracks that master in redirect mode at once), else the session
+        ended or could not start and the caller waits ``RETRY_EVERY``."""
+        index = self.shard.index
+        connection = self._writer_class(shard=self.shard, **self._push_kwargs)
+        writer = Writer(self.near, index, connection, "push")
+        session = None
+        cause = "tracker connection lost"
+        try:
+            try:
+                connection.connect()  # HELLO 3
+            except (redis.ResponseError, ReplyProtocolError) as exc:
+                if self._push is True:
+                    raise
+                self._refused = address  # an older server: the redirect, until a switch
+                logger.info(
+                    "near cache: shard %s at %s refused RESP3 (%s): tracking it in redirect "
+                    "mode (2 connections)",
+                    self.shard.label,
+                    address,
+                    exc,
+                )
+                return True
+            if str(getattr(connection, "protocol", 3)) != "3":  # redis-py fell back to RESP2
+                if self._push is True:
+                    raise RedisConnectionError("the server did not accept HELLO 3")
+                self._refused = address
+                return True
+            self._set_push_handler(connection, writer.on_push)
+            connection.send_command("CLIENT", "TRACKING", "ON", "BCAST", "NOLOOP", *self._prefixes)
+            connection.read_response()
+            writer.arrivals = connection.arrivals = Arrivals(connection._sock)
+            session = self.near.begin(index, writer, generation)
+            logger.debug(
+                "near cache: shard %s at %s tracked (push mode, 1 connection), session %s",
+                self.shard.label,
+                address,
+                session,
+            )
+            cause = self._follow_push(writer, generation)
+        except (
+            RedisConnectionError,
+            RedisTimeoutError,
+            OSError,
+            redis.ResponseError,
+            ReplyProtocolError,
+        ) as exc:
+            self._failures.warn(
+                logger,
+                "near cache: tracking shard %s at %s failed (its copies are not served "
+                "until tracking resumes): %s: %s",
+                self.shard.label,
+                address,
+                type(exc).__name__,
+                exc,
+            )
+        finally:
+            self.near.end(index, session, cause)
+            with writer.lock:  # not under a write in flight
+                connection.disconnect()
+        return False
+
+    @staticmethod
+    def _set_push_handler(connection: Any, handler: Any) -> None:
+        """redis-py >= 5.1 calls an invalidation handler, 5.0 one handler for every push."""
+        parser = connection._parser
+        setter = getattr(parser, "set_invalidation_push_handler", None)
+        if setter is None:
+            setter = parser.set_push_handler
+        setter(handler)
+
+    def _follow_push(self, writer: Writer, generation: int) -> str:
+        """Push mode: apply the pushes on the writer connection until something ends the
+        session; returns the cause.
+
+        The tracker reads the socket only holding the writer (a write's caller reads it
+        otherwise, and applies what it reads: see :meth:`Writer.done`). It pings every
+        ``PING_EVERY`` whatever the traffic and reads the answer (applying the pushes before
+        it) within ``PONG_WITHIN``; a write holding the writer past a ping's due time plus
+        ``PONG_WITHIN`` has its socket shut (it fails) and the session ends.
+        """
+        connection = writer.connection
+        arrivals = writer.arrivals
+        assert arrivals is not None  # set before the session began
+        next_ping = time.monotonic() + PING_EVERY
+        busy_until = 0.0
+        try:
+            while not self._stopped.is_set():
+                if self.shard.generation != generation:
+                    return "master switched"
+                if connection.lost:
+                    return writer.cause
+                now = time.monotonic()
+                if now >= next_ping:
+                    if writer.lock.acquire(blocking=False):
+                        writer.ping_due = False
+                        try:
+                            if not self._ping_push(writer):
+                                writer.cause = "tracker ping unanswered"
+                                return writer.cause
+                        finally:
+                            writer.lock.release()
+                        next_ping = time.monotonic() + PING_EVERY
+                        continue
+                    writer.ping_due = True  # the next writes go through the pool meanwhile
+                    if now - next_ping > PONG_WITHIN:  # a write held it all that while
+                        writer.cause = "tracker ping unanswered"
+                        with contextlib.suppress(OSError, AttributeError):
+                            # Wakes that write (it reads an end of stream and fails) without
+                            # pulling the connection from under it.
+                            connection._sock.shutdown(socket.SHUT_RDWR)
+                        return writer.cause
+                wait = max(0.0, min(next_ping - now, 0.01 if writer.ping_due else 0.1))
+                if now < busy_until:  # a write in flight: its caller reads the socket
+                    self._stopped.wait(min(wait, busy_until - now))
+                    continue
+                try:
+                    ready, _, _ = select.select([connection._sock], [], [], wait)
+                except (OSError, ValueError, TypeError):  # a socket closed under us
+                    return "tracker connection lost"
+                if not ready and not arrivals.draining:
+                    continue
+                if not writer.lock.acquire(blocking=False):
+                    busy_until = time.monotonic() + 0.01
+                    continue
+                try:
+                    writer.drain(0.1)  # what is left stays flagged: the next turn goes on
+                finally:
+                    writer.lock.release()
+            return "stopped"
+        finally:
+            writer.ping_due = False
+
+    @staticmethod
+    def _ping_push(writer: Writer) -> bool:
+        """Holding the writer: ``PING`` and read its answer within ``PONG_WITHIN`` (the pushes
+        before it are applied as they are read), then what the parser holds after it."""
+        connection = writer.connection
+        try:
+            connection.send_command("PING")
+            sock = connection._sock
+            sock.settimeout(PONG_WITHIN)
+            try:
+                pong = connection.read_response()
+            finally:
+                sock.settimeout(connection.socket_timeout)
+        except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError):
+            connection.disconnect()
+            return False
+        if pong not in (b"PONG", "PONG", True):
+            connection.disconnect()
+            return False
+        writer.drain(0.1)
+        return not connection.lost
 
     def _follow(self, connection: Any, writer: Writer, generation: int) -> str:
         """Apply invalidations until something ends the session; returns the cause.
