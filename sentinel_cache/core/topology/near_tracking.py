@@ -97,6 +97,14 @@ class _WriterSSLConnection(_WriterMixin, ShardSSLConnection):
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
 
 
+def _readable(sock: Any) -> bool:
+    """Bytes wait on ``sock`` now (or it was closed: the read that follows finds out)."""
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError, TypeError):
+        return True
+
+
 class Arrivals:
     """Whether invalidations of a session may have reached this process and not been applied
     yet: bytes on its invalidation socket, or bytes the tracker took off it and is applying
@@ -402,7 +410,6 @@ class Tracker(threading.Thread):
         arrivals = writer.arrivals
         assert arrivals is not None  # set before the session began
         next_ping = time.monotonic() + PING_EVERY
-        busy_until = 0.0
         try:
             while not self._stopped.is_set():
                 if self.shard.generation != generation:
@@ -430,20 +437,22 @@ class Tracker(threading.Thread):
                             connection._sock.shutdown(socket.SHUT_RDWR)
                         return writer.cause
                 wait = max(0.0, min(next_ping - now, 0.01 if writer.ping_due else 0.1))
-                if now < busy_until:  # a write in flight: its caller reads the socket
-                    self._stopped.wait(min(wait, busy_until - now))
-                    continue
                 try:
                     ready, _, _ = select.select([connection._sock], [], [], wait)
                 except (OSError, ValueError, TypeError):  # a socket closed under us
                     return "tracker connection lost"
                 if not ready and not arrivals.draining:
                     continue
-                if not writer.lock.acquire(blocking=False):
-                    busy_until = time.monotonic() + 0.01
+                # A write in flight: its caller reads the socket (and applies what it read
+                # before it gives the writer back); the tracker takes over from there.
+                if not writer.lock.acquire(timeout=wait or 0.01):
                     continue
                 try:
-                    writer.drain(0.1)  # what is left stays flagged: the next turn goes on
+                    # Only if something is left: the flag raised by a drain that finds nothing
+                    # would refuse the hits right after every write for nothing. The parser
+                    # holds nothing unless the flag is up (a drain lowers it only once empty).
+                    if arrivals.draining or _readable(connection._sock):
+                        writer.drain(0.1)  # what is left stays flagged: the next turn goes on
                 finally:
                     writer.lock.release()
             return "stopped"
