@@ -207,6 +207,8 @@ def test_the_near_cache_with_its_row(
         near = pool.near
         assert near is not None
         wait_until(lambda: all(near.status(i)["tracked"] for i in range(2)), 10, "tracking")
+        # RESP3 push (HELLO needs no ACL rule), not the fallback for servers refusing it.
+        assert [near.status(i)["mode"] for i in range(2)] == ["push", "push"]
         cache = CacheClient(pool, Codec())
         index = pool.shard_index("web:near")
         assert cache.set("web:near", "v", 60) and cache.get("web:near") == "v"

@@ -57,16 +57,25 @@ def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
     made.close()
 
 
+COUNTED_DB = 14  # the counting tests' database: CLIENT LIST tells their connections by it
+
+
 def tracker_connections(core: ShardedSentinelPool) -> list[int]:
-    """Per master, how many connections the near cache's trackers hold there (by the name
-    they set, as ``CLIENT LIST`` shows it)."""
+    """Per master, how many connections the near cache's trackers hold there, as ``CLIENT
+    LIST`` shows them: on the core's database, tracking (flag ``t``) or subscribed (``P``);
+    the pools' connections are neither."""
     counts = []
     for shard in core.shards:
         address = shard.address
         assert address is not None
         with redis.Redis(host=address.host, port=address.port) as admin:
             clients = admin.client_list()
-        counts.append(sum(c.get("name") == near_tracking.CLIENT_NAME for c in clients))
+        counts.append(
+            sum(
+                c["db"] == str(COUNTED_DB) and ("t" in c["flags"] or "P" in c["flags"])
+                for c in clients
+            )
+        )
     return counts
 
 
@@ -88,7 +97,7 @@ def kept(client: CacheClient, core: ShardedSentinelPool, key: str, value: Any) -
 def test_one_connection_per_shard_in_push_mode_two_in_redirect(
     cluster: LocalSentinelCluster, push: bool, mode: str, per_master: int
 ) -> None:
-    core = started(cluster, near_cache_push=push)
+    core = started(cluster, near_cache_push=push, db=COUNTED_DB)
     try:
         wait_until(lambda: tracked(core), 5, "tracking")
         assert near_mode(core) == mode
@@ -98,7 +107,7 @@ def test_one_connection_per_shard_in_push_mode_two_in_redirect(
 
 
 def test_the_default_is_push_where_the_server_speaks_resp3(cluster: LocalSentinelCluster) -> None:
-    core = started(cluster)  # NEAR_CACHE_PUSH "auto"
+    core = started(cluster, db=COUNTED_DB)  # NEAR_CACHE_PUSH "auto"
     try:
         wait_until(lambda: tracked(core), 5, "tracking")
         assert near_mode(core) == "push"
@@ -188,7 +197,7 @@ def test_a_server_refusing_resp3_is_tracked_by_the_redirect(
     cluster = make_cluster(
         shards=1, replicas=0, sentinels=1, extra_server_args=["--rename-command", "HELLO", ""]
     )
-    core = started(cluster, near_cache_push="auto")
+    core = started(cluster, near_cache_push="auto", db=COUNTED_DB)
     try:
         wait_until(lambda: tracked(core), 5, "tracking")
         assert near_mode(core) == "redirect"

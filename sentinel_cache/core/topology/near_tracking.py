@@ -17,7 +17,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
@@ -40,7 +40,6 @@ CHANNEL = b"__redis__:invalidate"
 PING_EVERY = 1.0  # seconds between two pings on a quiet tracker connection
 PONG_WITHIN = 1.0  # a ping unanswered this long ends the session
 RETRY_EVERY = 0.2  # seconds between two attempts to start tracking a shard
-CLIENT_NAME = "sentinel_cache-near"  # the tracker's connections, as CLIENT LIST shows them
 #: The one parser whose push handler every supported redis-py calls, in order, from inside
 #: ``read_response`` (pure Python: hiredis's handles pushes only in newer redis-py).
 _PUSH_PARSER = redis.connection._RESP3Parser
@@ -95,6 +94,18 @@ class _WriterSSLConnection(_WriterMixin, ShardSSLConnection):
 
 
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
+
+
+def read_within(connection: Any, read: Callable[[], Any]) -> Any:
+    """``read()`` from ``connection`` waiting at most ``PONG_WITHIN`` for its bytes, then the
+    connection's own timeout again (``SOCKET_TIMEOUT``, for the writes)."""
+    sock = connection._sock
+    sock.settimeout(PONG_WITHIN)
+    try:
+        return read()
+    finally:
+        with contextlib.suppress(OSError):
+            sock.settimeout(connection.socket_timeout)
 
 
 def _readable(sock: Any) -> bool:
@@ -201,18 +212,16 @@ class Writer:
             return False
         arrivals.draining = True  # before the socket is read: see Arrivals.pending
         began = time.monotonic()
-        sock = connection._sock
         try:
             while connection.can_read(timeout=0):
                 if time.monotonic() - began >= budget:
                     return False  # still draining: the flag stays up
-                sock.settimeout(PONG_WITHIN)  # a frame delivered in part, then held: lost
-                try:
-                    # The parser's own read: a push comes back as what on_push returned, and
-                    # nothing else is owed to a writer nobody is using.
-                    applied = connection._parser.read_response(push_request=True)
-                finally:
-                    sock.settimeout(connection.socket_timeout)
+                # The parser's own read: a push comes back as what on_push returned, and
+                # nothing else is owed to a writer nobody is using. A frame delivered in part,
+                # then held, times out: lost.
+                applied = read_within(
+                    connection, lambda: connection._parser.read_response(push_request=True)
+                )
                 if applied is not _APPLIED:
                     connection.disconnect()
                     return False
@@ -237,8 +246,6 @@ class Tracker(threading.Thread):
         kwargs.pop("host", None)
         kwargs.pop("port", None)
         kwargs["protocol"] = 2  # RESP2 pub/sub messages, whatever redis-py's default protocol
-        if not kwargs.get("client_name"):
-            kwargs["client_name"] = CLIENT_NAME
         self._connection_class, self._kwargs = cls, kwargs
         self._push_kwargs = {**kwargs, "protocol": 3, "parser_class": _PUSH_PARSER}
         self._push: bool | str = config.near_cache_push
@@ -466,12 +473,7 @@ class Tracker(threading.Thread):
         connection = writer.connection
         try:
             connection.send_command("PING")
-            sock = connection._sock
-            sock.settimeout(PONG_WITHIN)
-            try:
-                pong = connection.read_response()
-            finally:
-                sock.settimeout(connection.socket_timeout)
+            pong = read_within(connection, connection.read_response)
         except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError):
             connection.disconnect()
             return False
@@ -516,7 +518,9 @@ class Tracker(threading.Thread):
                     return "tracker connection lost"
                 if len(ready) > (connection._sock in ready):  # the writer's socket stirred
                     if writer_pinged_at is not None:
-                        writer.connection.read_response(timeout=PONG_WITHIN)  # our PONG
+                        # Our PONG (the socket's timeout, not read_response's, which
+                        # redis-py 5.0 does not take).
+                        read_within(writer.connection, writer.connection.read_response)
                         writer_pinged_at = None
                         writer.lock.release()
                     elif not self._check_writer(writer):
