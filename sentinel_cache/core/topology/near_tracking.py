@@ -118,8 +118,10 @@ def _readable(sock: Any) -> bool:
 
 class Arrivals:
     """Whether invalidations of a session may have reached this process and not been applied
-    yet: bytes on its invalidation socket, or bytes the tracker took off it and is applying
-    (``draining``). A hit looks before it serves a copy (:meth:`NearCache.get`), so a copy is
+    yet: bytes on the socket they come on (the subscriber's in redirect mode; in push mode the
+    writer's, where a write's reply waiting also counts: a conservative miss), or bytes a
+    reader took off it and has not applied yet (``draining``: raised by the tracker, or by a
+    write's caller, before it reads; lowered once the parser holds nothing). A hit looks before it serves a copy (:meth:`NearCache.get`), so a copy is
     never served after its invalidation arrived, however long the tracker thread waits for the
     GIL or the CPU: the server sends a write's invalidation before the writer's reply, so an
     acknowledged write's invalidation is here before any read that begins after it. One
@@ -151,10 +153,12 @@ class Arrivals:
 
 class Writer:
     """One shard's writer connection for one tracking session: it holds the session's
-    tracking (``CLIENT TRACKING ON REDIRECT <tracker> BCAST NOLOOP``), so the server tells us
-    of every write but the ones made on it, and a value written on it can be kept (see
-    :meth:`NearCache.own`). Leased to one caller at a time; to the operations it looks like a
-    redis-py client (``connection_pool.get_connection``/``release``)."""
+    tracking (``CLIENT TRACKING ON [REDIRECT <subscriber>] BCAST NOLOOP``), so the server tells
+    us of every write but the ones made on it, and a value written on it can be kept (see
+    :meth:`NearCache.own`). In push mode the invalidations arrive on it too, and whoever holds
+    it applies those it reads (:meth:`on_push`, :meth:`drain`). Leased to one caller at a time;
+    to the operations it looks like a redis-py client
+    (``connection_pool.get_connection``/``release``)."""
 
     def __init__(self, near: Sessions, index: int, connection: Any, mode: str) -> None:
         self.near = near
@@ -233,10 +237,13 @@ class Writer:
 
 
 class Tracker(threading.Thread):
-    """Keeps one shard tracked: connect to its master (an invalidation connection subscribed
-    to ``__redis__:invalidate``, and a writer connection whose tracking redirects there), apply
+    """Keeps one shard tracked: connect to its master (push mode: one RESP3 writer connection
+    whose invalidations are pushed on it; redirect mode, where ``HELLO 3`` is refused or
+    ``NEAR_CACHE_PUSH`` is False: an invalidation connection subscribed to
+    ``__redis__:invalidate`` and a writer connection whose tracking redirects there), apply
     invalidations; any error, a switch or an unanswered ping ends the session (its copies go)
-    and it starts over."""
+    and it starts over. A master that refused ``HELLO 3`` is tracked in redirect mode until
+    the shard's master changes ("auto")."""
 
     def __init__(self, near: Sessions, shard: Shard, config: PoolConfig) -> None:
         super().__init__(name=f"sentinel_cache-near-{shard.name}", daemon=True)
@@ -428,9 +435,10 @@ class Tracker(threading.Thread):
                     if writer.lock.acquire(blocking=False):
                         writer.ping_due = False
                         try:
-                            if not self._ping_push(writer):
-                                writer.cause = "tracker ping unanswered"
-                                return writer.cause
+                            cause = self._ping_push(writer)
+                            if cause is not None:
+                                writer.cause = cause
+                                return cause
                         finally:
                             writer.lock.release()
                         next_ping = time.monotonic() + PING_EVERY
@@ -467,21 +475,25 @@ class Tracker(threading.Thread):
             writer.ping_due = False
 
     @staticmethod
-    def _ping_push(writer: Writer) -> bool:
+    def _ping_push(writer: Writer) -> str | None:
         """Holding the writer: ``PING`` and read its answer within ``PONG_WITHIN`` (the pushes
-        before it are applied as they are read), then what the parser holds after it."""
+        before it are applied as they are read), then what the parser holds after it; what
+        ends the session, or None."""
         connection = writer.connection
         try:
             connection.send_command("PING")
             pong = read_within(connection, connection.read_response)
-        except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError):
+        except (RedisTimeoutError, TimeoutError):
             connection.disconnect()
-            return False
+            return "tracker ping unanswered"
+        except (RedisConnectionError, OSError, redis.ResponseError):
+            connection.disconnect()
+            return "tracker connection lost"
         if pong not in (b"PONG", "PONG", True):
             connection.disconnect()
-            return False
+            return "tracker connection lost"  # out of step
         writer.drain(0.1)
-        return not connection.lost
+        return "tracker connection lost" if connection.lost else None
 
     def _follow(self, connection: Any, writer: Writer, generation: int) -> str:
         """Apply invalidations until something ends the session; returns the cause.
