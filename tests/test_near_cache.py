@@ -522,7 +522,7 @@ def test_bad_options_are_named(option: str, value: Any) -> None:
     assert caught.value.option == option
 
 
-def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool) -> None:
+def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool, near_push: bool) -> None:
     from sentinel_cache.core.admin import status
 
     client = CacheClient(core, Codec())
@@ -538,8 +538,10 @@ def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool) -> No
     report = status.collect(core, timeout=1.0)
     row = report["shards"][core.shard_index("near:st")]["near_cache"]
     assert row["tracked"] is True and row["entries"] >= 1 and row["hits"] == served
+    assert row["mode"] == ("push" if near_push else "redirect")
     text = status.render_text(report)
     assert "near cache (this process)" in text and "hit ratio" in text
+    assert f"yes ({row['mode']})" in text
 
 
 def test_the_django_and_flask_backends_take_the_options(cluster: LocalSentinelCluster) -> None:
