@@ -121,12 +121,12 @@ class Arrivals:
     yet: bytes on the socket they come on (the subscriber's in redirect mode; in push mode the
     writer's, where a write's reply waiting also counts: a conservative miss), or bytes a
     reader took off it and has not applied yet (``draining``: raised by the tracker, or by a
-    write's caller, before it reads; lowered once the parser holds nothing). A hit looks before it serves a copy (:meth:`NearCache.get`), so a copy is
-    never served after its invalidation arrived, however long the tracker thread waits for the
-    GIL or the CPU: the server sends a write's invalidation before the writer's reply, so an
-    acknowledged write's invalidation is here before any read that begins after it. One
-    ``poll`` per hit, on a poller of the calling thread's own (a poller refuses two threads at
-    once)."""
+    write's caller, before it reads; lowered once the parser holds nothing). A hit looks
+    before it serves a copy (:meth:`NearCache.get`), so a copy is never served after its
+    invalidation arrived, however long the tracker thread waits for the GIL or the CPU: the
+    server sends a write's invalidation before the writer's reply, so an acknowledged write's
+    invalidation is here before any read that begins after it. One ``poll`` per hit, on a
+    poller of the calling thread's own (a poller refuses two threads at once)."""
 
     __slots__ = ("_fd", "_pollers", "draining")
 
