@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -72,8 +74,18 @@ class _WriterMixin:
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         arrivals = self.arrivals
         if arrivals is not None:
-            arrivals.draining = True  # lowered by Writer.drain once nothing is left unapplied
-        return super().read_response(*args, **kwargs)  # type: ignore[misc]
+            if not arrivals.draining:  # so the parser holds nothing: the socket says it all
+                # Raised only once the first bytes are there, not for the whole round trip:
+                # until then a hit sees the socket empty and the flag down, rightly.
+                with contextlib.suppress(OSError, ValueError, TypeError):
+                    select.select([self._sock], [], [], self.socket_timeout)  # type: ignore[attr-defined]
+            arrivals.draining = True  # before the socket is read: see Arrivals.pending
+        reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
+        if arrivals is not None and not parser_holds(self):
+            # Every push read came before the reply and was applied (the parser's handler):
+            # nothing read is unapplied. Else Writer.drain lowers it.
+            arrivals.draining = False
+        return reply
 
     def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
         if self.lost:
@@ -94,6 +106,8 @@ class _WriterSSLConnection(_WriterMixin, ShardSSLConnection):
 
 
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
+PEEK_BYTES = 64  # what a hit peeks at on a readable push-mode socket (a write's reply?)
+_PEEK_FLAGS = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
 
 
 def read_within(connection: Any, read: Callable[[], Any]) -> Any:
@@ -106,6 +120,23 @@ def read_within(connection: Any, read: Callable[[], Any]) -> Any:
     finally:
         with contextlib.suppress(OSError):
             sock.settimeout(connection.socket_timeout)
+
+
+def parser_holds(connection: Any) -> bool:
+    """Bytes the connection's parser took off the socket and has not parsed yet (True when
+    it cannot tell: the flag then stays up until a drain)."""
+    try:
+        return bool(connection._parser._buffer.unread_bytes())
+    except (AttributeError, ValueError, OSError, RedisConnectionError):
+        return True
+
+
+def _only_replies(head: bytes) -> bool:
+    """``head`` (peeked off a push-mode socket) is whole simple replies (``+``, ``-``, ``:``)
+    and no push: a write's reply waiting for its caller, which hides no invalidation."""
+    if not head.endswith(b"\r\n") or len(head) >= PEEK_BYTES:
+        return False
+    return all(line[:1] in (b"+", b"-", b":") for line in head[:-2].split(b"\r\n"))
 
 
 def _readable(sock: Any) -> bool:
@@ -128,12 +159,31 @@ class Arrivals:
     invalidation is here before any read that begins after it. One ``poll`` per hit, on a
     poller of the calling thread's own (a poller refuses two threads at once)."""
 
-    __slots__ = ("_fd", "_pollers", "draining")
+    __slots__ = ("_fd", "_peek", "_pollers", "draining")
 
-    def __init__(self, sock: Any) -> None:
+    def __init__(self, sock: Any, *, peek: bool = False) -> None:
         self.draining = False
         self._fd = sock.fileno() if _POLL_IN and sock is not None else -1
         self._pollers = threading.local()
+        # Push mode: a readable socket may hold only a write's reply. A second socket object
+        # on a copy of the descriptor peeks without waiting (a blocking-mode object: no poll
+        # before its recv, and nothing changed on the shared descriptor's flags). Not on TLS
+        # (the bytes are records), nor where a default timeout would make it non-blocking.
+        self._peek: socket.socket | None = None
+        if (
+            peek
+            and self._fd >= 0
+            and hasattr(socket, "MSG_DONTWAIT")
+            and socket.getdefaulttimeout() is None
+            and not isinstance(sock, ssl.SSLSocket)
+        ):
+            self._peek = socket.socket(fileno=os.dup(self._fd))
+
+    def close(self) -> None:
+        """The session ended: the peeking copy of the descriptor goes."""
+        peek, self._peek = self._peek, None
+        if peek is not None:
+            peek.close()
 
     def __repr__(self) -> str:
         return f"<Arrivals fd={self._fd} draining={self.draining}>"
@@ -148,7 +198,17 @@ class Arrivals:
             poller = select.poll()
             poller.register(self._fd, _POLL_IN)
             poll = self._pollers.poll = poller.poll
-        return bool(poll(0)) or self.draining
+        if not poll(0):
+            return self.draining
+        if self._peek is None:
+            return True
+        try:
+            head = self._peek.recv(PEEK_BYTES, _PEEK_FLAGS)
+        except BlockingIOError:  # taken by its reader meanwhile: the flag says the rest
+            return self.draining
+        except OSError:
+            return True
+        return (bool(head) and not _only_replies(head)) or self.draining
 
 
 class Writer:
@@ -214,6 +274,8 @@ class Writer:
         arrivals = self.arrivals
         if connection.lost or arrivals is None:
             return False
+        if not arrivals.draining and not _readable(connection._sock):
+            return True  # the parser holds nothing (the flag is down) and nothing came
         arrivals.draining = True  # before the socket is read: see Arrivals.pending
         began = time.monotonic()
         try:
@@ -370,7 +432,10 @@ class Tracker(threading.Thread):
             self._set_push_handler(connection, writer.on_push)
             connection.send_command("CLIENT", "TRACKING", "ON", "BCAST", "NOLOOP", *self._prefixes)
             connection.read_response()
-            writer.arrivals = connection.arrivals = Arrivals(connection._sock)
+            writer.arrivals = connection.arrivals = Arrivals(connection._sock, peek=True)
+            # The read of the tracking's +OK may have taken a push behind it: the tracker
+            # drains (and lowers the flag) before anything else reads the socket.
+            writer.arrivals.draining = True
             session = self.near.begin(index, writer, generation)
             logger.debug(
                 "near cache: shard %s at %s tracked (push mode, 1 connection), session %s",
@@ -399,6 +464,8 @@ class Tracker(threading.Thread):
             self.near.end(index, session, cause)
             with writer.lock:  # not under a write in flight
                 connection.disconnect()
+                if writer.arrivals is not None:
+                    writer.arrivals.close()
         return False
 
     @staticmethod
