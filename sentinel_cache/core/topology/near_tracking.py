@@ -74,11 +74,18 @@ class _WriterMixin:
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         arrivals = self.arrivals
         if arrivals is not None:
-            if not arrivals.draining:  # so the parser holds nothing: the socket says it all
-                # Raised only once the first bytes are there, not for the whole round trip:
-                # until then a hit sees the socket empty and the flag down, rightly.
-                with contextlib.suppress(OSError, ValueError, TypeError):
-                    select.select([self._sock], [], [], self.socket_timeout)  # type: ignore[attr-defined]
+            # The parser holds nothing while the flag is down: it is raised only once the
+            # reply's first bytes are here, not for the whole round trip (until then a hit sees
+            # the socket empty and the flag down, rightly). The socket's timeout bounds the
+            # wait (SOCKET_TIMEOUT; PONG_WITHIN for the tracker's ping).
+            sock = self._sock  # type: ignore[attr-defined]
+            if (
+                sock is not None
+                and not arrivals.draining
+                and not _readable(sock, sock.gettimeout())
+            ):
+                self.disconnect()
+                raise RedisTimeoutError("Timeout reading from the near cache's writer")
             arrivals.draining = True  # before the socket is read: see Arrivals.pending
         reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
         if arrivals is not None and not parser_holds(self):
@@ -123,9 +130,12 @@ def read_within(connection: Any, read: Callable[[], Any]) -> Any:
 
 
 def parser_holds(connection: Any) -> bool:
-    """Bytes the connection's parser took off the socket and has not parsed yet (True when
-    it cannot tell: the flag then stays up until a drain)."""
+    """Bytes the connection's parser (or TLS, decrypted) took off the socket and has not
+    parsed yet (True when it cannot tell: the flag then stays up until a drain)."""
     try:
+        sock = connection._sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
         return bool(connection._parser._buffer.unread_bytes())
     except (AttributeError, ValueError, OSError, RedisConnectionError):
         return True
@@ -139,10 +149,13 @@ def _only_replies(head: bytes) -> bool:
     return all(line[:1] in (b"+", b"-", b":") for line in head[:-2].split(b"\r\n"))
 
 
-def _readable(sock: Any) -> bool:
-    """Bytes wait on ``sock`` now (or it was closed: the read that follows finds out)."""
+def _readable(sock: Any, timeout: float | None = 0.0) -> bool:
+    """Bytes wait on ``sock``, or in its TLS layer, within ``timeout`` seconds (None: as long
+    as it takes); True too if it broke (the read that follows finds out)."""
     try:
-        return bool(select.select([sock], [], [], 0)[0])
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        return bool(select.select([sock], [], [], timeout)[0])
     except (OSError, ValueError, TypeError):
         return True
 
