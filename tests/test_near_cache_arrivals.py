@@ -58,7 +58,8 @@ def _kept(client: CacheClient, core: ShardedSentinelPool, key: str) -> None:
 
 class _HeldSelect:
     """The tracker module's ``select``, whose ``select`` blocks while ``held`` is set: each
-    tracker thread waits there as a starved one would, its invalidations left on its socket."""
+    tracker thread waits there as a starved one would, its invalidations left on its socket.
+    Other threads pass (in push mode a write's caller waits there for its reply)."""
 
     def __init__(self) -> None:
         self.held = threading.Event()
@@ -68,7 +69,8 @@ class _HeldSelect:
         self.POLLIN = select.POLLIN
 
     def select(self, *args: Any) -> Any:
-        if self.held.is_set():
+        tracker = threading.current_thread().name.startswith("sentinel_cache-near-")
+        if tracker and self.held.is_set():
             self.waiting.add(threading.current_thread())
             assert self.release.wait(HOLD_S), "the test never released the tracker"
         return select.select(*args)

@@ -33,12 +33,10 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 class _HeldWait(_HeldSelect):
     """Holds the trackers in their wait for the socket only (a ``select`` with a timeout),
-    never in the zero-timeout look taken holding the writer (which would keep writes off it),
-    nor a write's caller waiting for its reply."""
+    never in the zero-timeout look taken holding the writer (which would keep writes off it)."""
 
     def select(self, *args: Any) -> Any:
-        tracker = threading.current_thread().name.startswith("sentinel_cache-near-")
-        if not tracker or (len(args) > 3 and args[3] == 0):
+        if len(args) > 3 and args[3] == 0:
             return select.select(*args)
         return super().select(*args)
 

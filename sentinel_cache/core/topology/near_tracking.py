@@ -532,6 +532,8 @@ class Tracker(threading.Thread):
                             connection._sock.shutdown(socket.SHUT_RDWR)
                         return writer.cause
                 wait = max(0.0, min(next_ping - now, 0.01 if writer.ping_due else 0.1))
+                if arrivals.draining:  # left to the tracker (the session's start, a budget)
+                    wait = 0.0
                 try:
                     ready, _, _ = select.select([connection._sock], [], [], wait)
                 except (OSError, ValueError, TypeError):  # a socket closed under us
