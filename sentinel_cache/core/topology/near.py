@@ -29,8 +29,10 @@ A hit is refused while invalidations of its shard may be in this process unappli
 (:class:`~sentinel_cache.core.topology.near_tracking.Arrivals`): bytes on the socket they come
 on, or a reader's ``draining`` flag, raised before it reads and lowered only once the parser
 holds nothing more (a parser may take several frames in one ``recv``). In push mode a write's
-reply waiting on the socket refuses hits too (a conservative miss: the server answers), as
-does the short while a write's caller reads its reply and drains.
+reply shares the socket: a hit peeks at a readable socket and is served when only whole
+simple replies wait there (no push can hide in them); over TLS it cannot peek, and any byte
+waiting refuses it (a conservative miss: the server answers), as does the short while a
+write's caller reads its reply holding bytes it has not applied.
 
 What keeps a copy correct:
 
