@@ -79,13 +79,22 @@ class _WriterMixin:
             # the socket empty and the flag down, rightly). The socket's timeout bounds the
             # wait (SOCKET_TIMEOUT; PONG_WITHIN for the tracker's ping).
             sock = self._sock  # type: ignore[attr-defined]
-            if (
-                sock is not None
-                and not arrivals.draining
-                and not _readable(sock, sock.gettimeout())
-            ):
-                self.disconnect()
-                raise RedisTimeoutError("Timeout reading from the near cache's writer")
+            if sock is not None and not arrivals.draining:
+                if not _readable(sock, sock.gettimeout()):
+                    self.disconnect()
+                    raise RedisTimeoutError("Timeout reading from the near cache's writer")
+                line = arrivals.reply_line()
+                if line:
+                    # A whole simple reply heads the stream: the parser takes exactly it (one
+                    # recv of that many bytes), so no push comes along and the flag stays down
+                    # (raised, it would refuse every hit while this thread waits for the GIL
+                    # after its recv).
+                    buffer = self._parser._buffer  # type: ignore[attr-defined]
+                    size, buffer.socket_read_size = buffer.socket_read_size, line
+                    try:
+                        return super().read_response(*args, **kwargs)  # type: ignore[misc]
+                    finally:
+                        buffer.socket_read_size = size
             arrivals.draining = True  # before the socket is read: see Arrivals.pending
         reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
         if arrivals is not None and not parser_holds(self):
@@ -192,6 +201,18 @@ class Arrivals:
         ):
             self._peek = socket.socket(fileno=os.dup(self._fd))
 
+    def reply_line(self) -> int:
+        """The length of the whole simple reply (``+``, ``-``, ``:`` line) heading the socket,
+        peeked; 0 if something else heads it, or it cannot peek."""
+        if self._peek is None:
+            return 0
+        try:
+            head = self._peek.recv(PEEK_BYTES, _PEEK_FLAGS)
+        except OSError:
+            return 0
+        end = head.find(b"\r\n")
+        return end + 2 if end > 0 and head[:1] in (b"+", b"-", b":") else 0
+
     def close(self) -> None:
         """The session ended: the peeking copy of the descriptor goes."""
         peek, self._peek = self._peek, None
@@ -239,6 +260,9 @@ class Writer:
         self.connection = connection
         self.mode = mode  # "push": invalidations arrive on this connection; "redirect"
         self.lock = threading.Lock()
+        #: Set by :meth:`done`: the push tracker waits on it while a write holds the writer,
+        #: rather than take the lock after each write (it would keep the next write off it).
+        self.released = threading.Event()
         self.session = 0
         self.cause = "tracker connection lost"  # what ends the session if the connection goes
         self.ping_due = False  # the tracker waits to ping it: writes leave it alone meanwhile
@@ -267,6 +291,7 @@ class Writer:
             self.drain(PONG_WITHIN / 10)
         lost = self.connection.lost
         self.lock.release()
+        self.released.set()
         if lost:
             self.near.end(self.index, self.session, self.cause)
 
@@ -541,8 +566,10 @@ class Tracker(threading.Thread):
                 if not ready and not arrivals.draining:
                     continue
                 # A write in flight: its caller reads the socket (and applies what it read
-                # before it gives the writer back); the tracker takes over from there.
-                if not writer.lock.acquire(timeout=wait or 0.01):
+                # before it gives the writer back); the tracker looks again once it has.
+                writer.released.clear()
+                if not writer.lock.acquire(blocking=False):
+                    writer.released.wait(wait or 0.01)
                     continue
                 try:
                     # Only if something is left: the flag raised by a drain that finds nothing
