@@ -92,9 +92,12 @@ class _WriterMixin:
                     buffer = self._parser._buffer  # type: ignore[attr-defined]
                     size, buffer.socket_read_size = buffer.socket_read_size, line
                     try:
-                        return super().read_response(*args, **kwargs)  # type: ignore[misc]
+                        reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
                     finally:
                         buffer.socket_read_size = size
+                    if parser_holds(self):  # took more after all: Writer.drain applies it
+                        arrivals.draining = True
+                    return reply
             arrivals.draining = True  # before the socket is read: see Arrivals.pending
         reply = super().read_response(*args, **kwargs)  # type: ignore[misc]
         if arrivals is not None and not parser_holds(self):
