@@ -107,12 +107,19 @@ def test_one_connection_per_shard_in_push_mode_two_in_redirect(
         core.close()
 
 
-def test_the_default_is_push_where_the_server_speaks_resp3(cluster: LocalSentinelCluster) -> None:
-    core = started(cluster, db=COUNTED_DB)  # NEAR_CACHE_PUSH "auto"
+@pytest.mark.parametrize(
+    ("options", "mode", "per_master"),
+    [({}, "redirect", 2), ({"near_cache_push": "auto"}, "push", 1)],
+    ids=["default", "auto"],
+)
+def test_the_default_is_redirect_and_auto_is_push_where_the_server_speaks_resp3(
+    cluster: LocalSentinelCluster, options: dict[str, Any], mode: str, per_master: int
+) -> None:
+    core = started(cluster, db=COUNTED_DB, **options)
     try:
         wait_until(lambda: tracked(core), 5, "tracking")
-        assert near_mode(core) == "push"
-        assert tracker_connections(core) == [1] * len(core.shards)
+        assert near_mode(core) == mode
+        assert tracker_connections(core) == [per_master] * len(core.shards)
     finally:
         core.close()
 

@@ -544,7 +544,7 @@ def test_tls_near_cache_in_push_mode(make_cluster: Any, tls_files: TLSFiles) -> 
         shards=1, replicas=0, sentinels=1, tls=tls_files, requirepass=DATA_SECRET, **FAST
     )
     config, _ = parse_cache_config(
-        cluster.sentinel_addresses, tls_options(tls_files, cluster, NEAR_CACHE=True)
+        cluster.sentinel_addresses, tls_options(tls_files, cluster, NEAR_CACHE=True, NEAR_CACHE_PUSH="auto")
     )
     pool = ShardedSentinelPool.from_config(config)
     try:

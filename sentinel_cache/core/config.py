@@ -182,10 +182,11 @@ class PoolConfig:
     near_cache_max_bytes: int = 64 * 1024 * 1024
     near_cache_ttl: float = 60.0
     near_cache_prefixes: tuple[str, ...] = ()
-    #: How the near cache hears invalidations: "auto" (RESP3 push on the one tracked
-    #: connection where the server accepts ``HELLO 3``, else the RESP2 redirect), True (push
-    #: only), False (the RESP2 redirect: two connections per shard).
-    near_cache_push: bool | str = "auto"
+    #: How the near cache hears invalidations: False (the RESP2 redirect: two connections per
+    #: shard; the default, faster when this process writes kept keys from many threads),
+    #: "auto" (RESP3 push on the one tracked connection where the server accepts ``HELLO 3``,
+    #: else the redirect), True (push only).
+    near_cache_push: bool | str = False
     previous_masters: tuple[str, ...] = ()
     previous_weights: tuple[int, ...] = ()
 

@@ -371,12 +371,12 @@ NEAR_HEAVY = {"get": 12, "get_many": 3, "set": 3, "set_many": 1, "delete": 1, "i
 
 NEAR_SCENARIOS = [
     Feature(Scenario("near cache, no fault", options=NEAR, modes=NEAR_MODES, weights=NEAR_HEAVY)),
-    # NEAR_CACHE on its own hears invalidations as RESP3 pushes (both servers speak RESP3):
-    # the RESP2 redirect, kept for servers that refuse HELLO 3, is judged here.
+    # NEAR_CACHE on its own hears invalidations by the RESP2 redirect (the default); RESP3
+    # push on the one tracked connection ("auto": both servers speak RESP3) is judged here.
     Feature(
         Scenario(
-            "near cache in redirect mode, no fault",
-            options={**NEAR, "NEAR_CACHE_PUSH": False},
+            "near cache in push mode, no fault",
+            options={**NEAR, "NEAR_CACHE_PUSH": "auto"},
             modes=NEAR_MODES,
             weights=NEAR_HEAVY,
         )

@@ -2,7 +2,9 @@
 the servers' invalidations and by failovers.
 
 Per shard, one tracker thread keeps the shard's master tracked (Redis 6.0+, Valkey 7.2+) in one
-of two modes (``NEAR_CACHE_PUSH``: "auto" takes push wherever the server accepts ``HELLO 3``):
+of two modes (``NEAR_CACHE_PUSH``: False, the default, takes redirect; "auto" takes push
+wherever the server accepts ``HELLO 3``; redirect is faster when many threads write kept keys,
+push saves a connection per shard):
 
 * **push** (RESP3): ONE connection, the *writer*, sends ``CLIENT TRACKING ON BCAST NOLOOP
   [PREFIX p ...]``; the server's invalidations arrive on it as push frames (``>``, an
@@ -12,7 +14,7 @@ of two modes (``NEAR_CACHE_PUSH``: "auto" takes push wherever the server accepts
   own reply (a push may come before it). redis-py's pure-Python RESP3 parser calls our push
   handler from inside ``read_response`` (every supported redis-py does), and the holder drains
   what the parser buffered before giving the writer back.
-* **redirect** (RESP2, where ``HELLO 3`` is refused, or ``NEAR_CACHE_PUSH: False``): TWO
+* **redirect** (RESP2: ``NEAR_CACHE_PUSH: False``, or where ``HELLO 3`` is refused): TWO
   connections, an invalidation connection subscribed to ``__redis__:invalidate``, and the
   writer, whose ``CLIENT TRACKING ON REDIRECT <the invalidation connection> BCAST NOLOOP``
   sends its invalidations there.
