@@ -219,3 +219,11 @@ def core(make_core: Callable[..., ShardedSentinelPool]) -> ShardedSentinelPool:
     """A core on the shared ``cluster`` without listeners (nothing fails over under the tests
     that take it), every shard resolved. A module may define its own ``core``."""
     return make_core(listeners=False, discover=True)
+
+
+@pytest.fixture(params=[True, False], ids=["push", "redirect"])
+def near_push(request: pytest.FixtureRequest) -> bool:
+    """``NEAR_CACHE_PUSH`` for a near-cache test, so both ways of hearing invalidations run:
+    RESP3 push on the one tracked connection (True: push only, so a server that refused it
+    would fail the test, not pass it in redirect mode), and the RESP2 redirect (False)."""
+    return bool(request.param)

@@ -198,15 +198,20 @@ def test_a_stampede_waiter_with_its_row(
     assert refusals() == []
 
 
+@pytest.mark.parametrize(("push", "mode"), [(False, "redirect"), ("auto", "push")])
 def test_the_near_cache_with_its_row(
-    topology: LocalSentinelCluster, refusals: Callable[[], list[str]]
+    topology: LocalSentinelCluster, refusals: Callable[[], list[str]], push: Any, mode: str
 ) -> None:
-    pool = pool_as(topology, data_user(topology, "docs-near", "`NEAR_CACHE`"), near_cache=True)
+    user = data_user(topology, f"docs-near-{mode}", "`NEAR_CACHE`")
+    pool = pool_as(topology, user, near_cache=True, near_cache_push=push)
     try:
         pool.discover()
         near = pool.near
         assert near is not None
         wait_until(lambda: all(near.status(i)["tracked"] for i in range(2)), 10, "tracking")
+        # With "auto", RESP3 push (HELLO needs no ACL rule), not the fallback for servers
+        # refusing it.
+        assert [near.status(i)["mode"] for i in range(2)] == [mode, mode]
         cache = CacheClient(pool, Codec())
         index = pool.shard_index("web:near")
         assert cache.set("web:near", "v", 60) and cache.get("web:near") == "v"

@@ -91,6 +91,9 @@ CASES: dict[str, Callable[[], object]] = {
     "pool_timeout: must be a finite number >= 0": core(pool_timeout=-1),
     "read_from_replicas: must be True or False": core(read_from_replicas=1),
     "async_multiplex: must be True or False": core(async_multiplex="yes"),
+    'near_cache_push: must be "auto", True (RESP3 push only) or False (the RESP2 redirect)': core(
+        near_cache_push="yes"
+    ),
     "outage_hold: must be a finite number >= 0": core(outage_hold=-0.5),
     "outage_reads_max_lag: must be a finite number >= 0.001": core(outage_reads_max_lag=0),
     'SERIALIZER: expected "pickle", "json", "msgpack", "text", "bytes" or a dotted path': options(

@@ -34,6 +34,12 @@ def tracked(core: ShardedSentinelPool) -> bool:
     return all(shard["near_cache"]["tracked"] for shard in core.status()["shards"])
 
 
+def near_mode(core: ShardedSentinelPool) -> str:
+    """The one mode every shard's session runs in ("push" or "redirect")."""
+    (mode,) = {shard["near_cache"]["mode"] for shard in core.status()["shards"]}
+    return str(mode)
+
+
 def store(client: CacheClient, core: ShardedSentinelPool, key: str, value: Any) -> None:
     """Write ``key``, then read it until a copy is kept. An integer is stored as a number, not
     bytes, and such a write is not kept: it goes through the pool, and its echo could evict a
@@ -85,9 +91,13 @@ def outsider(core: ShardedSentinelPool, key: str) -> redis.Redis:
 
 
 @pytest.fixture
-def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
+def core(cluster: LocalSentinelCluster, near_push: bool) -> Iterator[ShardedSentinelPool]:
     made = ShardedSentinelPool(
-        cluster.master_names, cluster.sentinel_addresses, near_cache=True, db=5
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        near_cache=True,
+        near_cache_push=near_push,
+        db=5,
     )
     CacheClient(made, Codec()).clear(None)
     wait_until(lambda: tracked(made), 5, "tracking")
@@ -337,15 +347,19 @@ def test_a_server_flush_and_a_lost_tracker_drop_the_copies(core: ShardedSentinel
     assert client.get("near:f") is None
     store(client, core, "near:f", 2)
     with outsider(core, "near:f") as other:
-        other.client_kill_filter(_type="pubsub")  # the tracker's connection goes
+        # The connection the invalidations come on goes: the subscriber (redirect), or the one
+        # tracked connection (push, where no subscriber is ours).
+        other.client_kill_filter(_type="pubsub" if near_mode(core) == "redirect" else "normal")
     wait_until(lambda: near_status(core, "near:f")["entries"] == 0, 2, "the lost tracker")
     assert near_status(core, "near:f")["flushes"].get("tracker connection lost", 0) >= 1
     wait_until(lambda: tracked(core), 5, "tracking again")
     assert client.get("near:f") == 2
 
 
-def _failover_then_outside_write(cluster: LocalSentinelCluster, kill: bool) -> None:
-    core = ShardedSentinelPool(cluster.master_names, cluster.sentinel_addresses, near_cache=True)
+def _failover_then_outside_write(cluster: LocalSentinelCluster, kill: bool, push: bool) -> None:
+    core = ShardedSentinelPool(
+        cluster.master_names, cluster.sentinel_addresses, near_cache=True, near_cache_push=push
+    )
     try:
         client = CacheClient(core, Codec())
         client.set("near:fo", "started", None)  # the core starts (nothing connects before)
@@ -381,28 +395,34 @@ def _failover_then_outside_write(cluster: LocalSentinelCluster, kill: bool) -> N
 
 @pytest.mark.failover
 def test_a_planned_failover_never_serves_a_stale_copy(
-    make_cluster: Callable[..., LocalSentinelCluster],
+    make_cluster: Callable[..., LocalSentinelCluster], near_push: bool
 ) -> None:
-    _failover_then_outside_write(make_cluster(shards=1, replicas=1, sentinels=3), kill=False)
+    cluster = make_cluster(shards=1, replicas=1, sentinels=3)
+    _failover_then_outside_write(cluster, kill=False, push=near_push)
 
 
 @pytest.mark.failover
 def test_a_killed_master_never_leaves_a_stale_copy(
-    make_cluster: Callable[..., LocalSentinelCluster],
+    make_cluster: Callable[..., LocalSentinelCluster], near_push: bool
 ) -> None:
-    _failover_then_outside_write(make_cluster(shards=1, replicas=1, sentinels=3), kill=True)
+    cluster = make_cluster(shards=1, replicas=1, sentinels=3)
+    _failover_then_outside_write(cluster, kill=True, push=near_push)
 
 
 @pytest.mark.failover
 def test_a_silently_cut_master_ends_the_session(
-    make_cluster: Callable[..., LocalSentinelCluster],
+    make_cluster: Callable[..., LocalSentinelCluster], near_push: bool
 ) -> None:
     """A partition between this process and a master (nothing delivered, no reset) is found by
     the pings of both tracker connections: the shard's copies go within about two seconds,
     well before SOCKET_TIMEOUT would have ended a blocked read."""
     cluster = make_cluster(shards=1, replicas=0, sentinels=1, faults=True)
     core = ShardedSentinelPool(
-        cluster.master_names, cluster.sentinel_addresses, near_cache=True, socket_timeout=5
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        near_cache=True,
+        near_cache_push=near_push,
+        socket_timeout=5,
     )
     try:
         client = CacheClient(core, Codec())
@@ -502,7 +522,7 @@ def test_bad_options_are_named(option: str, value: Any) -> None:
     assert caught.value.option == option
 
 
-def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool) -> None:
+def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool, near_push: bool) -> None:
     from sentinel_cache.core.admin import status
 
     client = CacheClient(core, Codec())
@@ -518,8 +538,10 @@ def test_the_status_report_shows_the_near_cache(core: ShardedSentinelPool) -> No
     report = status.collect(core, timeout=1.0)
     row = report["shards"][core.shard_index("near:st")]["near_cache"]
     assert row["tracked"] is True and row["entries"] >= 1 and row["hits"] == served
+    assert row["mode"] == ("push" if near_push else "redirect")
     text = status.render_text(report)
     assert "near cache (this process)" in text and "hit ratio" in text
+    assert f"yes ({row['mode']})" in text
 
 
 def test_the_django_and_flask_backends_take_the_options(cluster: LocalSentinelCluster) -> None:

@@ -30,9 +30,13 @@ HOLD_S = 10  # the longest the tracker is held: the test releases it far sooner
 
 
 @pytest.fixture
-def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
+def core(cluster: LocalSentinelCluster, near_push: bool) -> Iterator[ShardedSentinelPool]:
     made = ShardedSentinelPool(
-        cluster.master_names, cluster.sentinel_addresses, near_cache=True, db=10
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        near_cache=True,
+        near_cache_push=near_push,
+        db=10,
     )
     CacheClient(made, Codec()).clear(None)
     wait_until(lambda: tracked(made), 5, "tracking")
@@ -54,7 +58,8 @@ def _kept(client: CacheClient, core: ShardedSentinelPool, key: str) -> None:
 
 class _HeldSelect:
     """The tracker module's ``select``, whose ``select`` blocks while ``held`` is set: each
-    tracker thread waits there as a starved one would, its invalidations left on its socket."""
+    tracker thread waits there as a starved one would, its invalidations left on its socket.
+    Other threads pass (in push mode a write's caller waits there for its reply)."""
 
     def __init__(self) -> None:
         self.held = threading.Event()
@@ -64,7 +69,8 @@ class _HeldSelect:
         self.POLLIN = select.POLLIN
 
     def select(self, *args: Any) -> Any:
-        if self.held.is_set():
+        tracker = threading.current_thread().name.startswith("sentinel_cache-near-")
+        if tracker and self.held.is_set():
             self.waiting.add(threading.current_thread())
             assert self.release.wait(HOLD_S), "the test never released the tracker"
         return select.select(*args)

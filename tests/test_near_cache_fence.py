@@ -24,9 +24,13 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 
 @pytest.fixture
-def core(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
+def core(cluster: LocalSentinelCluster, near_push: bool) -> Iterator[ShardedSentinelPool]:
     made = ShardedSentinelPool(
-        cluster.master_names, cluster.sentinel_addresses, near_cache=True, db=10
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        near_cache=True,
+        near_cache_push=near_push,
+        db=10,
     )
     CacheClient(made, Codec()).clear(None)
     wait_until(lambda: tracked(made), 5, "tracking")

@@ -179,13 +179,15 @@ def test_the_django_option_is_named_and_the_server_agrees(cluster: LocalSentinel
 
 
 # -- 3. a copy lives at most the key's remaining TTL --------------------------------------------
-def test_no_copy_outlives_its_key_when_no_invalidation_comes(faulty: LocalSentinelCluster) -> None:
+def test_no_copy_outlives_its_key_when_no_invalidation_comes(
+    faulty: LocalSentinelCluster, near_push: bool
+) -> None:
     """Copies filled by get and get_many of keys another writer set with a TTL, our own set
     (kept by the write) and reads after our touch, add and set_many: once the invalidation
     connection is stalled (as a server that expires a key lazily sends nothing until it gets
     to it), none is served past the key's expiry, while a key without TTL stays kept (under
     NEAR_CACHE_TTL) and the session is still live. Before, read copies lived NEAR_CACHE_TTL."""
-    core = started(faulty)
+    core = started(faulty, near_cache_push=near_push)
     client = CacheClient(core, Codec())
     near = core.near
     assert near is not None
@@ -230,7 +232,7 @@ def test_no_copy_outlives_its_key_when_no_invalidation_comes(faulty: LocalSentin
 # -- 4. no read after a switch is kept under the old master's session --------------------------
 @pytest.mark.failover
 def test_a_read_right_after_a_switch_is_not_kept_under_the_old_session(
-    make_cluster: Callable[..., LocalSentinelCluster],
+    make_cluster: Callable[..., LocalSentinelCluster], near_push: bool
 ) -> None:
     """The switch is applied (the safety net's re-resolve, as after a READONLY reply) and the
     key read from the new master at once, before the tracker, still subscribed on the old
@@ -239,7 +241,8 @@ def test_a_read_right_after_a_switch_is_not_kept_under_the_old_session(
     returns what a plain GET on the master returns (before, the copy kept under the old session
     was served until the tracker caught up)."""
     cluster = make_cluster(shards=1, replicas=1, sentinels=3)
-    core = started(cluster, listeners=False)  # the switch is applied when the test says
+    # The switch is applied when the test says.
+    core = started(cluster, listeners=False, near_cache_push=near_push)
     client = CacheClient(core, Codec())
     near = core.near
     assert near is not None
@@ -274,12 +277,14 @@ def test_a_read_right_after_a_switch_is_not_kept_under_the_old_session(
 
 
 # -- 5. both tracker connections are checked on schedule, whatever the traffic -----------------
-def test_both_tracker_connections_are_pinged_under_traffic(faulty: LocalSentinelCluster) -> None:
+def test_both_tracker_connections_are_pinged_under_traffic(
+    faulty: LocalSentinelCluster, near_push: bool
+) -> None:
     """Another writer keeps the invalidation connection busy for three seconds: the server
-    still sees a PING from each of our two tracking connections at least every two seconds
-    (before, neither was pinged while invalidations flowed, so a silent cut of the writer
-    went unnoticed for as long as the traffic lasted)."""
-    core = started(faulty)
+    still sees a PING from each of our two tracking connections (one in push mode) at least
+    every two seconds (before, neither was pinged while invalidations flowed, so a silent cut
+    of the writer went unnoticed for as long as the traffic lasted)."""
+    core = started(faulty, near_cache_push=near_push)
     try:
         with outsider(core, "busy:k") as other:
             own = {other.client_id()}
@@ -291,10 +296,13 @@ def test_both_tracker_connections_are_pinged_under_traffic(faulty: LocalSentinel
                 n += 1
             assert near_status(core, "busy:k")["invalidations"] > before + 100
             clients = {c["id"]: c for c in other.client_list() if int(c["id"]) not in own}
-            # The writer holds the tracking, redirected to the invalidation connection.
-            writers = [c for c in clients.values() if c.get("redir", "-1") not in ("-1", "0")]
-            assert len(writers) == 1, writers
-            tracking = [writers[0], clients[writers[0]["redir"]]]
+            if near_push:  # one connection, tracked, its invalidations pushed on it
+                tracking = [c for c in clients.values() if "t" in c["flags"]]
+                assert len(tracking) == 1 and tracking[0]["resp"] == "3", tracking
+            else:  # the writer holds the tracking, redirected to the invalidation connection
+                writers = [c for c in clients.values() if c.get("redir", "-1") not in ("-1", "0")]
+                assert len(writers) == 1, writers
+                tracking = [writers[0], clients[writers[0]["redir"]]]
             for client in tracking:
                 assert client["cmd"] == "ping" and int(client["idle"]) <= 2, client
     finally:
@@ -303,12 +311,12 @@ def test_both_tracker_connections_are_pinged_under_traffic(faulty: LocalSentinel
 
 @pytest.mark.failover
 def test_a_stalled_tracker_ends_the_session_without_a_socket_timeout(
-    faulty: LocalSentinelCluster,
+    faulty: LocalSentinelCluster, near_push: bool
 ) -> None:
     """SOCKET_TIMEOUT=None (accepted) must not make the tracker wait forever: with every byte
     from the master held (an invalidation among them), the shard's copies go within two
     seconds."""
-    core = started(faulty, socket_timeout=None)
+    core = started(faulty, socket_timeout=None, near_cache_push=near_push)
     client = CacheClient(core, Codec())
     near = core.near
     assert near is not None

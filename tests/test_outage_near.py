@@ -20,12 +20,18 @@ pytestmark = pytest.mark.failover
 ClusterFactory = Callable[..., LocalSentinelCluster]
 
 
-def tracked_pool(make_cluster: ClusterFactory) -> tuple[LocalSentinelCluster, ShardedSentinelPool]:
+def tracked_pool(
+    make_cluster: ClusterFactory, push: bool
+) -> tuple[LocalSentinelCluster, ShardedSentinelPool]:
     """One shard with a replica, its near cache tracking and the replica in step; down-after
     60 s: the frozen master is neither replaced nor demoted during a test."""
     cluster = make_cluster(shards=1, replicas=1, sentinels=1, down_after_ms=60000)
     pool = ShardedSentinelPool(
-        cluster.master_names, cluster.sentinel_addresses, near_cache=True, socket_timeout=1.0
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        near_cache=True,
+        near_cache_push=push,
+        socket_timeout=1.0,
     )
     try:
         pool.discover()
@@ -39,9 +45,9 @@ def tracked_pool(make_cluster: ClusterFactory) -> tuple[LocalSentinelCluster, Sh
 
 
 def test_replica_answers_in_an_outage_are_served_not_kept_as_near_copies(
-    make_cluster: ClusterFactory,
+    make_cluster: ClusterFactory, near_push: bool
 ) -> None:
-    cluster, pool = tracked_pool(make_cluster)
+    cluster, pool = tracked_pool(make_cluster, near_push)
     shard = pool.shards[0]
     try:
         codec = Codec()
@@ -75,11 +81,11 @@ def test_replica_answers_in_an_outage_are_served_not_kept_as_near_copies(
 
 
 def test_the_near_read_that_finds_the_master_unreachable_is_answered_by_the_replica(
-    make_cluster: ClusterFactory,
+    make_cluster: ClusterFactory, near_push: bool
 ) -> None:
     """The first read of an outage, a near-cache miss (a read the master alone may answer, for
     its copy is kept): it is sent again to the replica, as a read without a near cache is."""
-    cluster, pool = tracked_pool(make_cluster)
+    cluster, pool = tracked_pool(make_cluster, near_push)
     shard = pool.shards[0]
     try:
         codec = Codec()

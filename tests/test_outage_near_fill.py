@@ -18,9 +18,13 @@ from sentinel_cache.testing import LocalSentinelCluster
 
 
 @pytest.fixture
-def near_pool(cluster: LocalSentinelCluster) -> Iterator[ShardedSentinelPool]:
+def near_pool(cluster: LocalSentinelCluster, near_push: bool) -> Iterator[ShardedSentinelPool]:
     pool = ShardedSentinelPool(
-        cluster.master_names, cluster.sentinel_addresses, near_cache=True, db=11
+        cluster.master_names,
+        cluster.sentinel_addresses,
+        near_cache=True,
+        near_cache_push=near_push,
+        db=11,
     )
     try:
         pool.discover()

@@ -536,6 +536,41 @@ def test_tls_everywhere_follows_a_failover(
     assert_no_secret(logs.text)
 
 
+def test_tls_near_cache_in_push_mode(make_cluster: Any, tls_files: TLSFiles) -> None:
+    """The near cache over TLS, in push mode (one tracked connection per shard): invalidations
+    pushed on a TLS socket are applied (a hit cannot peek at encrypted bytes: any waiting
+    refuses it, TLS-buffered ones count as held), and our own writes are kept."""
+    cluster = make_cluster(
+        shards=1, replicas=0, sentinels=1, tls=tls_files, requirepass=DATA_SECRET, **FAST
+    )
+    config, _ = parse_cache_config(
+        cluster.sentinel_addresses, tls_options(tls_files, cluster, NEAR_CACHE=True, NEAR_CACHE_PUSH="auto")
+    )
+    pool = ShardedSentinelPool.from_config(config)
+    try:
+        cache = CacheClient(pool, Codec())
+        assert cache.set("tls:near", "mine", 60) is True
+        deadline = time.monotonic() + 5
+        while not pool.status()["shards"][0]["near_cache"]["tracked"]:
+            assert time.monotonic() < deadline, "the near cache never tracked over TLS"
+            time.sleep(0.02)
+        assert pool.status()["shards"][0]["near_cache"]["mode"] == "push"
+        assert cache.set("tls:near", "mine", 60) is True  # kept by the write
+        assert cache.get("tls:near") == "mine"
+        host, port = cluster.master_address("shard0")
+        with redis.Redis(
+            host, port, password=DATA_SECRET, ssl=True, ssl_ca_certs=tls_files.ca_cert
+        ) as other:
+            other.set("tls:near", Codec().dumps("theirs"))
+        assert cache.get("tls:near") == "theirs"  # the push arrived before their reply
+        deadline = time.monotonic() + 5
+        while pool.status()["shards"][0]["near_cache"]["invalidations"] < 1:
+            assert time.monotonic() < deadline, "the pushed invalidation was never applied"
+            time.sleep(0.02)
+    finally:
+        pool.close()
+
+
 def test_tls_wrong_ca_fails_fast_on_either_side(
     make_cluster: Any, tls_files: TLSFiles, other_ca: TLSFiles, logs: pytest.LogCaptureFixture
 ) -> None:

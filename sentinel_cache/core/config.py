@@ -182,6 +182,11 @@ class PoolConfig:
     near_cache_max_bytes: int = 64 * 1024 * 1024
     near_cache_ttl: float = 60.0
     near_cache_prefixes: tuple[str, ...] = ()
+    #: How the near cache hears invalidations: False (the RESP2 redirect: two connections per
+    #: shard; the default, faster when this process writes kept keys from many threads),
+    #: "auto" (RESP3 push on the one tracked connection where the server accepts ``HELLO 3``,
+    #: else the redirect), True (push only).
+    near_cache_push: bool | str = False
     previous_masters: tuple[str, ...] = ()
     previous_weights: tuple[int, ...] = ()
 
@@ -225,6 +230,12 @@ class PoolConfig:
                         f"{first!r} and {second!r} overlap (one starts the other), which the "
                         "server refuses for tracking: keep the shorter one",
                     )
+        if self.near_cache_push != "auto" and not isinstance(self.near_cache_push, bool):
+            raise bad_value(
+                "near_cache_push",
+                self.near_cache_push,
+                'must be "auto", True (RESP3 push only) or False (the RESP2 redirect)',
+            )
         for name in (
             "read_from_replicas",
             "async_multiplex",

@@ -61,6 +61,7 @@ OPTION_NAMES: Mapping[str, tuple[str, str]] = {
     "NEAR_CACHE_MAX_BYTES": (POOL, "near_cache_max_bytes"),
     "NEAR_CACHE_TTL": (POOL, "near_cache_ttl"),
     "NEAR_CACHE_PREFIXES": (POOL, "near_cache_prefixes"),
+    "NEAR_CACHE_PUSH": (POOL, "near_cache_push"),
     "PREVIOUS_MASTERS": (POOL, "previous_masters"),
     "PREVIOUS_WEIGHTS": (POOL, "previous_weights"),
     "CONNECTION_KWARGS": ("connection_kwargs", "connection_kwargs"),

@@ -371,6 +371,16 @@ NEAR_HEAVY = {"get": 12, "get_many": 3, "set": 3, "set_many": 1, "delete": 1, "i
 
 NEAR_SCENARIOS = [
     Feature(Scenario("near cache, no fault", options=NEAR, modes=NEAR_MODES, weights=NEAR_HEAVY)),
+    # NEAR_CACHE on its own hears invalidations by the RESP2 redirect (the default); RESP3
+    # push on the one tracked connection ("auto": both servers speak RESP3) is judged here.
+    Feature(
+        Scenario(
+            "near cache in push mode, no fault",
+            options={**NEAR, "NEAR_CACHE_PUSH": "auto"},
+            modes=NEAR_MODES,
+            weights=NEAR_HEAVY,
+        )
+    ),
     Feature(
         Scenario(
             "near cache, planned failover",
@@ -383,7 +393,7 @@ NEAR_SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize("feature", _ids(NEAR_SCENARIOS, frozenset({1})))
+@pytest.mark.parametrize("feature", _ids(NEAR_SCENARIOS, frozenset({2})))
 def test_near_cache(feature: Feature, topology: LocalSentinelCluster) -> None:
     _judge(feature, topology)
 

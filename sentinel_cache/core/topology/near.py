@@ -1,20 +1,45 @@
 """The near cache (``NEAR_CACHE = True``): a process-local copy of hot values, kept correct by
 the servers' invalidations and by failovers.
 
-Per shard, one tracker thread holds two connections to the shard's master (RESP2; Redis 6.0+,
-Valkey 7.2+): an invalidation connection subscribed to ``__redis__:invalidate``, and a writer
-connection that sends ``CLIENT TRACKING ON REDIRECT <the invalidation connection> BCAST NOLOOP
-[PREFIX p ...]``. The server then names on the first every key written, deleted or expired by
-anyone (another process, a Java service, ``redis-cli``) except by the writer connection itself,
-and sends a null message when it flushes (``FLUSHDB``, ``FLUSHALL``, a full resync). BCAST mode
-needs no tracking state per data connection, so the pools are untouched. The tracker watches
-both sockets, and pings each every second whatever the traffic, so a lost, silently cut or
-stalled connection ends the session.
+Per shard, one tracker thread keeps the shard's master tracked (Redis 6.0+, Valkey 7.2+) in one
+of two modes (``NEAR_CACHE_PUSH``: False, the default, takes redirect; "auto" takes push
+wherever the server accepts ``HELLO 3``; redirect is faster when many threads write kept keys,
+push saves a connection per shard):
+
+* **push** (RESP3): ONE connection, the *writer*, sends ``CLIENT TRACKING ON BCAST NOLOOP
+  [PREFIX p ...]``; the server's invalidations arrive on it as push frames (``>``, an
+  ``invalidate`` with the keys, or a null for a flush), between the replies to our writes.
+  Whoever reads that socket applies every push it reads, in order, before anything read after
+  it: the tracker (holding the writer, when no write does) and a write's caller reading its
+  own reply (a push may come before it). redis-py's pure-Python RESP3 parser calls our push
+  handler from inside ``read_response`` (every supported redis-py does), and the holder drains
+  what the parser buffered before giving the writer back.
+* **redirect** (RESP2: ``NEAR_CACHE_PUSH: False``, or where ``HELLO 3`` is refused): TWO
+  connections, an invalidation connection subscribed to ``__redis__:invalidate``, and the
+  writer, whose ``CLIENT TRACKING ON REDIRECT <the invalidation connection> BCAST NOLOOP``
+  sends its invalidations there.
+
+Either way the server names every key written, deleted or expired by anyone (another process,
+a Java service, ``redis-cli``) except by the writer connection itself, and sends a null when it
+flushes (``FLUSHDB``, ``FLUSHALL``, a full resync). BCAST mode needs no tracking state per data
+connection, so the pools are untouched. The tracker pings each of its connections every second
+whatever the traffic, so a lost, silently cut or stalled connection ends the session within
+``PING_EVERY + PONG_WITHIN``; no read of the tracker, and no drain by a write's caller, waits
+longer than ``PONG_WITHIN`` for bytes it was told are there.
+
+A hit is refused while invalidations of its shard may be in this process unapplied
+(:class:`~sentinel_cache.core.topology.near_tracking.Arrivals`): bytes on the socket they come
+on, or a reader's ``draining`` flag, raised before it reads and lowered only once the parser
+holds nothing more (a parser may take several frames in one ``recv``). In push mode a write's
+reply shares the socket: a hit peeks at a readable socket and is served when only whole
+simple replies wait there (no push can hide in them); over TLS it cannot peek, and any byte
+waiting refuses it (a conservative miss: the server answers), as does the short while a
+write's caller reads its reply holding bytes it has not applied.
 
 What keeps a copy correct:
 
 1. **Sessions.** A shard's copies carry the *session* they were stored in; a session starts
-   when both connections are set up and ends when either is lost or errs, when the shard's
+   when its connections (one or two) are set up and ends when one is lost or errs, when the shard's
    master switches, and when the core stops. A session records the master generation it tracks:
    a copy of another session, or of another master generation than the shard's current one, is
    never served (so a switch hides the shard's copies at once, before the tracker has even
@@ -440,6 +465,9 @@ class NearCache:
             lookups = state.hits + state.misses
             return {
                 "tracked": state.live,
+                # How the session hears invalidations: "push" (RESP3, 1 connection) or
+                # "redirect" (RESP2, 2 connections); None while untracked.
+                "mode": state.writer.mode if state.live and state.writer is not None else None,
                 "entries": len(state.keys),
                 "bytes": state.bytes,
                 "hits": state.hits,

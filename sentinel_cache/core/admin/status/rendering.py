@@ -224,7 +224,7 @@ def render_text(report: Mapping[str, Any], *, title: str | None = None) -> str:
             [
                 [
                     name,
-                    "yes" if n["tracked"] else "NO",
+                    (f"yes ({n['mode']})" if n.get("mode") else "yes") if n["tracked"] else "NO",
                     str(n["entries"]),
                     str(n["bytes"]),
                     _cell(n["hit_ratio"]),
