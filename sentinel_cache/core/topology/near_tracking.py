@@ -425,21 +425,25 @@ class Tracker(threading.Thread):
                 )
                 cause = self._follow(connection, writer, generation)
             except (RedisConnectionError, RedisTimeoutError, OSError, redis.ResponseError) as exc:
-                self._failures.warn(
-                    logger,
-                    "near cache: tracking shard %s at %s failed (its copies are not served "
-                    "until tracking resumes): %s: %s",
-                    self.shard.label,
-                    address,
-                    type(exc).__name__,
-                    exc,
-                )
+                self._failed(address, exc)
             finally:
                 self.near.end(index, session, cause)
                 connection.disconnect()
                 with writer.lock:  # not under a write in flight
                     writer.connection.disconnect()
             self._stopped.wait(RETRY_EVERY)
+
+    def _failed(self, address: Any, exc: BaseException) -> None:
+        """A session (either mode) could not start or broke: said once per 30 s per shard."""
+        self._failures.warn(
+            logger,
+            "near cache: tracking shard %s at %s failed (its copies are not served "
+            "until tracking resumes): %s: %s",
+            self.shard.label,
+            address,
+            type(exc).__name__,
+            exc,
+        )
 
     def _track_push(self, address: Any, generation: int) -> bool:
         """One push-mode session on the master at ``address``; True only if ``HELLO 3`` was
@@ -492,15 +496,7 @@ class Tracker(threading.Thread):
             redis.ResponseError,
             ReplyProtocolError,
         ) as exc:
-            self._failures.warn(
-                logger,
-                "near cache: tracking shard %s at %s failed (its copies are not served "
-                "until tracking resumes): %s: %s",
-                self.shard.label,
-                address,
-                type(exc).__name__,
-                exc,
-            )
+            self._failed(address, exc)
         finally:
             self.near.end(index, session, cause)
             with writer.lock:  # not under a write in flight
