@@ -7,6 +7,9 @@ reconnected first), and a pool skips announcing a release with nothing to re-aut
 from __future__ import annotations
 
 import select
+import socket
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -349,3 +352,165 @@ def test_threads_sharing_a_shard_get_their_own_replies(core: ShardedSentinelPool
         thread.join(60)
     assert not any(thread.is_alive() for thread in threads)
     assert errors == [] and wrong == []
+
+
+# -- the kernel's timeouts, the checkout without poll, the send that keeps the GIL --------------
+# (core/topology/lean.py: kernel_timeouts, _Lean.unread, _Lean.send). On Linux, with hiredis,
+# a call lets go of the GIL once (waiting for its reply) instead of five times.
+
+KERNEL = HIREDIS and sys.platform.startswith("linux")
+
+
+class CountingPoller:
+    """A poller that counts its ``poll`` calls (in place of a ``_Lean``'s)."""
+
+    def __init__(self, poller: Any) -> None:
+        self.poller, self.calls = poller, 0
+
+    def poll(self, *args: Any) -> Any:
+        self.calls += 1
+        return self.poller.poll(*args)
+
+
+def idle_lean(shard: Any) -> Any:
+    (idle,) = shard.pool._get_free_connections()
+    lean = idle._lean()
+    assert lean is not None
+    return idle, lean
+
+
+def test_the_socket_timeout_is_the_kernel_s_and_a_late_reply_is_a_timeout_error(
+    make_core: Callable[..., ShardedSentinelPool],
+) -> None:
+    """The socket is blocking in Python's eyes with ``SO_RCVTIMEO``/``SO_SNDTIMEO`` at
+    SOCKET_TIMEOUT; a reply later than that is redis-py's TimeoutError (not the EAGAIN the
+    kernel gives), the socket is dropped, and the next call is served."""
+    core = make_core(listeners=False, discover=True, socket_timeout=0.3)
+    shard = core.shards[0]
+    client = CacheClient(core, Codec())
+    client.execute(shard, [("PING",)], write=False)
+    (idle,) = shard.pool._get_free_connections()
+    if KERNEL:
+        assert idle._sock.gettimeout() is None
+        for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+            timeval = idle._sock.getsockopt(socket.SOL_SOCKET, option, 16)
+            assert struct.unpack("ll", timeval) == (0, 300_000)
+    else:  # redis-py's path: Python's timeout
+        assert idle._sock.gettimeout() == 0.3
+    connection = shard.pool.get_connection()
+    try:
+        connection.send_command("BLPOP", key_on(core, 0, "kernel-absent"), 5)
+        started = time.monotonic()
+        with pytest.raises(redis.TimeoutError, match="Timeout reading from socket"):
+            connection.read_response()
+        assert 0.25 <= time.monotonic() - started < 2
+        assert not connection.is_connected
+    finally:
+        shard.pool.release(connection)
+    assert client.execute(shard, [("PING",)], write=False)[0] in (b"PONG", True)
+
+
+def test_redis_py_s_own_read_gets_the_python_timeout_back(
+    make_core: Callable[..., ShardedSentinelPool],
+) -> None:
+    """A read that takes redis-py's path (undecoded) on a socket whose timeout is the
+    kernel's: its timeout is still redis-py's TimeoutError, and the next checkout hands the
+    timeout to the kernel again."""
+    core = make_core(listeners=False, discover=True, socket_timeout=0.3)
+    shard = core.shards[0]
+    connection = shard.pool.get_connection()
+    try:
+        connection.send_command("BLPOP", key_on(core, 0, "kernel-absent"), 5)
+        with pytest.raises(redis.TimeoutError):
+            connection.read_response(disable_decoding=True)
+    finally:
+        shard.pool.release(connection)
+    connection = shard.pool.get_connection()
+    try:
+        connection.send_command("PING")
+        assert connection.read_response(disable_decoding=True) in (b"PONG", "PONG")
+        assert connection._sock.gettimeout() == 0.3  # redis-py's path took it
+    finally:
+        shard.pool.release(connection)
+    connection = shard.pool.get_connection()
+    try:
+        # The checkout gave it back to the kernel (redis-py's path keeps Python's).
+        assert connection._sock.gettimeout() == (None if KERNEL else 0.3)
+    finally:
+        shard.pool.release(connection)
+
+
+def test_a_checkout_asks_the_kernel_s_byte_count_and_polls_only_when_it_moved(
+    core: ShardedSentinelPool,
+) -> None:
+    """A drained connection is checked out without ``poll`` (which lets go of the GIL): the
+    kernel's count of received bytes matches what the lean reads took. Bytes nobody read
+    (a reply left unread) move the count: that checkout polls, finds them and reconnects;
+    once the count is taken again, checkouts stop polling."""
+    client = CacheClient(core, Codec())
+    shard = core.shards[0]
+    key = key_on(core, 0, "kernel-count")
+    client.execute(shard, [("SET", key, "v")], write=True)
+    shard.pool.disconnect()
+    client.execute(shard, [("GET", key)], write=False)
+    if not KERNEL:  # redis-py's path: its own check at every checkout
+        assert shard.pool._get_free_connections()[0]._lean() is None
+        return
+    connection, lean = idle_lean(shard)
+    counting = lean.poller = CountingPoller(lean.poller)
+    for _ in range(20):
+        assert client.execute(shard, [("GET", key)], write=False) == [b"v"]
+    assert counting.calls == 0
+    assert lean.counted and lean.received > 0
+
+    # redis-py's own read (undecoded) is not counted: the next checkout polls, once.
+    taken = shard.pool.get_connection()
+    assert taken is connection
+    taken.send_command("GET", key)
+    assert taken.read_response(disable_decoding=True) == b"v"
+    shard.pool.release(taken)
+    for _ in range(5):
+        assert client.execute(shard, [("GET", key)], write=False) == [b"v"]
+    assert counting.calls == 1
+
+    # A reply left unread: the count moved, the poll finds it, the connection is made again.
+    taken = shard.pool.get_connection()
+    taken.send_command("GET", key)
+    wait_until(lambda: taken.can_read(), 5, "the unread reply to arrive")
+    shard.pool.release(taken)
+    assert client.execute(shard, [("SET", key, "w"), ("GET", key)], write=True) == [b"OK", b"w"]
+    assert counting.calls == 2
+    assert connection._lean() is not lean  # a new socket
+
+
+def test_a_command_is_sent_without_letting_go_of_the_gil_and_a_big_one_in_parts(
+    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each part of a command goes through libc's ``send`` kept under the GIL; what the
+    socket's buffer does not take at once (a 32 MB value) goes on by ``sendall``."""
+    import sentinel_cache.core.topology.lean as lean_module
+
+    sent: list[int] = []
+    raw = lean_module._SEND
+    if not KERNEL:  # redis-py's path sends
+        assert CacheClient(core, Codec()).execute(core.shards[0], [("PING",)], write=False)
+        assert core.shards[0].pool._get_free_connections()[0]._lean() is None
+        return
+    assert raw is not None
+
+    def counting(fd: int, data: bytes, size: int, flags: int) -> int:
+        result = int(raw(fd, data, size, flags))
+        sent.append(result)
+        return result
+
+    monkeypatch.setattr(lean_module, "_SEND", counting)
+    client = CacheClient(core, Codec())
+    shard = core.shards[0]
+    key = key_on(core, 0, "kernel-send")
+    big = b"x" * (32 << 20)
+    assert client.execute(shard, [("SET", key, big)], write=True) == [b"OK"]
+    assert client.execute(shard, [("STRLEN", key), ("DEL", key)], write=True) == [32 << 20, 1]
+    assert sent and sum(size for size in sent if size > 0) < (32 << 20)  # the rest: sendall
+    sent.clear()
+    assert client.execute(shard, [("PING",)], write=False)[0] in (b"PONG", True)
+    assert len(sent) == 1 and sent[0] > 0

@@ -19,7 +19,13 @@ per-read timeout) takes redis-py's own path: the twin of
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import os
 import select
+import socket
+import struct
+import sys
 from typing import Any
 
 import redis.connection
@@ -44,13 +50,94 @@ _OVERFULL_FROM = MIN_BULK_LIMIT
 _POLL_IN = select.POLLIN if hasattr(select, "poll") else 0
 
 
+_LINUX = sys.platform.startswith("linux")
+_TIMEVAL = struct.Struct("ll")
+#: ``struct tcp_info``'s first byte (the state) and its ``tcpi_bytes_received`` (Linux >= 4.1).
+_TCP_INFO = struct.Struct("=B127xQ")
+_TCP_ESTABLISHED = 1
+
+
+def _gil_holding_send() -> Any:
+    """libc's ``send`` called through ``ctypes.PyDLL``, which keeps the GIL (``socket.send``
+    lets go of it): None where it cannot be had. See :meth:`_Lean.send` for why."""
+    try:
+        send = ctypes.PyDLL(None, use_errno=True).send
+    except (OSError, AttributeError):
+        return None
+    send.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
+    send.restype = ctypes.c_ssize_t
+    return send
+
+
+_SEND = _gil_holding_send() if _LINUX else None
+_SEND_FLAGS = getattr(socket, "MSG_DONTWAIT", 0) | getattr(socket, "MSG_NOSIGNAL", 0)
+_AGAIN = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
+
+
+def kernel_timeouts(sock: Any) -> bool:
+    """Hand the socket's timeout to the kernel (``SO_RCVTIMEO``/``SO_SNDTIMEO``) and make it
+    blocking in Python's eyes; False (nothing changed) off Linux or with no timeout.
+
+    Why: a socket with a Python timeout ``poll()``s before every ``send`` and ``recv``, and
+    every syscall lets go of the GIL. With many threads (gunicorn ``gthread``) each let-go
+    hands the GIL to another thread, and the caller sleeps until it gets it back: a context
+    switch per syscall. A timed-out ``send`` or ``recv`` raises ``BlockingIOError`` (EAGAIN)
+    instead of ``TimeoutError``; :meth:`LeanIO._failed` reads it as the timeout it is."""
+    timeout = sock.gettimeout()
+    if not _LINUX or timeout is None or not 0 < timeout < 2**31:
+        return False
+    seconds = int(timeout)
+    value = _TIMEVAL.pack(seconds, max(int((timeout - seconds) * 1e6), 0 if seconds else 1))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    sock.settimeout(None)
+    return True
+
+
+def _python_timeouts(lean: _Lean | None) -> None:
+    """Give the socket its timeout back in Python's eyes before redis-py's own path uses it:
+    that path knows no ``BlockingIOError`` for a timeout. The next checkout hands it to the
+    kernel again (:meth:`LeanShardIO.ready_to_send`)."""
+    if lean is not None and lean.kernel and lean.sock.gettimeout() is None:
+        lean.sock.settimeout(lean.timeout)
+
+
+def _tcp_info(sock: Any) -> tuple[int, int] | None:
+    """The connection's TCP state and the bytes it has received so far, asked of the kernel
+    without letting go of the GIL (``getsockopt``, unlike ``poll``, keeps it); None where the
+    kernel does not say (not Linux >= 4.1, not TCP)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO.size)
+    except (OSError, AttributeError):
+        return None
+    if len(info) < _TCP_INFO.size:
+        return None
+    state, received = _TCP_INFO.unpack(info)
+    return state, received
+
+
 class _Lean:
     """What the lean path found for one socket of a connection and its hiredis reader (new
     ones per connect): them, the reader's "no reply yet" value, the parser's read buffer, a poller
-    registered once for the socket (None where ``select.poll`` does not exist), and the RESP3
-    push type (None for RESP2)."""
+    registered once for the socket (None where ``select.poll`` does not exist), the RESP3 push
+    type (None for RESP2), whether the kernel holds the timeouts (:func:`kernel_timeouts`) and
+    ``received``: the socket's byte count (``tcpi_bytes_received``) once everything read so far
+    is out of the socket, which the lean reads keep up to date (``counted``: the kernel tells
+    it; -1: not known yet)."""
 
-    __slots__ = ("sock", "reader", "pending", "buffer", "poller", "tls", "push")
+    __slots__ = (
+        "sock",
+        "reader",
+        "pending",
+        "buffer",
+        "poller",
+        "tls",
+        "push",
+        "kernel",
+        "counted",
+        "received",
+        "timeout",
+    )
 
     def __init__(self, reader: Any, pending: Any, buffer: Any, sock: Any, push: Any) -> None:
         self.sock = sock
@@ -60,9 +147,66 @@ class _Lean:
         self.push = push
         self.tls = hasattr(sock, "pending")  # decrypted bytes may wait above the OS socket
         self.poller: Any = None
+        self.received = -1
         if _POLL_IN:
             self.poller = select.poll()
             self.poller.register(sock, _POLL_IN)
+        # Not for TLS: its reads may raise SSLWantReadError on a kernel timeout, and a check at
+        # checkout must ask the TLS layer (``pending``) anyway.
+        self.timeout = sock.gettimeout()
+        self.kernel = not self.tls and kernel_timeouts(sock)
+        self.counted = self.kernel and self.poller is not None and _tcp_info(sock) is not None
+        if self.counted:
+            self.drained()
+
+    def send(self, command: list[Any]) -> None:
+        """Send the command's parts, each first without letting go of the GIL.
+
+        Why: a command fits in the socket's buffer almost always, so ``send`` does not wait,
+        yet ``socket.sendall`` lets go of the GIL for it; with many threads (gunicorn
+        ``gthread``) the GIL is then another thread's and the caller sleeps until it gets it
+        back, a context switch per call that a threaded server pays in full. Sent through
+        :data:`_SEND` with ``MSG_DONTWAIT``, a call lets go of it once, waiting for its reply.
+        What does not go at once (a full buffer, a part that is not ``bytes``) goes by
+        ``sendall``, with the kernel's timeout (:func:`kernel_timeouts`; a blocking socket, or
+        ``MSG_DONTWAIT`` would be moot). The descriptor is asked of the socket for each part:
+        a socket closed meanwhile has none (-1: ``EBADF``), as ``sendall`` would find."""
+        sock = self.sock
+        for item in command:
+            if _SEND is not None and type(item) is bytes:
+                size = len(item)
+                sent = _SEND(sock.fileno(), item, size, _SEND_FLAGS)
+                if sent == size:
+                    continue
+                if sent < 0:
+                    code = ctypes.get_errno()
+                    if code not in _AGAIN:
+                        raise OSError(code, os.strerror(code))
+                    sent = 0
+                sock.sendall(memoryview(item)[sent:])
+            else:
+                sock.sendall(item)
+
+    def drained(self) -> bool:
+        """Whether nothing waits on the socket, asked of ``poll`` (which lets go of the GIL)
+        and the kernel's byte count taken before it as the socket's drained count if so."""
+        info = _tcp_info(self.sock) if self.counted else None
+        if self.poller.poll(0):
+            return False
+        if info is not None and info[0] == _TCP_ESTABLISHED:
+            self.received = info[1]
+        return True
+
+    def unread(self) -> bool:
+        """Whether something waits on the socket (a reply nobody read, a push, an EOF, an
+        error). The kernel's byte count against the drained count answers without letting go
+        of the GIL; where it is not kept, or they differ (redis-py's path read here, or bytes
+        came), ``poll`` answers and the count is taken again."""
+        if self.counted and self.received >= 0:
+            info = _tcp_info(self.sock)
+            if info is not None and info == (_TCP_ESTABLISHED, self.received):
+                return False
+        return not self.drained()
 
 
 class LeanIO(redis.connection.AbstractConnection):
@@ -109,7 +253,7 @@ class LeanIO(redis.connection.AbstractConnection):
         """Drop the socket after ``exc`` (whatever was under way leaves it out of step) and
         return redis-py's error for it, as redis-py's own path raises it."""
         self.disconnect()
-        timed_out = isinstance(exc, TimeoutError)
+        timed_out = isinstance(exc, (TimeoutError, BlockingIOError))
         host = "" if writing or timed_out else self._host_error()
         return socket_failure(
             exc, writing=writing, timed_out=timed_out, host=host, timeout_from="socket"
@@ -131,12 +275,16 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
         if lean is None or lean.sock is not sock:
             lean = self._lean()
         if lean is None or type(command) is not list:
+            _python_timeouts(lean)
             super().send_packed_command(command, check_health)
             return
         self._sent_promotions = self._shard.state.promotions  # ShardBound._note_sent
         try:
-            for item in command:
-                sock.sendall(item)
+            if lean.kernel:
+                lean.send(command)
+            else:
+                for item in command:
+                    sock.sendall(item)
         except BaseException as exc:
             raise self._failed(exc, writing=True)  # noqa: B904 - _failed chains it
 
@@ -145,6 +293,7 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
         if lean is None or lean.sock is not self._sock:
             lean = self._lean()
         if lean is None or disable_decoding or kwargs:
+            _python_timeouts(lean)
             return super().read_response(disable_decoding, **kwargs)
         reader, pending, push = lean.reader, lean.pending, lean.push
         try:
@@ -156,6 +305,7 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
                         size = sock.recv_into(buffer)
                         if not size:
                             raise RedisConnectionError(CLOSED)
+                        lean.received += size
                         # The reply guard: no header declaring a huge size reaches the reader.
                         hostile, self._carry = oversized(buffer, size, self._carry, self.bulk_limit)
                         if hostile is not None:
@@ -206,7 +356,9 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
             return False
         if lean.tls and lean.sock.pending():
             return False
-        return not lean.poller.poll(0)
+        if lean.kernel and lean.sock.gettimeout() is not None:
+            lean.sock.settimeout(None)  # redis-py's path set its own (a read with a timeout)
+        return not lean.unread()
 
 
 class LeanShardConnection(LeanShardIO, redis.connection.Connection):
