@@ -306,6 +306,39 @@ def rows(results: dict[str, dict[str, list[dict]]], conns: dict[str, int]) -> li
     return out
 
 
+def _medians(results: dict[str, dict[str, list[dict]]], op: str) -> dict[str, float]:
+    """Each contender's median ops/s over the rounds of ``op``."""
+    return {
+        name: statistics.median(r["ops"] / r["wall"] for r in runs)
+        for name, runs in results.get(op, {}).items()
+        if runs
+    }
+
+
+def targets(results: dict[str, dict[str, list[dict]]]) -> list[dict[str, Any]]:
+    """Issue 37's asyncio targets at 64 tasks, from medians of this run's rounds: ``aget`` and
+    ``aset`` >= 0.6x the multiplexed floor on one server, ``aget_many[10]`` on 4 shards >=
+    1.5x the pooled 4-shard floor (N/A when a contender is missing)."""
+    out: list[dict[str, Any]] = []
+    wanted = [(op, "ours mux", "mux floor", 0.6) for op in SINGLE]
+    wanted.append(("aget_many[10]", "ours mux 4", "pooled floor 4", 1.5))
+    for op, ours, ref, bound in wanted:
+        name = f"{op} at 64 tasks, `ASYNC_MULTIPLEX`: >= {bound:g}x the {ref}'s throughput"
+        med = _medians(results, op)
+        if not med.get(ours) or not med.get(ref):
+            out.append({"target": name, "result": "N/A", "detail": "missing contender"})
+            continue
+        ratio = med[ours] / med[ref]
+        out.append(
+            {
+                "target": name,
+                "result": "PASS" if ratio >= bound else "FAIL",
+                "detail": f"{med[ours]:,.0f} vs {med[ref]:,.0f} ops/s = {ratio:.3f}x",
+            }
+        )
+    return out
+
+
 def table(results: dict[str, dict[str, list[dict]]], conns: dict[str, int]) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|---|---|---:|---:|---:|---:|---:|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows(results, conns)]

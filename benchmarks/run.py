@@ -411,9 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     data["profile"] = prof
     data["targets"] = report.targets(lat_summary, thr_summary)
-    data["targets"] += report.issue27_targets(
-        pin_summary, proc_summary, data["async_many"].get("unpinned", {})
-    )
+    data["targets"] += report.micro_targets(pin_summary, data["async_many"].get("unpinned", {}))
+    if "unpinned" in muxed:
+        data["targets"] += async_mux.targets(muxed["unpinned"]["results"])
     charts = page.charts(lat_summary, pin_summary, thr_summary, proc_summary, data)
     image_dir = IMG if args.docs else RESULTS
     for name, svg in charts.items():
