@@ -566,7 +566,8 @@ def table(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     per op, commands per write of the shared designs, and the median per-round ratio of each
     contender's ops/s to one connection per thread."""
     results = data["results"]
-    kinds = list(next(iter(next(iter(results.values())).values()))["1"])
+    by_threads = next(iter(next(iter(results.values())).values()))
+    kinds = list(next(iter(by_threads.values())))  # the contenders of any thread count
     shared = [k for k in kinds if k.startswith("shared")]
     header = ["mode", "op", "threads"]
     for kind in kinds:

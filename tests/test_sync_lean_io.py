@@ -354,9 +354,9 @@ def test_threads_sharing_a_shard_get_their_own_replies(core: ShardedSentinelPool
     assert errors == [] and wrong == []
 
 
-# -- the kernel's timeouts, the checkout without poll, the send that keeps the GIL --------------
-# (core/topology/lean.py: kernel_timeouts, _Lean.unread, _Lean.send). On Linux, with hiredis,
-# a call lets go of the GIL once (waiting for its reply) instead of five times.
+# -- the kernel's timeouts and the checkout without poll ------------------------------------------
+# (core/topology/lean.py: kernel_timeouts, _Lean.unread). On Linux, with hiredis, a call lets go
+# of the GIL twice (its send, and its wait for the reply) instead of five times.
 
 KERNEL = HIREDIS and sys.platform.startswith("linux")
 
@@ -481,36 +481,3 @@ def test_a_checkout_asks_the_kernel_s_byte_count_and_polls_only_when_it_moved(
     assert client.execute(shard, [("SET", key, "w"), ("GET", key)], write=True) == [b"OK", b"w"]
     assert counting.calls == 2
     assert connection._lean() is not lean  # a new socket
-
-
-def test_a_command_is_sent_without_letting_go_of_the_gil_and_a_big_one_in_parts(
-    core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each part of a command goes through libc's ``send`` kept under the GIL; what the
-    socket's buffer does not take at once (a 32 MB value) goes on by ``sendall``."""
-    import sentinel_cache.core.topology.lean as lean_module
-
-    sent: list[int] = []
-    raw = lean_module._SEND
-    if not KERNEL:  # redis-py's path sends
-        assert CacheClient(core, Codec()).execute(core.shards[0], [("PING",)], write=False)
-        assert core.shards[0].pool._get_free_connections()[0]._lean() is None
-        return
-    assert raw is not None
-
-    def counting(fd: int, data: bytes, size: int, flags: int) -> int:
-        result = int(raw(fd, data, size, flags))
-        sent.append(result)
-        return result
-
-    monkeypatch.setattr(lean_module, "_SEND", counting)
-    client = CacheClient(core, Codec())
-    shard = core.shards[0]
-    key = key_on(core, 0, "kernel-send")
-    big = b"x" * (32 << 20)
-    assert client.execute(shard, [("SET", key, big)], write=True) == [b"OK"]
-    assert client.execute(shard, [("STRLEN", key), ("DEL", key)], write=True) == [32 << 20, 1]
-    assert sent and sum(size for size in sent if size > 0) < (32 << 20)  # the rest: sendall
-    sent.clear()
-    assert client.execute(shard, [("PING",)], write=False)[0] in (b"PONG", True)
-    assert len(sent) == 1 and sent[0] > 0

@@ -19,9 +19,6 @@ per-read timeout) takes redis-py's own path: the twin of
 
 from __future__ import annotations
 
-import ctypes
-import errno
-import os
 import select
 import socket
 import struct
@@ -55,23 +52,6 @@ _TIMEVAL = struct.Struct("ll")
 #: ``struct tcp_info``'s first byte (the state) and its ``tcpi_bytes_received`` (Linux >= 4.1).
 _TCP_INFO = struct.Struct("=B127xQ")
 _TCP_ESTABLISHED = 1
-
-
-def _gil_holding_send() -> Any:
-    """libc's ``send`` called through ``ctypes.PyDLL``, which keeps the GIL (``socket.send``
-    lets go of it): None where it cannot be had. See :meth:`_Lean.send` for why."""
-    try:
-        send = ctypes.PyDLL(None, use_errno=True).send
-    except (OSError, AttributeError):
-        return None
-    send.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
-    send.restype = ctypes.c_ssize_t
-    return send
-
-
-_SEND = _gil_holding_send() if _LINUX else None
-_SEND_FLAGS = getattr(socket, "MSG_DONTWAIT", 0) | getattr(socket, "MSG_NOSIGNAL", 0)
-_AGAIN = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)
 
 
 def kernel_timeouts(sock: Any) -> bool:
@@ -158,34 +138,6 @@ class _Lean:
         self.counted = self.kernel and self.poller is not None and _tcp_info(sock) is not None
         if self.counted:
             self.drained()
-
-    def send(self, command: list[Any]) -> None:
-        """Send the command's parts, each first without letting go of the GIL.
-
-        Why: a command fits in the socket's buffer almost always, so ``send`` does not wait,
-        yet ``socket.sendall`` lets go of the GIL for it; with many threads (gunicorn
-        ``gthread``) the GIL is then another thread's and the caller sleeps until it gets it
-        back, a context switch per call that a threaded server pays in full. Sent through
-        :data:`_SEND` with ``MSG_DONTWAIT``, a call lets go of it once, waiting for its reply.
-        What does not go at once (a full buffer, a part that is not ``bytes``) goes by
-        ``sendall``, with the kernel's timeout (:func:`kernel_timeouts`; a blocking socket, or
-        ``MSG_DONTWAIT`` would be moot). The descriptor is asked of the socket for each part:
-        a socket closed meanwhile has none (-1: ``EBADF``), as ``sendall`` would find."""
-        sock = self.sock
-        for item in command:
-            if _SEND is not None and type(item) is bytes:
-                size = len(item)
-                sent = _SEND(sock.fileno(), item, size, _SEND_FLAGS)
-                if sent == size:
-                    continue
-                if sent < 0:
-                    code = ctypes.get_errno()
-                    if code not in _AGAIN:
-                        raise OSError(code, os.strerror(code))
-                    sent = 0
-                sock.sendall(memoryview(item)[sent:])
-            else:
-                sock.sendall(item)
 
     def drained(self) -> bool:
         """Whether nothing waits on the socket, asked of ``poll`` (which lets go of the GIL)
@@ -280,11 +232,8 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
             return
         self._sent_promotions = self._shard.state.promotions  # ShardBound._note_sent
         try:
-            if lean.kernel:
-                lean.send(command)
-            else:
-                for item in command:
-                    sock.sendall(item)
+            for item in command:
+                sock.sendall(item)
         except BaseException as exc:
             raise self._failed(exc, writing=True)  # noqa: B904 - _failed chains it
 
