@@ -135,7 +135,7 @@ class MuxCall:
     __slots__ = ("link", "due", "replies", "taken", "waiter", "error", "promotions", "deadline")
 
     def __init__(
-        self, link: MuxLink, due: int = 0, waiter: asyncio.Future[None] | None = None
+        self, link: MuxLink, due: int = 0, waiter: asyncio.Future[MuxCall] | None = None
     ) -> None:
         self.link = link
         self.due = due
@@ -197,7 +197,7 @@ class MuxCall:
     def wake(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            waiter.set_result(self)  # the call itself: what a round trip finishes with
 
 
 class MuxLink(asyncio.Protocol):
@@ -213,6 +213,10 @@ class MuxLink(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.transport: Any = connection._writer.transport
         self.generation: int = connection.generation
+        state = self.shard.state
+        #: The master's address of that generation: what the safety net is told a failed
+        #: direct round trip was sent to (a connection of an older generation is never used).
+        self.address: Any = state.address if state.generation == self.generation else None
         self.bulk_limit: int = connection.bulk_limit
         self.timeout: float | None = connection.socket_timeout
         self.reader, self.pending, self.push = lean
@@ -489,24 +493,34 @@ class MuxLink(asyncio.Protocol):
         return None
 
     # -- the runner's round trip, in one coroutine ---------------------------------------------
-    async def roundtrip(self, commands: Sequence[Command]) -> list[Any]:
-        """What the runner's ``send`` does on a :class:`MuxCall` (pack, queue, read every reply,
-        an error reply raised after the others), in one coroutine instead of five: the
-        checkout, ``send_packed_command``, a ``read_response`` per reply and the release are
-        one call's work here. The reply count is the number of commands (``send`` never sends
-        ``CLIENT REPLY SKIP``), not parsed from the bytes. Every rule of ``read_response``
-        holds, reply by reply: the reply guard, ``READONLY``, the stale-reply check."""
+    def start(self, commands: Sequence[Command]) -> MuxCall:
+        """A round trip's first half, no coroutine: ``commands`` packed and queued as one call
+        whose ``waiter`` is resolved (with the call) once every reply is in, or by ``fail``.
+        Raises, marked unsent, if the connection is closing: nothing was queued."""
         data = pack(self.connection, commands)
         if self.transport.is_closing():  # closed before anything was queued: never ran
             raise mark_unsent(RedisConnectionError(CLOSED))
-        waiter = self.loop.create_future()
-        call = MuxCall(self, len(commands), waiter)
+        call = MuxCall(self, len(commands), self.loop.create_future())
         call.promotions = self.shard.state.promotions
         self.queue(call, data)
-        if self.paused:
-            await self.drained()
-        await waiter  # woken once every reply is in, or by fail(): never left pending
+        return call
+
+    def finish(self, call: MuxCall) -> list[Any]:
+        """A round trip's second half, once ``call``'s waiter is done: its replies, each
+        through :meth:`checked` (the reply guard, ``READONLY``, the stale-reply check), the
+        first error reply raised after the others were checked; ``call``'s own error if the
+        connection failed before all its replies came."""
         replies = call.replies
+        if len(replies) == 1 == call.due:  # one command: checked inline when plain data
+            reply = replies[0]
+            if type(reply) is bytes or reply is None or type(reply) is int:
+                state = self.shard.state
+                if self.generation == state.generation and call.promotions == state.promotions:
+                    return replies
+            refused = self.checked(call, reply)
+            if refused is not None:
+                raise refused
+            return replies
         error: ResponseError | None = None
         for reply in replies:  # every reply checked; the first error reply raised after
             found = self.checked(call, reply)
@@ -516,6 +530,20 @@ class MuxLink(asyncio.Protocol):
         if error is not None:
             raise error
         return replies
+
+    async def roundtrip(self, commands: Sequence[Command]) -> list[Any]:
+        """What the runner's ``send`` does on a :class:`MuxCall` (pack, queue, read every reply,
+        an error reply raised after the others), in one coroutine instead of five: the
+        checkout, ``send_packed_command``, a ``read_response`` per reply and the release are
+        one call's work here. The reply count is the number of commands (``send`` never sends
+        ``CLIENT REPLY SKIP``), not parsed from the bytes. Every rule of ``read_response``
+        holds, reply by reply: the reply guard, ``READONLY``, the stale-reply check
+        (:meth:`start`, then :meth:`finish`)."""
+        call = self.start(commands)
+        if self.paused:
+            await self.drained()
+        # woken once every reply is in, or by fail(): never left pending
+        return self.finish(await call.waiter)  # type: ignore[misc]
 
 
 class AsyncMuxPool:

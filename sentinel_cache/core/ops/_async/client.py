@@ -87,6 +87,28 @@ class AsyncCacheOperations(AsyncRunner):
     # -- single key --------------------------------------------------------------------------
     async def get(self, key: Any, default: Any = None) -> Any:
         core = self.core
+        if self.mux_link is not None:  # keyed's direct round trip, in this one coroutine
+            commands: list[Command] = [("GET", key)]
+            call = self.started(key, commands, False)
+            if call is not None:
+                link = call.link
+                try:
+                    try:
+                        if link.paused:
+                            await link.drained()
+                        (data,) = link.finish(await call.waiter)
+                    except MASTER_ERRORS as exc:
+                        (data,) = await self.resumed(
+                            link, commands, [None], exc, write=False, idempotent=True, outage=True
+                        )
+                except ResponseError as exc:
+                    if not non_string_miss(exc, key):
+                        raise
+                    return default
+                if data is None:
+                    return default
+                value = self.decode(data, key)
+                return default if value is MISS else value
         near = core.near
         previous = None if core.previous_ring is None else core.previous_shard_for(key)
         ticket = None
@@ -142,14 +164,29 @@ class AsyncCacheOperations(AsyncRunner):
             command += ("NX",) if nx else ("XX",)
         elif type(data) is bytes:
             keep = (data, timeout)
-        replies, _ = await self.keyed(
-            key,
-            [command],
-            [SKIPPED],
-            UPDATE if nx or xx else REPLACE,
-            idempotent=not nx,
-            keep=keep,
-        )
+        call = None
+        if self.mux_link is not None:  # keyed's direct round trip, in this one coroutine
+            commands = [command]
+            call = self.started(key, commands, True)
+        if call is not None:
+            link = call.link
+            try:
+                if link.paused:
+                    await link.drained()
+                replies = link.finish(await call.waiter)
+            except MASTER_ERRORS as exc:
+                replies = await self.resumed(
+                    link, commands, [SKIPPED], exc, write=True, idempotent=not nx, outage=True
+                )
+        else:
+            replies, _ = await self.keyed(
+                key,
+                [command],
+                [SKIPPED],
+                UPDATE if nx or xx else REPLACE,
+                idempotent=not nx,
+                keep=keep,
+            )
         if nx and replies[0] is None:  # taken: by a value it can read?
             return await self._add_over_unreadable(key, data, timeout)
         return is_ok(replies[0])
