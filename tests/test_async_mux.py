@@ -832,9 +832,9 @@ def test_the_cache_calls_take_the_round_trip_once_connected(
         checkouts.append(1)
         return await real_checkout(self, *args, **kwargs)
 
-    def start(self: MuxLink, commands: Any) -> MuxCall:
+    def start(self: MuxLink, commands: Any, promotions: int | None = None) -> MuxCall:
         trips.append(len(commands))
-        return real_start(self, commands)
+        return real_start(self, commands, promotions)
 
     monkeypatch.setattr(AsyncMuxPool, "get_connection", get_connection)
     monkeypatch.setattr(MuxLink, "start", start)

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -65,6 +66,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.ops.plans import REPLY_SKIP, Command, pack
 from sentinel_cache.core.process import PROCESS
+from sentinel_cache.core.topology.following import MasterState
 from sentinel_cache.core.topology.lean_rules import (
     CLOSED,
     LINE_START,
@@ -135,7 +137,11 @@ class MuxCall:
     __slots__ = ("link", "due", "replies", "taken", "waiter", "error", "promotions", "deadline")
 
     def __init__(
-        self, link: MuxLink, due: int = 0, waiter: asyncio.Future[MuxCall] | None = None
+        self,
+        link: MuxLink,
+        due: int = 0,
+        waiter: asyncio.Future[MuxCall] | None = None,
+        promotions: int = 0,
     ) -> None:
         self.link = link
         self.due = due
@@ -143,7 +149,7 @@ class MuxCall:
         self.taken = 0
         self.waiter = waiter
         self.error: BaseException | None = None
-        self.promotions = 0
+        self.promotions = promotions
         self.deadline = 0.0
 
     def __repr__(self) -> str:
@@ -211,6 +217,11 @@ class MuxLink(asyncio.Protocol):
         self.connection = connection
         self.shard = pool.shard
         self.loop = asyncio.get_running_loop()
+        #: The loop's clock, ``time.monotonic`` itself where the loop's ``time`` is asyncio's
+        #: own (its value, without a Python call per call's deadline).
+        self.clock: Callable[[], float] = (
+            time.monotonic if type(self.loop).time is asyncio.BaseEventLoop.time else self.loop.time
+        )
         self.transport: Any = connection._writer.transport
         self.generation: int = connection.generation
         state = self.shard.state
@@ -270,7 +281,7 @@ class MuxLink(asyncio.Protocol):
         """Append a call's bytes to the write buffer; written at the end of the loop turn."""
         if call.due:
             if self.timeout is not None:
-                call.deadline = self.loop.time() + self.timeout
+                call.deadline = self.clock() + self.timeout
                 if self.timer is None:
                     self.timer = self.loop.call_at(call.deadline, self._expired)
             calls = self.calls
@@ -356,7 +367,9 @@ class MuxLink(asyncio.Protocol):
                     replies.append(reply)
                     if len(replies) == call.due:
                         calls.popleft()
-                        call.wake()
+                        waiter = call.waiter  # call.wake(), inline: once per call
+                        if waiter is not None and not waiter.done():
+                            waiter.set_result(call)
                 reply = reader.gets()
         except InvalidResponse as exc:
             self.fail(self._protocol_error(f"sent bytes that are no reply ({exc})"))
@@ -493,15 +506,18 @@ class MuxLink(asyncio.Protocol):
         return None
 
     # -- the runner's round trip, in one coroutine ---------------------------------------------
-    def start(self, commands: Sequence[Command]) -> MuxCall:
+    def start(self, commands: Sequence[Command], promotions: int | None = None) -> MuxCall:
         """A round trip's first half, no coroutine: ``commands`` packed and queued as one call
         whose ``waiter`` is resolved (with the call) once every reply is in, or by ``fail``.
-        Raises, marked unsent, if the connection is closing: nothing was queued."""
+        ``promotions``: the shard's count the caller just read (else read here), what the
+        call's replies are checked against. Raises, marked unsent, if the connection is
+        closing: nothing was queued."""
         data = pack(self.connection, commands)
         if self.transport.is_closing():  # closed before anything was queued: never ran
             raise mark_unsent(RedisConnectionError(CLOSED))
-        call = MuxCall(self, len(commands), self.loop.create_future())
-        call.promotions = self.shard.state.promotions
+        if promotions is None:
+            promotions = self.shard.state.promotions
+        call = MuxCall(self, len(commands), self.loop.create_future(), promotions)
         self.queue(call, data)
         return call
 
@@ -570,14 +586,15 @@ class AsyncMuxPool:
     def get_encoder(self) -> Any:
         return self.dedicated.get_encoder()
 
-    def ready(self) -> MuxLink | None:
+    def ready(self, state: MasterState | None = None) -> MuxLink | None:
         """The shared connection if a call may be queued on it now without connecting: open,
-        to the shard's master of the moment, this process's; else None."""
+        to the shard's master of the moment (``state``: the caller's look at the shard, else
+        one taken here), this process's; else None."""
         link = self.link
         if (
             link is not None
             and link.closed is None
-            and link.generation == self.shard.state.generation
+            and link.generation == (state or self.shard.state).generation
             and self.pid == PROCESS.pid
             # idle: the node may have closed it (a kill) unseen by the loop yet; looked at
             # before anything is written, as the pool's checkout does

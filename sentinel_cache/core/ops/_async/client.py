@@ -107,8 +107,11 @@ class AsyncCacheOperations(AsyncRunner):
                     return default
                 if data is None:
                     return default
-                value = self.decode(data, key)
-                return default if value is MISS else value
+                try:  # decode's, a call less
+                    return self.codec.loads(data)
+                except InvalidValueError as exc:
+                    self.unreadable(key, exc)  # logged, and the default
+                    return default
         near = core.near
         previous = None if core.previous_ring is None else core.previous_shard_for(key)
         ticket = None

@@ -38,6 +38,7 @@ from sentinel_cache.core.ops.plans import (
     unknown_command,
 )
 from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.topology.following import MasterState
 from sentinel_cache.core.topology.lean_rules import closed_by_node, mark_unsent, may_resend
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
@@ -81,23 +82,27 @@ class AsyncRunner(AsyncMoves):
             await wait_fence(shard, core.config.failover_hold)
             note(core, shard, fence_wait=perf_counter() - began)
 
-    def direct(self, shard: Shard, write: bool, replicas: bool = True) -> Any:
+    def direct(
+        self, shard: Shard, write: bool, replicas: bool = True, state: MasterState | None = None
+    ) -> Any:
         """The shard's shared connection (``ASYNC_MULTIPLEX``) where a call needs nothing of
         :meth:`run` before it is sent there, else None: no tracer or metrics, the core started
         and the master known, no known outage, no raised write fence for a write, no
         ``READ_FROM_REPLICAS`` rotation for a read (``replicas``), and the connection open,
-        current and this process's. The one check behind every direct round trip."""
+        current and this process's. The one check behind every direct round trip. ``state``:
+        the caller's look at the shard (else one taken here), the one every part of it reads."""
         core = self.core
         if core.tracer is not None or core.metrics is not None or self.mux_link is None:
             return None
-        state = shard.state
+        if state is None:
+            state = shard.state
         if (
             core.started
             and state.address is not None
             and state.unreachable_since is None
             and not (state.fenced if write else replicas and self.replica_reads)
         ):
-            return self.mux_link(shard)
+            return self.mux_link(shard, state)
         return None
 
     async def execute(
@@ -691,11 +696,13 @@ class AsyncRunner(AsyncMoves):
             or (write and self.durable_wait is not None)
         ):
             return None
-        link = self.direct(core.shard_for(key), write, replicas)
+        shard = core.shard_for(key)
+        state = shard.state
+        link = self.direct(shard, write, replicas, state)
         if link is None:
             return None
         try:
-            return link.start(commands)
+            return link.start(commands, state.promotions)
         except MASTER_ERRORS:  # closing: nothing queued, keyed's path meets it again
             return None
 
