@@ -96,6 +96,8 @@ _SKIP_PARSED = [part.encode() for part in REPLY_SKIP]
 
 #: Write a call at once when nothing is queued or in flight (the loop idle), instead of at the
 #: end of the loop turn: one call alone gains a turn; under load calls are batched anyway.
+#: Not while other calls woken in the same loop turn may still queue theirs (see
+#: :attr:`MuxLink.woken`): the first of them written alone would split every batch in two.
 WRITE_AT_ONCE_WHEN_IDLE = True
 #: Reads (of up to the transport's 256 KiB each) a flush makes at most to reach what the socket
 #: holds before writing (the replies ahead of an end of file).
@@ -235,6 +237,9 @@ class MuxLink(asyncio.Protocol):
         self.out: list[Any] = []
         self.unflushed = 0  # calls at the tail of `calls` whose bytes are still in `out`
         self.flushing = False
+        #: Calls whose last reply came in this loop turn (reset at its end): their tasks run
+        #: in this turn and may queue their next calls, to be written together.
+        self.woken = 0
         self.paused = False
         self._drained: asyncio.Future[None] | None = None
         self.closed: BaseException | None = None
@@ -285,7 +290,7 @@ class MuxLink(asyncio.Protocol):
                 if self.timer is None:
                     self.timer = self.loop.call_at(call.deadline, self._expired)
             calls = self.calls
-            if WRITE_AT_ONCE_WHEN_IDLE and not calls and not self.out:
+            if WRITE_AT_ONCE_WHEN_IDLE and not calls and not self.out and self.woken <= 1:
                 calls.append(call)
                 transport = self.transport
                 clean = not transport.get_write_buffer_size()
@@ -299,6 +304,9 @@ class MuxLink(asyncio.Protocol):
         if not self.flushing:
             self.flushing = True
             self.loop.call_soon(self._flush)
+
+    def _turn_over(self) -> None:
+        self.woken = 0
 
     def _flush(self) -> None:
         self.flushing = False
@@ -353,6 +361,7 @@ class MuxLink(asyncio.Protocol):
             return
         reader, pending, push, calls = self.reader, self.pending, self.push, self.calls
         reader.feed(data)
+        woken = self.woken
         try:
             reply = reader.gets()
             while reply is not pending:
@@ -367,6 +376,7 @@ class MuxLink(asyncio.Protocol):
                     replies.append(reply)
                     if len(replies) == call.due:
                         calls.popleft()
+                        woken += 1
                         waiter = call.waiter  # call.wake(), inline: once per call
                         if waiter is not None and not waiter.done():
                             waiter.set_result(call)
@@ -374,6 +384,11 @@ class MuxLink(asyncio.Protocol):
         except InvalidResponse as exc:
             self.fail(self._protocol_error(f"sent bytes that are no reply ({exc})"))
             return
+        finally:
+            if woken != self.woken:
+                if not self.woken:  # the turn's end: after the tasks just woken have run
+                    self.loop.call_soon(self._turn_over)
+                self.woken = woken
         if reader.len() > MIN_BULK_LIMIT:
             hostile = overfull(reader.len(), self.bulk_limit)
             if hostile is not None:
