@@ -96,7 +96,7 @@ _SKIP_PARSED = [part.encode() for part in REPLY_SKIP]
 
 #: Write a call at once when nothing is queued or in flight (the loop idle), instead of at the
 #: end of the loop turn: one call alone gains a turn; under load calls are batched anyway.
-#: Not while other calls woken in the same loop turn may still queue theirs (see
+#: Not while other calls woken since the last write may still queue theirs (see
 #: :attr:`MuxLink.woken`): the first of them written alone would split every batch in two.
 WRITE_AT_ONCE_WHEN_IDLE = True
 #: Reads (of up to the transport's 256 KiB each) a flush makes at most to reach what the socket
@@ -237,8 +237,8 @@ class MuxLink(asyncio.Protocol):
         self.out: list[Any] = []
         self.unflushed = 0  # calls at the tail of `calls` whose bytes are still in `out`
         self.flushing = False
-        #: Calls whose last reply came in this loop turn (reset at its end): their tasks run
-        #: in this turn and may queue their next calls, to be written together.
+        #: Calls whose last reply came since the last write: when more than one, their tasks
+        #: run in this loop turn and may queue their next calls, to be written together.
         self.woken = 0
         self.paused = False
         self._drained: asyncio.Future[None] | None = None
@@ -291,6 +291,7 @@ class MuxLink(asyncio.Protocol):
                     self.timer = self.loop.call_at(call.deadline, self._expired)
             calls = self.calls
             if WRITE_AT_ONCE_WHEN_IDLE and not calls and not self.out and self.woken <= 1:
+                self.woken = 0
                 calls.append(call)
                 transport = self.transport
                 clean = not transport.get_write_buffer_size()
@@ -304,9 +305,6 @@ class MuxLink(asyncio.Protocol):
         if not self.flushing:
             self.flushing = True
             self.loop.call_soon(self._flush)
-
-    def _turn_over(self) -> None:
-        self.woken = 0
 
     def _flush(self) -> None:
         self.flushing = False
@@ -325,6 +323,7 @@ class MuxLink(asyncio.Protocol):
                 return
         out, self.out = self.out, []
         flushed, self.unflushed = self.unflushed, 0
+        self.woken = 0  # their tasks ran: what they queued is in this write
         transport = self.transport
         clean = not transport.get_write_buffer_size()
         transport.writelines(out)
@@ -385,10 +384,7 @@ class MuxLink(asyncio.Protocol):
             self.fail(self._protocol_error(f"sent bytes that are no reply ({exc})"))
             return
         finally:
-            if woken != self.woken:
-                if not self.woken:  # the turn's end: after the tasks just woken have run
-                    self.loop.call_soon(self._turn_over)
-                self.woken = woken
+            self.woken = woken
         if reader.len() > MIN_BULK_LIMIT:
             hostile = overfull(reader.len(), self.bulk_limit)
             if hostile is not None:

@@ -162,11 +162,8 @@ class AsyncCacheOperations(AsyncRunner):
             return deleted if xx else True  # xx: "stored" only where it existed
         data = self.codec.dumps(value)  # encode's, a call less
         command: Command = ("SET", key, data, *expiry_args(timeout))
-        keep = None
         if nx or xx:  # a key not moved yet is on its previous owner: NX/XX must see it
             command += ("NX",) if nx else ("XX",)
-        elif type(data) is bytes:
-            keep = (data, timeout)
         call = None
         if self.mux_link is not None:  # keyed's direct round trip, in this one coroutine
             commands = [command]
@@ -182,6 +179,7 @@ class AsyncCacheOperations(AsyncRunner):
                     link, commands, [SKIPPED], exc, write=True, idempotent=not nx, outage=True
                 )
         else:
+            keep = None if nx or xx or type(data) is not bytes else (data, timeout)
             replies, _ = await self.keyed(
                 key,
                 [command],

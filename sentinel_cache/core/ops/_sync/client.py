@@ -163,11 +163,8 @@ class CacheOperations(Runner):
             return deleted if xx else True  # xx: "stored" only where it existed
         data = self.codec.dumps(value)  # encode's, a call less
         command: Command = ("SET", key, data, *expiry_args(timeout))
-        keep = None
         if nx or xx:  # a key not moved yet is on its previous owner: NX/XX must see it
             command += ("NX",) if nx else ("XX",)
-        elif type(data) is bytes:
-            keep = (data, timeout)
         call = None
         if self.mux_link is not None:  # keyed's direct round trip, in this one coroutine
             commands = [command]
@@ -183,6 +180,7 @@ class CacheOperations(Runner):
                     link, commands, [SKIPPED], exc, write=True, idempotent=not nx, outage=True
                 )
         else:
+            keep = None if nx or xx or type(data) is not bytes else (data, timeout)
             replies, _ = self.keyed(
                 key,
                 [command],
