@@ -14,7 +14,8 @@ runner's round trip (``send``) on it is, once the connection is open, one corout
 connection (:meth:`MuxLink.roundtrip`, via :func:`sender`): no handle, no reply count parsed.
 A single-key call's ``execute`` awaits that coroutine itself where ``run`` would send to this
 connection at once (:meth:`AsyncShardClients.mux_link`), and enters ``run``'s safety net with
-the failure only if it fails.
+the failure only if it fails. ``get``, ``set`` and the runner's ``keyed`` go further: no
+coroutine below their own (:meth:`MuxLink.start`, the call's future, :meth:`MuxLink.finish`).
 Every other use (the first call, which connects; ``scatter``'s batches; ``post``) goes through
 ``get_connection``, which hands out a :class:`MuxCall`, a cheap per-call handle with what the
 runner uses of a connection (``send_packed_command``, ``read_response``, ``disconnect``,
