@@ -816,28 +816,28 @@ def test_a_resp3_push_goes_to_redis_py_and_the_replies_stay_in_step(
     assert pushes and pushes[0][0] in (b"invalidate", "invalidate"), pushes
 
 
-# -- the runner's round trip on the shared connection (MuxLink.roundtrip) -------------------------
+# -- the runner's round trip on the shared connection (MuxLink.start, then finish) -----------------
 def test_the_cache_calls_take_the_round_trip_once_connected(
     core: ShardedSentinelPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Once the shared connection is open, a call is one ``roundtrip`` on it: no handle checked
-    out (the figures in docs/benchmarks.md are this path's); the first call connects through the
-    checkout, as before."""
+    """Once the shared connection is open, a call is one round trip on it (``start``, then
+    ``finish``): no handle checked out (the figures in docs/benchmarks.md are this path's); the
+    first call connects through the checkout, as before."""
     key = key_on(core, 0, "mux-fast")
     checkouts: list[int] = []
     trips: list[int] = []
-    real_checkout, real_trip = AsyncMuxPool.get_connection, MuxLink.roundtrip
+    real_checkout, real_start = AsyncMuxPool.get_connection, MuxLink.start
 
     async def get_connection(self: AsyncMuxPool, *args: Any, **kwargs: Any) -> Any:
         checkouts.append(1)
         return await real_checkout(self, *args, **kwargs)
 
-    async def roundtrip(self: MuxLink, commands: Any) -> list[Any]:
+    def start(self: MuxLink, commands: Any, promotions: int | None = None) -> MuxCall:
         trips.append(len(commands))
-        return await real_trip(self, commands)
+        return real_start(self, commands, promotions)
 
     monkeypatch.setattr(AsyncMuxPool, "get_connection", get_connection)
-    monkeypatch.setattr(MuxLink, "roundtrip", roundtrip)
+    monkeypatch.setattr(MuxLink, "start", start)
 
     async def scenario(client: AsyncCacheClient) -> None:
         assert await client.set(key, 1, 60) is True

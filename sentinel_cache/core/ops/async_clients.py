@@ -53,6 +53,7 @@ from sentinel_cache.core.ops.deadlines import ReadDeadlines, read_deadlines
 from sentinel_cache.core.process import PROCESS
 from sentinel_cache.core.topology._async.connection import AsyncShardConnectionMixin
 from sentinel_cache.core.topology.fair_pool import AsyncFairBlockingConnectionPool
+from sentinel_cache.core.topology.following import MasterState
 from sentinel_cache.core.topology.lean_rules import (
     CLOSED,
     MIN_BULK_LIMIT,
@@ -568,10 +569,11 @@ class AsyncShardClients:
         client = state.masters.get(shard.index)
         return client if client is not None else self.master(state, shard)
 
-    def mux_link(self, shard: Shard) -> Any:
+    def mux_link(self, shard: Shard, state: MasterState | None = None) -> Any:
         """The running loop's shared connection to the shard's master (``ASYNC_MULTIPLEX``) if
         a call may be queued on it now (:meth:`~sentinel_cache.core.ops.async_mux.AsyncMuxPool.
-        ready`), else None: what :meth:`master_of` would give, when its connection is open."""
+        ready`; ``state``: the caller's look at the shard), else None: what :meth:`master_of`
+        would give, when its connection is open."""
         last = self._last
         if last is None or last[0] is not asyncio.get_running_loop():
             return None
@@ -579,7 +581,7 @@ class AsyncShardClients:
         if client is None:
             return None
         pool = client.connection_pool
-        return pool.ready() if type(pool) is AsyncMuxPool else None
+        return pool.ready(state) if type(pool) is AsyncMuxPool else None
 
     def master(self, state: _LoopState, shard: Shard) -> AsyncRedis:
         client = state.masters.get(shard.index)

@@ -38,7 +38,7 @@ class AsyncShardIO:
         self.master: Callable[[Shard], Awaitable[Any]] = self.clients.master_of
         #: With ``ASYNC_MULTIPLEX``, the running loop's shared connection to a shard's master
         #: when a call may go on it at once (else None): the runner's direct round trip.
-        self.mux_link: Callable[[Shard], Any] | None = (
+        self.mux_link: Callable[..., Any] | None = (
             self.clients.mux_link if self.clients.multiplexed else None
         )
 

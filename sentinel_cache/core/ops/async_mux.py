@@ -14,7 +14,8 @@ runner's round trip (``send``) on it is, once the connection is open, one corout
 connection (:meth:`MuxLink.roundtrip`, via :func:`sender`): no handle, no reply count parsed.
 A single-key call's ``execute`` awaits that coroutine itself where ``run`` would send to this
 connection at once (:meth:`AsyncShardClients.mux_link`), and enters ``run``'s safety net with
-the failure only if it fails.
+the failure only if it fails. ``get``, ``set`` and the runner's ``keyed`` go further: no
+coroutine below their own (:meth:`MuxLink.start`, the call's future, :meth:`MuxLink.finish`).
 Every other use (the first call, which connects; ``scatter``'s batches; ``post``) goes through
 ``get_connection``, which hands out a :class:`MuxCall`, a cheap per-call handle with what the
 runner uses of a connection (``send_packed_command``, ``read_response``, ``disconnect``,
@@ -54,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -65,6 +67,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sentinel_cache.core.ops.plans import REPLY_SKIP, Command, pack
 from sentinel_cache.core.process import PROCESS
+from sentinel_cache.core.topology.following import MasterState
 from sentinel_cache.core.topology.lean_rules import (
     CLOSED,
     LINE_START,
@@ -94,6 +97,8 @@ _SKIP_PARSED = [part.encode() for part in REPLY_SKIP]
 
 #: Write a call at once when nothing is queued or in flight (the loop idle), instead of at the
 #: end of the loop turn: one call alone gains a turn; under load calls are batched anyway.
+#: Not while other calls woken since the last write may still queue theirs (see
+#: :attr:`MuxLink.woken`): the first of them written alone would split every batch in two.
 WRITE_AT_ONCE_WHEN_IDLE = True
 #: Reads (of up to the transport's 256 KiB each) a flush makes at most to reach what the socket
 #: holds before writing (the replies ahead of an end of file).
@@ -135,7 +140,11 @@ class MuxCall:
     __slots__ = ("link", "due", "replies", "taken", "waiter", "error", "promotions", "deadline")
 
     def __init__(
-        self, link: MuxLink, due: int = 0, waiter: asyncio.Future[None] | None = None
+        self,
+        link: MuxLink,
+        due: int = 0,
+        waiter: asyncio.Future[MuxCall] | None = None,
+        promotions: int = 0,
     ) -> None:
         self.link = link
         self.due = due
@@ -143,7 +152,7 @@ class MuxCall:
         self.taken = 0
         self.waiter = waiter
         self.error: BaseException | None = None
-        self.promotions = 0
+        self.promotions = promotions
         self.deadline = 0.0
 
     def __repr__(self) -> str:
@@ -197,7 +206,7 @@ class MuxCall:
     def wake(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            waiter.set_result(self)  # the call itself: what a round trip finishes with
 
 
 class MuxLink(asyncio.Protocol):
@@ -211,8 +220,17 @@ class MuxLink(asyncio.Protocol):
         self.connection = connection
         self.shard = pool.shard
         self.loop = asyncio.get_running_loop()
+        #: The loop's clock, ``time.monotonic`` itself where the loop's ``time`` is asyncio's
+        #: own (its value, without a Python call per call's deadline).
+        self.clock: Callable[[], float] = (
+            time.monotonic if type(self.loop).time is asyncio.BaseEventLoop.time else self.loop.time
+        )
         self.transport: Any = connection._writer.transport
         self.generation: int = connection.generation
+        state = self.shard.state
+        #: The master's address of that generation: what the safety net is told a failed
+        #: direct round trip was sent to (a connection of an older generation is never used).
+        self.address: Any = state.address if state.generation == self.generation else None
         self.bulk_limit: int = connection.bulk_limit
         self.timeout: float | None = connection.socket_timeout
         self.reader, self.pending, self.push = lean
@@ -220,6 +238,9 @@ class MuxLink(asyncio.Protocol):
         self.out: list[Any] = []
         self.unflushed = 0  # calls at the tail of `calls` whose bytes are still in `out`
         self.flushing = False
+        #: Calls whose last reply came since the last write: when more than one, their tasks
+        #: run in this loop turn and may queue their next calls, to be written together.
+        self.woken = 0
         self.paused = False
         self._drained: asyncio.Future[None] | None = None
         self.closed: BaseException | None = None
@@ -266,11 +287,12 @@ class MuxLink(asyncio.Protocol):
         """Append a call's bytes to the write buffer; written at the end of the loop turn."""
         if call.due:
             if self.timeout is not None:
-                call.deadline = self.loop.time() + self.timeout
+                call.deadline = self.clock() + self.timeout
                 if self.timer is None:
                     self.timer = self.loop.call_at(call.deadline, self._expired)
             calls = self.calls
-            if WRITE_AT_ONCE_WHEN_IDLE and not calls and not self.out:
+            if WRITE_AT_ONCE_WHEN_IDLE and not calls and not self.out and self.woken <= 1:
+                self.woken = 0
                 calls.append(call)
                 transport = self.transport
                 clean = not transport.get_write_buffer_size()
@@ -302,6 +324,7 @@ class MuxLink(asyncio.Protocol):
                 return
         out, self.out = self.out, []
         flushed, self.unflushed = self.unflushed, 0
+        self.woken = 0  # their tasks ran: what they queued is in this write
         transport = self.transport
         clean = not transport.get_write_buffer_size()
         transport.writelines(out)
@@ -338,6 +361,7 @@ class MuxLink(asyncio.Protocol):
             return
         reader, pending, push, calls = self.reader, self.pending, self.push, self.calls
         reader.feed(data)
+        woken = self.woken
         try:
             reply = reader.gets()
             while reply is not pending:
@@ -352,11 +376,16 @@ class MuxLink(asyncio.Protocol):
                     replies.append(reply)
                     if len(replies) == call.due:
                         calls.popleft()
-                        call.wake()
+                        woken += 1
+                        waiter = call.waiter  # call.wake(), inline: once per call
+                        if waiter is not None and not waiter.done():
+                            waiter.set_result(call)
                 reply = reader.gets()
         except InvalidResponse as exc:
             self.fail(self._protocol_error(f"sent bytes that are no reply ({exc})"))
             return
+        finally:
+            self.woken = woken
         if reader.len() > MIN_BULK_LIMIT:
             hostile = overfull(reader.len(), self.bulk_limit)
             if hostile is not None:
@@ -489,24 +518,37 @@ class MuxLink(asyncio.Protocol):
         return None
 
     # -- the runner's round trip, in one coroutine ---------------------------------------------
-    async def roundtrip(self, commands: Sequence[Command]) -> list[Any]:
-        """What the runner's ``send`` does on a :class:`MuxCall` (pack, queue, read every reply,
-        an error reply raised after the others), in one coroutine instead of five: the
-        checkout, ``send_packed_command``, a ``read_response`` per reply and the release are
-        one call's work here. The reply count is the number of commands (``send`` never sends
-        ``CLIENT REPLY SKIP``), not parsed from the bytes. Every rule of ``read_response``
-        holds, reply by reply: the reply guard, ``READONLY``, the stale-reply check."""
+    def start(self, commands: Sequence[Command], promotions: int | None = None) -> MuxCall:
+        """A round trip's first half, no coroutine: ``commands`` packed and queued as one call
+        whose ``waiter`` is resolved (with the call) once every reply is in, or by ``fail``.
+        ``promotions``: the shard's count the caller just read (else read here), what the
+        call's replies are checked against. Raises, marked unsent, if the connection is
+        closing: nothing was queued."""
         data = pack(self.connection, commands)
         if self.transport.is_closing():  # closed before anything was queued: never ran
             raise mark_unsent(RedisConnectionError(CLOSED))
-        waiter = self.loop.create_future()
-        call = MuxCall(self, len(commands), waiter)
-        call.promotions = self.shard.state.promotions
+        if promotions is None:
+            promotions = self.shard.state.promotions
+        call = MuxCall(self, len(commands), self.loop.create_future(), promotions)
         self.queue(call, data)
-        if self.paused:
-            await self.drained()
-        await waiter  # woken once every reply is in, or by fail(): never left pending
+        return call
+
+    def finish(self, call: MuxCall) -> list[Any]:
+        """A round trip's second half, once ``call``'s waiter is done: its replies, each
+        through :meth:`checked` (the reply guard, ``READONLY``, the stale-reply check), the
+        first error reply raised after the others were checked; ``call``'s own error if the
+        connection failed before all its replies came."""
         replies = call.replies
+        if len(replies) == 1 == call.due:  # one command: checked inline when plain data
+            reply = replies[0]
+            if type(reply) is bytes or reply is None or type(reply) is int:
+                state = self.shard.state
+                if self.generation == state.generation and call.promotions == state.promotions:
+                    return replies
+            refused = self.checked(call, reply)
+            if refused is not None:
+                raise refused
+            return replies
         error: ResponseError | None = None
         for reply in replies:  # every reply checked; the first error reply raised after
             found = self.checked(call, reply)
@@ -516,6 +558,20 @@ class MuxLink(asyncio.Protocol):
         if error is not None:
             raise error
         return replies
+
+    async def roundtrip(self, commands: Sequence[Command]) -> list[Any]:
+        """What the runner's ``send`` does on a :class:`MuxCall` (pack, queue, read every reply,
+        an error reply raised after the others), in one coroutine instead of five: the
+        checkout, ``send_packed_command``, a ``read_response`` per reply and the release are
+        one call's work here. The reply count is the number of commands (``send`` never sends
+        ``CLIENT REPLY SKIP``), not parsed from the bytes. Every rule of ``read_response``
+        holds, reply by reply: the reply guard, ``READONLY``, the stale-reply check
+        (:meth:`start`, then :meth:`finish`)."""
+        call = self.start(commands)
+        if self.paused:
+            await self.drained()
+        # woken once every reply is in, or by fail(): never left pending
+        return self.finish(await call.waiter)  # type: ignore[misc]
 
 
 class AsyncMuxPool:
@@ -542,14 +598,15 @@ class AsyncMuxPool:
     def get_encoder(self) -> Any:
         return self.dedicated.get_encoder()
 
-    def ready(self) -> MuxLink | None:
+    def ready(self, state: MasterState | None = None) -> MuxLink | None:
         """The shared connection if a call may be queued on it now without connecting: open,
-        to the shard's master of the moment, this process's; else None."""
+        to the shard's master of the moment (``state``: the caller's look at the shard, else
+        one taken here), this process's; else None."""
         link = self.link
         if (
             link is not None
             and link.closed is None
-            and link.generation == self.shard.state.generation
+            and link.generation == (state or self.shard.state).generation
             and self.pid == PROCESS.pid
             # idle: the node may have closed it (a kill) unseen by the loop yet; looked at
             # before anything is written, as the pool's checkout does

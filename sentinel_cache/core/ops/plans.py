@@ -78,6 +78,25 @@ def pack(connection: Any, commands: Sequence[Command]) -> list[bytes]:
     single-key write) is sized before it is packed; any other batch only if, packed, it is
     larger than any master's smallest limit: one length per batch otherwise.
     """
+    if len(commands) == 1 and _hiredis_pack is not None:  # the usual batch: one command
+        command = commands[0]
+        if len(command) <= _LOOKED_AT:  # a single-key write: sized first
+            for arg in command:
+                if type(arg) is bytes and len(arg) > MIN_BULK_LIMIT:
+                    _refuse_too_large(connection, commands)
+                    break
+        try:
+            one = _hiredis_pack(command)
+        except TypeError:
+            return _packed(connection, commands)
+        if len(one) > MIN_BULK_LIMIT:  # else no argument can be too large
+            _refuse_too_large(connection, commands)
+        return [one]
+    return _packed(connection, commands)
+
+
+def _packed(connection: Any, commands: Sequence[Command]) -> list[bytes]:
+    """:func:`pack` past its one-command path: any batch, or what hiredis refused."""
     if len(commands) == 1 and len(commands[0]) <= _LOOKED_AT:  # a single-key write: sized first
         for arg in commands[0]:
             if type(arg) is bytes and len(arg) > MIN_BULK_LIMIT:

@@ -31,7 +31,7 @@ class ShardIO:
         #: in C, no Python call; the asyncio twin binds the running loop's once as well).
         self.master: Callable[[Shard], Any] = operator.attrgetter("client")
         #: No multiplexed connection here (the asyncio twin's direct round trip).
-        self.mux_link: Callable[[Shard], Any] | None = None
+        self.mux_link: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         return f"<ShardIO {self.core!r}>"

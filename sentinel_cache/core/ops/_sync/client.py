@@ -88,6 +88,31 @@ class CacheOperations(Runner):
     # -- single key --------------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:
         core = self.core
+        if self.mux_link is not None:  # keyed's direct round trip, in this one coroutine
+            commands: list[Command] = [("GET", key)]
+            call = self.started(key, commands, False)
+            if call is not None:
+                link = call.link
+                try:
+                    try:
+                        if link.paused:
+                            link.drained()
+                        (data,) = link.finish(call.waiter)
+                    except MASTER_ERRORS as exc:
+                        (data,) = self.resumed(
+                            link, commands, [None], exc, write=False, idempotent=True, outage=True
+                        )
+                except ResponseError as exc:
+                    if not non_string_miss(exc, key):
+                        raise
+                    return default
+                if data is None:
+                    return default
+                try:  # decode's, a call less
+                    return self.codec.loads(data)
+                except InvalidValueError as exc:
+                    self.unreadable(key, exc)  # logged, and the default
+                    return default
         near = core.near
         previous = None if core.previous_ring is None else core.previous_shard_for(key)
         ticket = None
@@ -138,19 +163,32 @@ class CacheOperations(Runner):
             return deleted if xx else True  # xx: "stored" only where it existed
         data = self.codec.dumps(value)  # encode's, a call less
         command: Command = ("SET", key, data, *expiry_args(timeout))
-        keep = None
         if nx or xx:  # a key not moved yet is on its previous owner: NX/XX must see it
             command += ("NX",) if nx else ("XX",)
-        elif type(data) is bytes:
-            keep = (data, timeout)
-        replies, _ = self.keyed(
-            key,
-            [command],
-            [SKIPPED],
-            UPDATE if nx or xx else REPLACE,
-            idempotent=not nx,
-            keep=keep,
-        )
+        call = None
+        if self.mux_link is not None:  # keyed's direct round trip, in this one coroutine
+            commands = [command]
+            call = self.started(key, commands, True)
+        if call is not None:
+            link = call.link
+            try:
+                if link.paused:
+                    link.drained()
+                replies = link.finish(call.waiter)
+            except MASTER_ERRORS as exc:
+                replies = self.resumed(
+                    link, commands, [SKIPPED], exc, write=True, idempotent=not nx, outage=True
+                )
+        else:
+            keep = None if nx or xx or type(data) is not bytes else (data, timeout)
+            replies, _ = self.keyed(
+                key,
+                [command],
+                [SKIPPED],
+                UPDATE if nx or xx else REPLACE,
+                idempotent=not nx,
+                keep=keep,
+            )
         if nx and replies[0] is None:  # taken: by a value it can read?
             return self._add_over_unreadable(key, data, timeout)
         return is_ok(replies[0])

@@ -39,6 +39,7 @@ from sentinel_cache.core.ops.plans import (
     unknown_command,
 )
 from sentinel_cache.core.serializers import Codec
+from sentinel_cache.core.topology.following import MasterState
 from sentinel_cache.core.topology.lean_rules import closed_by_node, mark_unsent, may_resend
 from sentinel_cache.core.topology.shard import FEATURES, MASTER_ERRORS, Shard
 from sentinel_cache.core.topology.sharded_pool import ShardedSentinelPool
@@ -82,6 +83,29 @@ class Runner(Moves):
             wait_fence(shard, core.config.failover_hold)
             note(core, shard, fence_wait=perf_counter() - began)
 
+    def direct(
+        self, shard: Shard, write: bool, replicas: bool = True, state: MasterState | None = None
+    ) -> Any:
+        """The shard's shared connection (``ASYNC_MULTIPLEX``) where a call needs nothing of
+        :meth:`run` before it is sent there, else None: no tracer or metrics, the core started
+        and the master known, no known outage, no raised write fence for a write, no
+        ``READ_FROM_REPLICAS`` rotation for a read (``replicas``), and the connection open,
+        current and this process's. The one check behind every direct round trip. ``state``:
+        the caller's look at the shard (else one taken here), the one every part of it reads."""
+        core = self.core
+        if core.tracer is not None or core.metrics is not None or self.mux_link is None:
+            return None
+        if state is None:
+            state = shard.state
+        if (
+            core.started
+            and state.address is not None
+            and state.unreachable_since is None
+            and not (state.fenced if write else replicas and self.replica_reads)
+        ):
+            return self.mux_link(shard, state)
+        return None
+
     def execute(
         self,
         shard: Shard,
@@ -103,26 +127,19 @@ class Runner(Moves):
                 if client is None and self.mux_link is not None:
                     # The shared connection's round trip, without run's and the checkout's
                     # coroutines: only where run would send to that connection at once.
-                    state = shard.state
-                    if (
-                        core.started
-                        and state.address is not None
-                        and state.unreachable_since is None
-                        and not (state.fenced if write else replicas and self.replica_reads)
-                    ):
-                        link = self.mux_link(shard)
-                        if link is not None:
-                            try:
-                                return link.roundtrip(commands)
-                            except MASTER_ERRORS as exc:  # run's safety net, as if it had sent
-                                return self.run(
-                                    shard,
-                                    lambda client: roundtrip(client, commands),
-                                    write=write,
-                                    idempotent=idempotent,
-                                    outage=outage,
-                                    failed=(exc, state.address, state.generation),
-                                )
+                    link = self.direct(shard, write, replicas)
+                    if link is not None:
+                        try:
+                            return link.roundtrip(commands)
+                        except MASTER_ERRORS as exc:  # run's safety net, as if it had sent
+                            return self.run(
+                                shard,
+                                lambda client: roundtrip(client, commands),
+                                write=write,
+                                idempotent=idempotent,
+                                outage=outage,
+                                failed=(exc, link.address, link.generation),
+                            )
                 return self.run(
                     shard,
                     lambda client: roundtrip(client, commands),
@@ -591,8 +608,34 @@ class Runner(Moves):
         the shard's writer connection when that is free (the server does not echo it to us),
         and is kept if nothing read or wrote the key meanwhile
         (:meth:`~sentinel_cache.core.topology.near.NearCache.own`); any other write evicts the
-        key. (One method, not two: every operation's hot path.)"""
+        key. (One method, not two: every operation's hot path.)
+
+        With ``ASYNC_MULTIPLEX`` and nothing of the above to do, the call goes on the shard's
+        shared connection from here (:meth:`started`), one coroutine for the whole round trip
+        (``get`` and ``set`` do the same themselves); :meth:`resumed` takes over if it fails."""
+        call = None
+        if self.mux_link is not None:
+            call = self.started(key, commands, access.write, replicas)
+        if call is not None:
+            link = call.link
+            try:
+                if link.paused:
+                    link.drained()
+                return link.finish(call.waiter), 0
+            except MASTER_ERRORS as exc:
+                failed = exc
+            replies = self.resumed(
+                link,
+                commands,
+                absent,
+                failed,
+                write=access.write,
+                idempotent=idempotent,
+                outage=outage,
+            )
+            return replies, 0
         core = self.core
+        write = access.write
         resharding = core.previous_ring is not None
         dropped = 0
         if resharding:
@@ -602,7 +645,6 @@ class Runner(Moves):
                 dropped = self._drop_previous([key])
         shard = core.shard_for(key)
         near = core.near
-        write = access.write
         wait = self.durable_wait if write else None
         if wait is not None:  # DURABLE_REPLICAS: every write waits for its replicas
             commands = [*commands, wait]
@@ -640,6 +682,60 @@ class Runner(Moves):
         if wait is not None:
             self.check_durable(shard, short_key(key), replies.pop())
         return replies, dropped
+
+    def started(self, key: Any, commands: list[Command], write: bool, replicas: bool = True) -> Any:
+        """A single-key call begun on its shard's shared connection (``ASYNC_MULTIPLEX``) when
+        :meth:`keyed` has nothing to do around it (no near cache, no resharding, no
+        ``DURABLE_REPLICAS`` wait for a write) and :meth:`run` nothing before it
+        (:meth:`direct`): the queued :class:`~sentinel_cache.core.ops.async_mux.MuxCall`, whose
+        caller awaits its ``waiter``, then ``link.finish`` (or :meth:`resumed` on a failure).
+        None otherwise, or if the connection is closing (nothing queued): keyed's own path."""
+        core = self.core
+        if (
+            core.near is not None
+            or core.previous_ring is not None
+            or (write and self.durable_wait is not None)
+        ):
+            return None
+        shard = core.shard_for(key)
+        state = shard.state
+        link = self.direct(shard, write, replicas, state)
+        if link is None:
+            return None
+        try:
+            return link.start(commands, state.promotions)
+        except MASTER_ERRORS:  # closing: nothing queued, keyed's path meets it again
+            return None
+
+    def resumed(
+        self,
+        link: Any,
+        commands: list[Command],
+        absent: list[Any],
+        error: BaseException,
+        *,
+        write: bool,
+        idempotent: bool,
+        outage: bool,
+    ) -> list[Any]:
+        """:meth:`keyed`'s direct round trip on ``link`` raised ``error``: :meth:`run`'s safety
+        net from that failure on the master it was sent to (not from the start: the call is not
+        sent a third time), then keyed's fail-open rule (``absent`` for a shard skipped)."""
+        shard = link.shard
+        roundtrip = self.roundtrip or send
+        try:
+            return self.run(
+                shard,
+                lambda client: roundtrip(client, commands),
+                write=write,
+                idempotent=idempotent,
+                outage=outage,
+                failed=(error, link.address, link.generation),
+            )
+        except MASTER_ERRORS as exc:
+            if not self.fail_open.skip(shard, exc, commands[0][0]):
+                raise
+            return absent
 
     def planned(
         self,
