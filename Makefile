@@ -59,7 +59,7 @@ pytest: venv
 		tests/test_docs_promises_durable.py tests/test_stampede_coalesce.py tests/test_value_limit.py \
 		tests/test_near_replica_rotation.py tests/test_docs_promises_sentinels.py \
 		tests/test_value_format.py tests/test_safety_net_retry.py tests/test_metrics_batches.py \
-		tests/test_sync_quick_release.py tests/test_near_cache_push.py
+		tests/test_sync_quick_release.py tests/test_near_cache_push.py tests/test_async_direct.py
 
 # Every network-fault scenario, the long heal-at-switch rounds included (not part of `make test`).
 chaos: venv
