@@ -1,8 +1,9 @@
 """The sync masters' lean I/O path (``LeanIO`` in core/topology/lean.py): the same replies and
 the same failures as redis-py's own path, on real servers. It sends with one ``sendall``, reads
 into the parser's own hiredis reader, maps error replies to redis-py's classes, hands RESP3
-pushes to redis-py, checks a checkout with one poll (an unread reply or a closed socket is
-reconnected first), and a pool skips announcing a release with nothing to re-authenticate."""
+pushes to redis-py, checks a checkout with the kernel's byte count or one poll (an unread reply
+or a closed socket is reconnected first), leaves the socket's timeout to the kernel on Linux,
+and a pool skips announcing a release with nothing to re-authenticate."""
 
 from __future__ import annotations
 

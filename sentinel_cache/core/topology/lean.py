@@ -7,7 +7,10 @@ an error formatted before anything fails, the parser's layers), and its checkout
 object made, registered and asked per call. A multi-key call pays them per shard touched: most
 of the client's own CPU. Here a connection that parses with ``hiredis`` sends with one
 ``sendall``, reads with ``recv_into`` into its parser's reader, and answers the pool's check at
-checkout in one call (:meth:`LeanShardIO.ready_to_send`), with redis-py's failures: the same
+checkout in one call (:meth:`LeanShardIO.ready_to_send`). On Linux the socket's timeout is the
+kernel's and the checkout asks the kernel's byte count, so a call lets go of the GIL only for its
+``send`` and its ``recv`` (:func:`kernel_timeouts`, :meth:`_Lean.unread`). With redis-py's
+failures: the same
 exception classes (the reader is redis-py's, so an error reply is the class its parser maps it
 to: ``READONLY`` a ``ReadOnlyError``, ``LOADING`` a ``BusyLoadingError``), the same messages, the
 socket dropped on a failure or an interruption, a RESP3 push handed to redis-py's handler.
@@ -131,9 +134,9 @@ class _Lean:
         if _POLL_IN:
             self.poller = select.poll()
             self.poller.register(sock, _POLL_IN)
+        self.timeout = sock.gettimeout()  # Python's, given back for redis-py's own path
         # Not for TLS: its reads may raise SSLWantReadError on a kernel timeout, and a check at
         # checkout must ask the TLS layer (``pending``) anyway.
-        self.timeout = sock.gettimeout()
         self.kernel = not self.tls and kernel_timeouts(sock)
         self.counted = self.kernel and self.poller is not None and _tcp_info(sock) is not None
         if self.counted:
@@ -291,8 +294,9 @@ class LeanShardIO(ShardConnectionMixin, LeanIO):
     def ready_to_send(self) -> bool:
         """Connected to the shard's current master with nothing unread (the reader's buffer,
         the socket's, an EOF or error): what the pool's check at every checkout finds out
-        (``connect`` and ``can_read``), in one ``poll`` on a poller made once per socket. False
-        means "ask redis-py's check", not "unusable"."""
+        (``connect`` and ``can_read``), from the kernel's byte count (:meth:`_Lean.unread`) or
+        one ``poll`` on a poller made once per socket. False means "ask redis-py's check", not
+        "unusable"."""
         lean = self._lean_now
         if lean is None or lean.sock is not self._sock:
             lean = self._lean()
