@@ -132,13 +132,13 @@ class Runner(Moves):
                         try:
                             return link.roundtrip(commands)
                         except MASTER_ERRORS as exc:  # run's safety net, as if it had sent
-                            return self.run(
-                                shard,
-                                lambda client: roundtrip(client, commands),
+                            return self.rerun(
+                                link,
+                                commands,
+                                exc,
                                 write=write,
                                 idempotent=idempotent,
                                 outage=outage,
-                                failed=(exc, link.address, link.generation),
                             )
                 return self.run(
                     shard,
@@ -721,21 +721,37 @@ class Runner(Moves):
         """:meth:`keyed`'s direct round trip on ``link`` raised ``error``: :meth:`run`'s safety
         net from that failure on the master it was sent to (not from the start: the call is not
         sent a third time), then keyed's fail-open rule (``absent`` for a shard skipped)."""
-        shard = link.shard
-        roundtrip = self.roundtrip or send
         try:
-            return self.run(
-                shard,
-                lambda client: roundtrip(client, commands),
-                write=write,
-                idempotent=idempotent,
-                outage=outage,
-                failed=(error, link.address, link.generation),
+            return self.rerun(
+                link, commands, error, write=write, idempotent=idempotent, outage=outage
             )
         except MASTER_ERRORS as exc:
-            if not self.fail_open.skip(shard, exc, commands[0][0]):
+            if not self.fail_open.skip(link.shard, exc, commands[0][0]):
                 raise
             return absent
+
+    def rerun(
+        self,
+        link: Any,
+        commands: Sequence[Command],
+        error: BaseException,
+        *,
+        write: bool,
+        idempotent: bool,
+        outage: bool,
+    ) -> list[Any]:
+        """A direct round trip on ``link`` raised ``error``: :meth:`run`'s safety net from that
+        failure on the master it was sent to, not from the start (the call is not sent a third
+        time). What :meth:`execute` and :meth:`resumed` both do after a failed direct call."""
+        roundtrip = self.roundtrip or send
+        return self.run(
+            link.shard,
+            lambda client: roundtrip(client, commands),
+            write=write,
+            idempotent=idempotent,
+            outage=outage,
+            failed=(error, link.address, link.generation),
+        )
 
     def planned(
         self,
