@@ -168,11 +168,17 @@ def test_a_failed_direct_call_is_failed_open_with_ignore_exceptions(
     async def refused_later(*args: Any, **kwargs: Any) -> Any:
         raise RedisConnectionError(CLOSED)
 
+    async def silent(*args: Any, **kwargs: Any) -> bool:
+        return False
+
     async def scenario(client: AsyncCacheClient) -> tuple[Any, Any]:
         await client.set(key, "v", 60)
         entered = spy(monkeypatch, client, "resumed")
         monkeypatch.setattr(MuxLink, "finish", refused)  # the direct round trip
         monkeypatch.setattr(MuxCall, "read_response", refused_later)  # the safety net's
+        # Nor does the node answer the safety net's PING on a new connection (else a closed
+        # connection is no outage, and the set below finds the link closed by that check).
+        monkeypatch.setattr(client, "answers", silent)
         got = await client.get(key, "default")
         stored = await client.set(key, "w", 60)
         return got, (stored, entered)

@@ -83,11 +83,16 @@ class Storm:
         self.raised: list[tuple[float, float, BaseException]] = []
         self.calls = 0
         self.killed = 0
+        #: The kills that closed at least one connection.
+        self.hits = 0
         self.done = threading.Event()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"<Storm kills={len(self.kills)} calls={self.calls} raised={len(self.raised)}>"
+        return (
+            f"<Storm kills={len(self.kills)} hits={self.hits} calls={self.calls} "
+            f"raised={len(self.raised)}>"
+        )
 
     def kill(self, cluster: LocalSentinelCluster) -> None:
         """KILLS kills, KILL_EVERY apart, sent as the sentinels send them (past the proxy, as
@@ -99,12 +104,22 @@ class Storm:
                 for _ in range(KILLS):
                     self.done.wait(KILL_EVERY)
                     sent = time.monotonic()
-                    self.killed += int(admin.client_kill_filter(_type="normal", skipme=True))
+                    closed = int(admin.client_kill_filter(_type="normal", skipme=True))
+                    self.killed += closed
+                    self.hits += closed > 0
+                    print("KILL", closed)
                     answered = time.monotonic()
                     ended = relayed(cluster, address) if self.proxied else answered
                     self.kills.append((sent, answered, ended))
         finally:
             self.done.set()
+
+    def struck(self) -> bool:
+        """Whether the storm hit the clients: every kill was sent and most closed a connection.
+        Not every one need: asyncio clients share one multiplexed connection per shard, and a
+        kill that lands while it is being replaced (its calls raised by the previous kill, on a
+        loaded machine) finds no client; CI once saw 9 of 10 kills close one."""
+        return len(self.kills) == KILLS and self.hits >= KILLS - 3
 
     def call(self, invoked: float, error: BaseException | None) -> None:
         with self._lock:
@@ -194,10 +209,11 @@ def test_no_call_begun_after_a_kills_reply_raises(
         record = storm(flavour, direct, core, proxied=False)
     late = record.after(1)
     print(
-        f"{flavour}, no proxy: {record.calls} calls, {len(record.kills)} kills ({record.killed} "
-        f"connections), {len(record.raised)} raised in flight across a kill, {len(late)} after"
+        f"{flavour}, no proxy: {record.calls} calls, {len(record.kills)} kills ({record.hits} hit, "
+        f"{record.killed} connections), {len(record.raised)} raised in flight across a kill, "
+        f"{len(late)} after"
     )
-    assert len(record.kills) == KILLS and record.killed >= KILLS  # the storm hit the clients
+    assert record.struck(), f"{record.hits} of {len(record.kills)} kills closed a connection"
     assert late == [], (
         f"{len(late)} of {record.calls} calls raised after a kill's reply: {late[:3]}"
     )
@@ -214,10 +230,10 @@ def test_through_the_proxy_no_call_begun_after_a_kill_was_relayed_raises(
     after_reply, after_relay = record.after(1), record.after(2)
     print(
         f"{flavour}, through the proxy: {record.calls} calls, {len(record.kills)} kills "
-        f"({record.killed} connections), {len(record.raised)} raised, {len(after_reply)} begun "
+        f"({record.hits} hit, {record.killed} connections), {len(record.raised)} raised, {len(after_reply)} begun "
         f"after a kill's reply, {len(after_relay)} after it was relayed"
     )
-    assert len(record.kills) == KILLS and record.killed >= KILLS
+    assert record.struck(), f"{record.hits} of {len(record.kills)} kills closed a connection"
     assert after_relay == [], f"{len(after_relay)} raised after relayed(): {after_relay[:3]}"
 
 
@@ -262,3 +278,49 @@ def test_the_history_kills_end_once_the_proxy_relayed_them(proxied: LocalSentine
         f"on the client's side at the kill's reply, {after_relay} after relayed()"
     )
     assert after_relay == 0
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_write_cut_by_a_kill_leaves_no_outage(direct: LocalSentinelCluster, flavour: str) -> None:
+    """An ``incr`` in flight (held by ``CLIENT PAUSE WRITE``) whose connection a ``CLIENT KILL``
+    closes raises, since it may have run; but the node answers on a new connection, so the
+    shard is not taken for unreachable. It was: every write on the shard was then held (for
+    ``OUTAGE_HOLD``) until the housekeeper saw the master answer, 0.4-0.7 s per kill in the
+    storm above."""
+    address = direct.master_address(direct.master_names[0])
+    with core_of(direct) as core, direct.node_client(address, direct=True) as admin:
+        shard = core.shards[0]
+        counter = key_on(core, 0, f"cut-{flavour}")
+        client = CacheClient(core, Codec())
+        assert client.set(counter, 0, None) is True
+
+        def cut() -> None:
+            """Once the call waits in the pause (the node counts it blocked): kill every client
+            but us, then unpause."""
+            deadline = time.monotonic() + 10
+            while admin.info("clients")["blocked_clients"] < 1:
+                assert time.monotonic() < deadline, "the incr never reached the paused node"
+                time.sleep(0.01)
+            assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+            admin.execute_command("CLIENT", "UNPAUSE")
+
+        admin.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
+        with Workers(timeout=30) as workers:
+            workers.spawn(cut, name="cut")
+            if flavour == "sync":
+                with pytest.raises(ShardUnavailableError, match="Connection closed"):
+                    client.incr(counter, 1)
+            else:
+
+                async def incr() -> None:
+                    aclient = AsyncCacheClient(core, Codec())
+                    try:
+                        assert await aclient.get(counter) == 0  # connected before the pause
+                        with pytest.raises(ShardUnavailableError, match="Connection closed"):
+                            await aclient.incr(counter, 1)
+                    finally:
+                        await aclient.aclose()
+
+                asyncio.run(incr())
+        assert shard.unreachable_since is None, shard.snapshot()
+        assert client.incr(counter, 1) in (1, 2)  # the cut one may have run

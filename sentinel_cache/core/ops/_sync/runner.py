@@ -323,6 +323,18 @@ class Runner(Moves):
         master.connection_pool.disconnect(inuse_connections=False)
         return operation(master)
 
+    def answers(self, shard: Shard) -> bool:
+        """Whether the shard's master answers a ``PING`` on a new connection (the pool's idle
+        ones closed first, as in :meth:`reconnected`): asked before a closed connection is
+        taken for an outage."""
+        master = self.io.master(shard)
+        try:
+            master.connection_pool.disconnect(inuse_connections=False)
+            master.ping()
+        except MASTER_ERRORS:
+            return False
+        return True
+
     def skips_master(self, outage_readable: bool, write: bool) -> bool:
         """Whether a call on a shard in a known outage (a call's re-resolve found its master
         unreachable and no other) is not sent to that master first, so a hung master's
@@ -351,6 +363,12 @@ class Runner(Moves):
         if core.should_reresolve(shard, exc, generation):
             reason = f"{type(exc).__name__}: {exc}"
             run_blocking(core.reresolve, shard, reason=reason, suspect=address)
+        if shard.generation == generation and closed_by_node(exc) and self.answers(shard):
+            # The node closed the connection (a CLIENT KILL, its idle timeout) and answers on a
+            # new one: no outage, which would hold every write on the shard until the
+            # housekeeper saw the master again (issue 36's kill storm: 0.4-0.7 s stalls).
+            core.retry_or_raise(shard, exc, generation, idempotent=idempotent)
+            return False, None
         if core.unreachable(shard, exc, generation):
             if read is not None and core.config.outage_reads:
                 served, reply = self.outage_read(shard, read, generation)
