@@ -107,7 +107,6 @@ class Storm:
                     closed = int(admin.client_kill_filter(_type="normal", skipme=True))
                     self.killed += closed
                     self.hits += closed > 0
-                    print("KILL", closed)
                     answered = time.monotonic()
                     ended = relayed(cluster, address) if self.proxied else answered
                     self.kills.append((sent, answered, ended))
@@ -116,9 +115,10 @@ class Storm:
 
     def struck(self) -> bool:
         """Whether the storm hit the clients: every kill was sent and most closed a connection.
-        Not every one need: asyncio clients share one multiplexed connection per shard, and a
-        kill that lands while it is being replaced (its calls raised by the previous kill, on a
-        loaded machine) finds no client; CI once saw 9 of 10 kills close one."""
+        Not every one need: asyncio clients share one multiplexed connection per shard, which
+        a kill may find being replaced on a loaded machine. (CI once saw 9 of 10, and 7 of 10
+        was seen here for sync threads, while a kill that cut a write in flight put the shard
+        in an outage, in which no call connected: fixed, see the test below.)"""
         return len(self.kills) == KILLS and self.hits >= KILLS - 3
 
     def call(self, invoked: float, error: BaseException | None) -> None:
