@@ -198,13 +198,25 @@ class SentinelListener:
         return self._thread.is_alive()
 
     def _connect(self) -> Any:
-        connection_class, options = connection_class_and_kwargs(self._kwargs)
+        base, options = connection_class_and_kwargs(self._kwargs)
+        stopped = self._stop
+
+        class ListenerConnection(base):  # type: ignore[valid-type,misc]
+            """Refuses to connect once the listener is stopped: redis-py's subscription
+            reconnects on its own after the close that :meth:`stop` makes (its retry's
+            failure step), and that connect's handshake held a close for its 2 s timeout."""
+
+            def connect(self, *args: Any, **kwargs: Any) -> Any:
+                if stopped.is_set():
+                    raise redis.ConnectionError("the listener is stopped")
+                return super().connect(*args, **kwargs)
+
         options["socket_timeout"] = max(float(options.get("socket_timeout") or 0), 2.0)
         options.update(socket_keepalive=True, socket_keepalive_options=_keepalive_options())
         pool = redis.ConnectionPool(
             host=self.address.host,
             port=self.address.port,
-            connection_class=connection_class,
+            connection_class=ListenerConnection,
             max_connections=2,
             **options,
         )
