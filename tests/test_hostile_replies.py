@@ -57,6 +57,13 @@ def test_the_guard_finds_huge_headers_at_line_starts_even_cut_across_chunks() ->
     assert hostile(b"*2147483647\r\n", carry=b"") is None  # the chunk began inside a line
     # A value holding a line that reads as a huge header is refused too (docs/reliability.md).
     assert hostile(b"$16\r\nab\r\n*123456789\r\n") is not None
+    # Whole short lines (a write's usual reply), read into a larger buffer, are clean at once;
+    # the shortest header looked at closer (8 digits and a bare line feed) is not that short.
+    buffer = bytearray(64)
+    for reply in (b"+OK\r\n", b":1\r\n", b"$-1\r\n", b":12345\r\n"):
+        buffer[: len(reply)] = reply
+        assert oversized(buffer, len(reply), fresh, limit) == (None, LINE_START), reply
+    assert hostile(b">43872917\n") is not None
     # A reply item the parser holds more of than the master can hold is refused.
     assert overfull(limit + 2 * 1024 * 1024, 1024 * 1024) is not None
     assert overfull(limit, 1024 * 1024) is None

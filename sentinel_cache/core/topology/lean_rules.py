@@ -82,6 +82,8 @@ def oversized(data: Any, end: int, carry: bytes, bulk_limit: int) -> tuple[str |
     aggregate type byte, in C: a Python parser of the whole reply would cost more than the
     reply. A header is looked for at every line's start, so a value holding a line that reads
     as one (``\\r\\n*123456789``) is refused as well."""
+    if end <= _TINY and carry == LINE_START and data[end - 1] == 10:
+        return _CLEAN  # whole lines too short to hold a size looked at closer (+OK, :1, $-1)
     if end <= _SMALL or (carry and carry != LINE_START):  # (or a header cut at the last end)
         # A small chunk (most replies): one translate and two finds are cheaper than five.
         chunk = data if end == len(data) else data[:end]
@@ -130,6 +132,9 @@ def overfull(buffered: int, bulk_limit: int) -> str | None:
     return f"sent a reply item of more than {bound} bytes, more than the master can hold"
 
 
+#: A chunk this small that starts and ends at a line's end is clean: a header looked at
+#: closer (an aggregate's 8 digits, a bulk string's 9) takes 10 bytes with a bare line feed.
+_TINY = 9
 #: A chunk this small is looked at through one ``translate`` (see ``_SHAPES``), a larger one
 #: with a ``find`` per aggregate type byte.
 _SMALL = 4096
