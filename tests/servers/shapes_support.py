@@ -317,14 +317,17 @@ def _is_pubsub(entry: dict[str, Any]) -> bool:
     return any(c > 0 for c in counts) or entry.get("cmd") in ("subscribe", "psubscribe")
 
 
-def socket_holders(pids: Iterable[int]) -> dict[int, set[int]]:
-    """Local TCP port -> the pids holding that socket (from ``/proc``).
+def socket_holders(pids: Iterable[int]) -> dict[tuple[int, int], set[int]]:
+    """(local TCP port, remote TCP port) -> the pids holding that socket (from ``/proc``).
 
     ``CLIENT LIST`` gives the client's address; this says which processes hold it, so a test
     can tell a worker's listener from the arbiter's. A forked worker inherits its parent's
-    descriptors, so one socket can be held by several processes.
+    descriptors, so one socket can be held by several processes. Keyed by both ports: Linux
+    gives the same ephemeral local port to connections to different servers (one process's
+    socket to a data node and another's to a sentinel once shared a local port here, and the
+    sentinel's client was counted as the wrong process's).
     """
-    holders: dict[int, set[int]] = {}
+    holders: dict[tuple[int, int], set[int]] = {}
     for pid in pids:
         inodes = set()
         with contextlib.suppress(OSError):
@@ -337,8 +340,23 @@ def socket_holders(pids: Iterable[int]) -> dict[int, set[int]]:
         for line in table.splitlines()[1:]:
             columns = line.split()
             if len(columns) > 9 and columns[9] in inodes:
-                holders.setdefault(int(columns[1].rpartition(":")[2], 16), set()).add(pid)
+                ports = (_port_of(columns[1]), _port_of(columns[2]))
+                holders.setdefault(ports, set()).add(pid)
     return holders
+
+
+def _port_of(hex_address: str) -> int:
+    return int(hex_address.rpartition(":")[2], 16)
+
+
+def held_by(holders: dict[tuple[int, int], set[int]], entry: dict[str, Any]) -> set[int]:
+    """The pids holding the socket of one ``CLIENT LIST`` entry (its ``addr`` is the client's
+    end, its ``laddr`` the server's)."""
+    ports = (
+        int(str(entry["addr"]).rpartition(":")[2]),
+        int(str(entry["laddr"]).rpartition(":")[2]),
+    )
+    return holders.get(ports, set())
 
 
 def listener_owners(
@@ -358,7 +376,7 @@ def listener_owners(
     for sentinel, entries in clients.items():
         per_pid: dict[int | None, int] = {}
         for entry in entries:
-            held = holders.get(int(str(entry["addr"]).rpartition(":")[2]), set())
+            held = held_by(holders, entry)
             owner = parent if parent in held else min(held) if len(held) == 1 else None
             per_pid[owner] = per_pid.get(owner, 0) + 1
         counted[sentinel] = per_pid

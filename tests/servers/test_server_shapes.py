@@ -38,6 +38,7 @@ from shapes_support import (
     Traffic,
     all_listeners_connected,
     free_port,
+    held_by,
     listener_owners,
     probe_workers,
     python_module,
@@ -192,7 +193,7 @@ def master_connections(served: Served) -> dict[tuple[int, str], int]:
     counted: dict[tuple[int, str], int] = {}
     for name, entries in lists.items():
         for entry in entries:
-            for pid in holders.get(int(str(entry["addr"]).rpartition(":")[2]), set()):
+            for pid in held_by(holders, entry):
                 counted[(pid, name)] = counted.get((pid, name), 0) + 1
     return counted
 
