@@ -6,7 +6,10 @@ bench`` at different times differ by more than the change being judged. Here bot
 against the same servers, started once, in alternating subprocesses (each with ``PYTHONPATH``
 set to its own checkout), round after round (the order flips every round), and every figure is
 a median of calls measured beside the other version's: get, set, incr, get_many[10],
-set_many[10] and delete_many[10], through the ``CacheClient`` and through the Django backend.
+set_many[10] and delete_many[10], through the ``CacheClient`` and through the Django backend;
+and ``aget``/``aset`` through the ``AsyncCacheClient`` with ``ASYNC_MULTIPLEX``, 64 tasks on one
+event loop (``async_mux``'s shape: there a call's own time is not one call's wall time, so a
+chunk's figure is its wall time per call, and the median is over chunks).
 
 ``--base``/``--head`` take a git ref (checked out with ``git worktree add --detach`` under a
 temporary directory, removed at the end) or a path to a checkout; ``--head`` defaults to this
@@ -41,9 +44,18 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 300  # seconds, the timeout of every write (as in make bench)
-OPERATIONS = ("get", "set", "incr", "get_many[10]", "set_many[10]", "delete_many[10]")
-CONTENDERS = ("core", "django")
+SYNC_OPERATIONS = ("get", "set", "incr", "get_many[10]", "set_many[10]", "delete_many[10]")
+ASYNC_OPERATIONS = ("aget", "aset")
+#: contender -> the operations it is timed on
+CONTENDERS: dict[str, tuple[str, ...]] = {
+    "core": SYNC_OPERATIONS,
+    "django": SYNC_OPERATIONS,
+    "asyncio": ASYNC_OPERATIONS,
+}
+OPERATIONS = SYNC_OPERATIONS + ASYNC_OPERATIONS
+TASKS = 64  # the asyncio contender's concurrent tasks
 SINGLE_CALLS, MULTI_CALLS = 1600, 400  # timed calls per operation, contender and round
+ASYNC_CALLS = 64 * 400  # the same for an asyncio operation (its tasks share them)
 CHUNKS = 4  # per operation the two contenders take turns, this many times
 
 
@@ -74,6 +86,12 @@ def _build(contender: str, spec: dict[str, Any]) -> Any:
         from sentinel_cache.core.client import CacheClient  # type: ignore[no-redef]
         from sentinel_cache.core.registry import shared_pool  # type: ignore[no-redef]
     core_options = {name.lower(): value for name, value in options.items()}
+    if contender == "asyncio":
+        from sentinel_cache.core.ops.aio import AsyncCacheClient
+
+        core_options.setdefault("async_multiplex", True)
+        config = PoolConfig.create(spec["masters"], spec["sentinels"], **core_options)
+        return AsyncCacheClient(shared_pool(config), Codec())
     pool = shared_pool(PoolConfig.create(spec["masters"], spec["sentinels"], **core_options))
     return CacheClient(pool, Codec())
 
@@ -101,10 +119,44 @@ def _calls(cache: Any, op: str, keys: list[str], value: Any, counter: str) -> An
     )
 
 
+class _Concurrent:
+    """An asyncio operation as ``TASKS`` tasks on one loop sharing ``n`` calls: what a chunk of
+    it is timed on (its ``async_ops`` attribute tells :meth:`Worker.chunk`)."""
+
+    def __init__(self, loop: Any, one: Any) -> None:
+        self.loop = loop
+        self.one = one  # one call, by index: a coroutine
+
+    def __call__(self, start: int, n: int) -> None:
+        import asyncio
+
+        per = max(1, n // TASKS)
+
+        async def task(t: int) -> None:
+            for i in range(start + t * per, start + (t + 1) * per):
+                await self.one(i)
+
+        async def every() -> None:
+            await asyncio.gather(*(task(t) for t in range(TASKS)))
+
+        self.loop.run_until_complete(every())
+
+
+def _async_calls(cache: Any, op: str, keys: list[str], value: Any, loop: Any) -> Any:
+    if op == "aget":
+        return _Concurrent(loop, lambda i: cache.get(keys[i % len(keys)])), None
+    return _Concurrent(loop, lambda i: cache.set(keys[i % len(keys)], value, TIMEOUT)), None
+
+
 def _timed(call: Any, before: Any, start: int, n: int, out: list[int]) -> int:
     """``n`` calls, each one's wall time in ns appended to ``out``; the process CPU time (ns)
     spent in them (what ``before`` costs left out)."""
     clock, cpu = time.perf_counter_ns, time.process_time_ns
+    if type(call) is _Concurrent:  # one figure: the chunk's wall time per call
+        cpu0, t0 = cpu(), clock()
+        call(start, n)
+        out.append((clock() - t0) // n)
+        return cpu() - cpu0
     untimed = 0
     cpu0 = cpu()
     for i in range(start, start + n):
@@ -127,12 +179,23 @@ class Worker:
         value, keys = spec["value"], [f"cmp:k{i}" for i in range(spec["keyspace"])]
         self.caches = {c: _build(c, spec) for c in CONTENDERS}
         self.calls: dict[str, dict[str, Any]] = {}
+        import asyncio
+
+        self.loop = asyncio.new_event_loop()
         for contender, cache in self.caches.items():
+            if CONTENDERS[contender] == ASYNC_OPERATIONS:
+                calls = {
+                    op: _async_calls(cache, op, keys, value, self.loop) for op in ASYNC_OPERATIONS
+                }
+                for call, _ in calls.values():  # warm: the shared connections opened
+                    call(0, TASKS * 20)
+                self.calls[contender] = calls
+                continue
             counter = f"cmp:{contender}:counter"
             for i in range(0, len(keys), 100):
                 cache.set_many(dict.fromkeys(keys[i : i + 100], value), TIMEOUT)
             cache.set(counter, 0, None)
-            calls = {op: _calls(cache, op, keys, value, counter) for op in OPERATIONS}
+            calls = {op: _calls(cache, op, keys, value, counter) for op in SYNC_OPERATIONS}
             self.calls[contender] = calls
             for call, before in calls.values():  # warm: connections, scripts, caches
                 for i in range(50):
@@ -152,13 +215,17 @@ class Worker:
             cpu_ns = _timed(call, before, start, n, samples)
         finally:
             gc.enable()
-        return {"ns": samples, "cpu_ns": cpu_ns}
+        return {"ns": samples, "cpu_ns": cpu_ns, "calls": n}
 
     def close(self) -> None:
         for cache in self.caches.values():
+            aclose = getattr(cache, "aclose", None)
+            if aclose is not None:
+                self.loop.run_until_complete(aclose())
             close = getattr(cache, "close", None)
             if close is not None:
                 close()
+        self.loop.close()
 
 
 def serve() -> None:
@@ -254,23 +321,32 @@ class Process:
 
 
 def one_round(
-    paths: dict[str, Path], specs: dict[str, dict[str, Any]], rng: random.Random, workdir: Path
+    paths: dict[str, Path],
+    specs: dict[str, dict[str, Any]],
+    rng: random.Random,
+    workdir: Path,
+    operations: tuple[str, ...] = OPERATIONS,
 ) -> dict[str, dict[str, Any]]:
     """A fresh worker per side; every operation in a shuffled order, split in chunks, and
     before each chunk the (side, contender) pairs shuffled: both sides see the same noise."""
     workers = {side: Process(paths[side], specs[side], workdir / f"{side}.err") for side in paths}
     out = {
-        side: {c: {op: {"ns": [], "cpu_ns": 0} for op in OPERATIONS} for c in CONTENDERS}
+        side: {
+            c: {op: {"ns": [], "cpu_ns": 0, "calls": 0} for op in ops}
+            for c, ops in CONTENDERS.items()
+        }
         for side in paths
     }
     try:
-        ops = list(OPERATIONS)
+        ops = list(operations)
         rng.shuffle(ops)
         for op in ops:
             n = SINGLE_CALLS if "[" not in op else MULTI_CALLS
+            if op in ASYNC_OPERATIONS:
+                n = ASYNC_CALLS
             per_chunk = max(1, int(n * specs["base"]["scale"]) // CHUNKS)
             for chunk in range(CHUNKS):
-                pairs = [(side, c) for side in paths for c in CONTENDERS]
+                pairs = [(side, c) for side in paths for c in CONTENDERS if op in CONTENDERS[c]]
                 rng.shuffle(pairs)
                 for side, contender in pairs:
                     ask = {"contender": contender, "op": op, "start": chunk * per_chunk}
@@ -278,6 +354,7 @@ def one_round(
                     result = out[side][contender][op]
                     result["ns"] += reply["ns"]
                     result["cpu_ns"] += reply["cpu_ns"]
+                    result["calls"] += reply["calls"]
     finally:
         for worker in workers.values():
             worker.close()
@@ -297,18 +374,21 @@ def _options(pairs: list[str], flag: str) -> dict[str, Any]:
     return options
 
 
-def summarize(rounds: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def summarize(
+    rounds: dict[str, list[dict[str, Any]]], operations: tuple[str, ...] = OPERATIONS
+) -> list[dict[str, Any]]:
     """Per contender and operation: each side's median µs and CPU µs per call, head/base, and
     the range of the per-round ratios of medians (how much one round's ratio wanders)."""
     rows = []
-    for contender in CONTENDERS:
-        for op in OPERATIONS:
+    for contender, ops in CONTENDERS.items():
+        for op in (op for op in ops if op in operations):
             row: dict[str, Any] = {"contender": contender, "op": op}
             for side in ("base", "head"):
                 results = [r[contender][op] for r in rounds[side]]
                 samples = [ns for r in results for ns in r["ns"]]
+                calls = sum(r["calls"] for r in results)
                 row[f"{side}_us"] = statistics.median(samples) / 1000
-                row[f"{side}_cpu_us"] = sum(r["cpu_ns"] for r in results) / len(samples) / 1000
+                row[f"{side}_cpu_us"] = sum(r["cpu_ns"] for r in results) / calls / 1000
                 row[f"{side}_round_us"] = [statistics.median(r["ns"]) / 1000 for r in results]
             row["ratio"] = row["head_us"] / row["base_us"]
             row["cpu_ratio"] = row["head_cpu_us"] / row["base_cpu_us"]
@@ -352,7 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-option", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--head-option", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument(
+        "--only", action="append", choices=OPERATIONS, help="time only this operation (repeat)"
+    )
     args = parser.parse_args(argv)
+    operations = tuple(args.only or OPERATIONS)
     if args.rounds < 5:
         parser.error(f"--rounds: at least 5, got {args.rounds}")
     options = {
@@ -396,11 +480,11 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for side in paths
             }
-            for side, result in one_round(paths, specs, rng, workdir).items():
+            for side, result in one_round(paths, specs, rng, workdir, operations).items():
                 rounds[side].append(result)
             log(f"round {r + 1}/{args.rounds} done")
         server = f"{cluster.server_kind} {cluster.server_version}"
-    rows = summarize(rounds)
+    rows = summarize(rounds, operations)
     pinning = f"pinned to CPU {args.cpu}" if args.pin else "unpinned"
     header = [
         f"base: {names['base']} {options['base'] or ''}".rstrip(),

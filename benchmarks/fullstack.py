@@ -280,8 +280,12 @@ def http_get(port: int, path: str, timeout: float = 30.0) -> tuple[int, str]:
 class AppServer:
     """One application server in its own process group (one killpg stops every worker)."""
 
-    def __init__(self, python: str, server: Server, env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self, python: str, server: Server, env: dict[str, str], log: Path, cpus: str | None = None
+    ) -> None:
         self.argv = [python, "-m", *server.argv]
+        if cpus is not None:  # every process of the server on these CPUs (its workers inherit)
+            self.argv = ["taskset", "-c", cpus, *self.argv]
         self.server = server
         self.env = env
         self.log = log
@@ -390,6 +394,22 @@ def setup(
 # --------------------------------------------------------------------------- the run
 
 
+def pinned_cpus() -> tuple[set[int], set[int]]:
+    """(the application server's CPUs, the load's: wrk and the data nodes): the server alone
+    on the first CPU this process may use, everything else on the rest. The server is what is
+    compared; alone on its CPU, its throughput is its own CPU per request, not where the
+    scheduler happened to put it next to wrk and the data nodes (the unpinned rounds of one
+    contender spread over +-15 % here)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        raise ValueError(f"--pin needs 2 CPUs at least, this process may use {allowed}")
+    return {allowed[0]}, set(allowed[1:])
+
+
+def _list(cpus: set[int]) -> str:
+    return ",".join(map(str, sorted(cpus)))
+
+
 def run(
     *,
     rounds: int = 3,
@@ -400,11 +420,13 @@ def run(
     server_ids: Sequence[str] | None = None,
     sync_workers: int = 2,
     same_python: bool = False,
+    pin: bool = False,
     seed: int = 37,
     progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Every round, every ready contender x server in a new random order; returns the settings,
-    where each contender ran, the missing ones, and per cell the rounds' figures."""
+    where each contender ran, the missing ones, and per cell the rounds' figures. ``pin``: the
+    application server on CPU 0, wrk and the data nodes on the others (see :data:`PINNED`)."""
     from sentinel_cache.testing import LocalSentinelCluster
 
     fullstack_wrk.ensure(progress)
@@ -418,7 +440,7 @@ def run(
         "settings": {
             "rounds": rounds, "seconds": seconds, "warmup_s": warmup,
             "connections": list(connections), "sync_workers": sync_workers,
-            "same_python": same_python, "seed": seed,
+            "same_python": same_python, "pinned": pin, "seed": seed,
             "servers": {s.id: " ".join(s.argv) for s in shapes},
         },
         "contenders": ready, "missing": missing, "cells": cells, "failures": failures,
@@ -426,6 +448,12 @@ def run(
     progress("starting the topology: 4 masters, no replica, 1 sentinel")
     with LocalSentinelCluster(shards=4, replicas=0, sentinels=1) as cluster, \
             tempfile.TemporaryDirectory(prefix="bench-fullstack-") as tmp:  # fmt: skip
+        cpus = pinned_cpus() if pin else None
+        if cpus is not None:
+            for pid in cluster.pids:
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    os.sched_setaffinity(int(tid), cpus[1])
+            data["settings"]["pinned"] = {"server": cpus[0], "wrk and data nodes": cpus[1]}
         masters = list(cluster.master_names)
         nodes: list[tuple[str, int]] = []
         for m in masters:
@@ -459,7 +487,7 @@ def run(
                     results = _one_server(
                         ready[cid]["python"], shape, env, log_path, nodes=nodes,
                         connections=rng.sample(list(connections), len(connections)),
-                        seconds=seconds, warmup=warmup,
+                        seconds=seconds, warmup=warmup, cpus=cpus,
                     )  # fmt: skip
                 except Exception as exc:  # one broken contender must not stop the others
                     failures[f"{cid}/{shape.id}"] = f"{type(exc).__name__}: {exc}"[:1500]
@@ -483,24 +511,36 @@ def _one_server(
     connections: Sequence[int],
     seconds: float,
     warmup: float,
+    cpus: tuple[set[int], set[int]] | None = None,
 ) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
     baseline = client_ids(nodes)  # before the server starts
-    with AppServer(python, shape, env, log_path) as app:
+    server_cpus, load_cpus = (None, None) if cpus is None else (_list(cpus[0]), _list(cpus[1]))
+    with AppServer(python, shape, env, log_path, server_cpus) as app:
         status, body = http_get(app.port, "/afill" if shape.api == "asgi" else "/fill")
         if status != 200:
             raise RuntimeError(f"filling the keyspace answered {status}: {body[:500]}")
         url = f"http://{HOST}:{app.port}{shape.path}"
         for conns in connections:
             if warmup > 0:
-                fullstack_wrk.run(url, connections=conns, seconds=warmup)
+                fullstack_wrk.run(url, connections=conns, seconds=warmup, cpus=load_cpus)
             drained = wait_idle(app.group)  # the warm-up's (or the last run's) backlog
             sampler = NodeSampler(nodes, app.group, baseline).start()
+            ticks = group_cpu_ticks(app.group)
             try:
-                figures = fullstack_wrk.run(url, connections=conns, seconds=seconds)
+                figures = fullstack_wrk.run(url, connections=conns, seconds=seconds, cpus=load_cpus)
             finally:
+                ticks = group_cpu_ticks(app.group) - ticks
                 held = sampler.stop()
             figures["server"] = held
+            # The server's CPU while wrk ran, per request answered: what a backend costs per
+            # request, less noisy than req/s (another process on the machine slows the server
+            # without charging its CPU). The requests still queued when wrk stops are not
+            # counted, the work begun on them is: a small overestimate, alike for everyone.
+            if figures["requests"]:
+                figures["cpu_ms_per_request"] = (
+                    ticks / os.sysconf("SC_CLK_TCK") * 1000 / figures["requests"]
+                )
             figures["drained_before_s"] = round(drained, 2)
             if figures["non_2xx"]:  # what the server's processes answered 500 with so far
                 figures["first_errors"] = sorted(set(app.errors_logged()))
@@ -530,6 +570,7 @@ def summarize(cells: Mapping[str, Any]) -> dict[str, Any]:
                     if r["server"]["max_per_node"] is not None
                 ]
                 rss = [r["server"]["rss_mb"] for r in rounds if r["server"]["rss_mb"] is not None]
+                cpu = [r["cpu_ms_per_request"] for r in rounds if r.get("cpu_ms_per_request")]
                 summary.setdefault(cid, {}).setdefault(sid, {})[conns] = {
                     "rounds": len(rounds),
                     "req_per_s": statistics.median(rates),
@@ -544,6 +585,7 @@ def summarize(cells: Mapping[str, Any]) -> dict[str, Any]:
                     "connections": max(conn_peaks) if conn_peaks else None,
                     "max_per_node": max(node_peaks) if node_peaks else None,
                     "rss_mb": statistics.median(rss) if rss else None,
+                    "cpu_ms_per_request": statistics.median(cpu) if cpu else None,
                 }
     return summary
 
@@ -645,7 +687,8 @@ def tables(data: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]
     out = []
     header = [
         "contender", "Python", "conns", "req/s (median)", "rounds min-max", "p50 ms", "p99 ms",
-        "errors", "server conns (most on a node)", "peak RSS MB", "x django-vcache",
+        "errors", "server CPU ms/request", "server conns (most on a node)", "peak RSS MB",
+        "x django-vcache",
         "x django-redis", "x RedisCache",
     ]  # fmt: skip
     settings = data.get("settings", {})
@@ -662,6 +705,7 @@ def tables(data: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]
                     f"{cell['req_per_s']:,.0f}",
                     f"{cell['req_per_s_min']:,.0f}-{cell['req_per_s_max']:,.0f}",
                     f"{cell['p50_ms']:.0f}", f"{cell['p99_ms']:.0f}", f"{cell['errors']:g}",
+                    "-" if not cell.get("cpu_ms_per_request") else f"{cell['cpu_ms_per_request']:.2f}",
                     "-" if cell["connections"] is None else f"{cell['connections']} ({cell['max_per_node']})",
                     "-" if cell["rss_mb"] is None else f"{cell['rss_mb']:.0f}",
                     *(_x(ratio(summary, spec.id, ref, sid, conns))
@@ -675,7 +719,8 @@ def tables(data: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]
             "medians of the rounds, req/s spread min-max; errors = non-2xx + socket errors "
             "(median per round); server connections: the most the app held on all data nodes "
             "at one sample (and on one node), CLIENT LIST every 0.25 s; RSS: the server's "
-            "processes summed, peak of the samples."
+            "processes summed, peak of the samples; server CPU: the server's processes' CPU "
+            "time while wrk ran, per request answered (median of the rounds)."
         )
         out.append((note, header, rows))
     return out
@@ -776,6 +821,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run every contender from the 3.12 virtualenv (one Python for all)",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the application server alone on one CPU, wrk and the data nodes on the others",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     return parser
 
@@ -791,7 +841,8 @@ def main(argv: list[str] | None = None) -> int:
     data = run(
         rounds=args.rounds, seconds=args.seconds, warmup=args.warmup,
         connections=args.connections or CONNECTIONS, only=args.only, server_ids=args.server,
-        sync_workers=args.sync_workers, same_python=args.same_python, progress=log,
+        sync_workers=args.sync_workers, same_python=args.same_python, pin=args.pin,
+        progress=log,
     )  # fmt: skip
     for note, header, rows in tables(data):
         print(note)

@@ -84,8 +84,13 @@ def command(url: str, *, connections: int, seconds: float, threads: int = 2) -> 
     ]  # fmt: skip
 
 
-def run(url: str, *, connections: int, seconds: float, threads: int = 2) -> dict[str, Any]:
+def run(
+    url: str, *, connections: int, seconds: float, threads: int = 2, cpus: str | None = None
+) -> dict[str, Any]:
+    """One wrk run's figures; ``cpus``: the CPUs wrk may run on (``taskset -c``), else any."""
     argv = command(url, connections=connections, seconds=seconds, threads=threads)
+    if cpus is not None:
+        argv = ["taskset", "-c", cpus, *argv]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
     if done.returncode != 0:
         raise WrkError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()[:500]}")

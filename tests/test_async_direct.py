@@ -92,6 +92,32 @@ def test_get_and_set_go_straight_to_the_shared_connection_once_connected(
     run(AsyncCacheClient(core, Codec()), scenario)
 
 
+@pytest.mark.parametrize("option", ["near_cache", "tracing", "previous_masters"])
+def test_a_core_option_with_work_around_every_call_keeps_get_off_the_direct_path(
+    make_core: Callable[..., ShardedSentinelPool],
+    cluster: LocalSentinelCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    option: str,
+) -> None:
+    """The near cache (its copy and ticket), tracing (a span per call) and a resharding (the
+    previous owner asked too) each do work around every call: a ``get`` goes through ``keyed``
+    with each of them on (the runner reads them once, when it is built)."""
+    value: Any = [cluster.master_names[0]] if option == "previous_masters" else True
+    core = make_core(async_multiplex=True, discover=True, listeners=False, **{option: value})
+    key = key_on(core, 0, f"direct-{option}")
+
+    async def scenario(client: AsyncCacheClient) -> None:
+        assert await client.set(key, 1, 60) is True  # connected
+        assert (await link_of(client, 0)).closed is None
+        assert client.started(key, [("GET", key)], False) is None
+        assert client.started(key, [("SET", key, b"x")], True) is None
+        entered = spy(monkeypatch, client, "keyed")
+        assert await client.get(key) == 1
+        assert entered == ["keyed"]
+
+    run(AsyncCacheClient(core, Codec()), scenario)
+
+
 def test_metrics_count_every_get_and_set(
     make_core: Callable[..., ShardedSentinelPool],
 ) -> None:

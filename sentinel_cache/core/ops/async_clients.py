@@ -424,16 +424,19 @@ if EventDispatcher is not None:
 class _LoopState:
     """One event loop's clients: a master client per shard and a client per replica address."""
 
-    __slots__ = ("masters", "replicas", "guard", "__weakref__")
+    __slots__ = ("masters", "muxes", "replicas", "guard", "__weakref__")
 
     def __init__(self) -> None:
         self.masters: dict[int, AsyncRedis] = {}
+        #: The masters' shared connections' pools (``ASYNC_MULTIPLEX``), by shard index.
+        self.muxes: dict[int, AsyncMuxPool] = {}
         self.replicas: dict[Address, AsyncRedis] = {}
         self.guard: Any = None
 
     async def aclose(self) -> None:
         clients = [*self.masters.values(), *self.replicas.values()]
         self.masters = {}
+        self.muxes = {}
         self.replicas = {}
         results = await asyncio.gather(
             *(client.connection_pool.disconnect() for client in clients), return_exceptions=True
@@ -577,11 +580,8 @@ class AsyncShardClients:
         last = self._last
         if last is None or last[0] is not asyncio.get_running_loop():
             return None
-        client = last[1].masters.get(shard.index)
-        if client is None:
-            return None
-        pool = client.connection_pool
-        return pool.ready(state) if type(pool) is AsyncMuxPool else None
+        pool = last[1].muxes.get(shard.index)
+        return None if pool is None else pool.ready(state)
 
     def master(self, state: _LoopState, shard: Shard) -> AsyncRedis:
         client = state.masters.get(shard.index)
@@ -597,7 +597,8 @@ class AsyncShardClients:
                 **self._pool_kwargs(),
             )
             if self._multiplex:
-                client = MuxRedis(AsyncMuxPool(pool, shard, self._multiplex_explicit))
+                mux = state.muxes[shard.index] = AsyncMuxPool(pool, shard, self._multiplex_explicit)
+                client = MuxRedis(mux)
             else:
                 client = AsyncRedis(connection_pool=pool)
             state.masters[shard.index] = client

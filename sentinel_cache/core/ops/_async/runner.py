@@ -66,6 +66,15 @@ class AsyncRunner(AsyncMoves):
         self.roundtrip = self.io.sender(send)
         #: The shared connection a call may go on at once (see :meth:`execute`), or None.
         self.mux_link = self.io.mux_link
+        # What :meth:`direct` and :meth:`started` ask of the core that is set when it is built
+        # (tracing, metrics, the near cache, a resharding, DURABLE_REPLICAS), asked once.
+        self.may_go_direct = (
+            self.mux_link is not None and core.tracer is None and core.metrics is None
+        )
+        self.may_start_read = (
+            self.may_go_direct and core.near is None and core.previous_ring is None
+        )
+        self.may_start_write = self.may_start_read and self.durable_wait is None
 
     async def aclose(self) -> None:
         """Release this flavour's connections (asyncio: the running loop's); the core stays."""
@@ -91,18 +100,17 @@ class AsyncRunner(AsyncMoves):
         ``READ_FROM_REPLICAS`` rotation for a read (``replicas``), and the connection open,
         current and this process's. The one check behind every direct round trip. ``state``:
         the caller's look at the shard (else one taken here), the one every part of it reads."""
-        core = self.core
-        if core.tracer is not None or core.metrics is not None or self.mux_link is None:
+        if not self.may_go_direct:
             return None
         if state is None:
             state = shard.state
         if (
-            core.started
-            and state.address is not None
+            state.address is not None
             and state.unreachable_since is None
             and not (state.fenced if write else replicas and self.replica_reads)
+            and self.core.started
         ):
-            return self.mux_link(shard, state)
+            return self.mux_link(shard, state)  # type: ignore[misc]
         return None
 
     async def execute(
@@ -707,14 +715,9 @@ class AsyncRunner(AsyncMoves):
         (:meth:`direct`): the queued :class:`~sentinel_cache.core.ops.async_mux.MuxCall`, whose
         caller awaits its ``waiter``, then ``link.finish`` (or :meth:`resumed` on a failure).
         None otherwise, or if the connection is closing (nothing queued): keyed's own path."""
-        core = self.core
-        if (
-            core.near is not None
-            or core.previous_ring is not None
-            or (write and self.durable_wait is not None)
-        ):
+        if not (self.may_start_write if write else self.may_start_read):
             return None
-        shard = core.shard_for(key)
+        shard = self.core.shard_for(key)
         state = shard.state
         link = self.direct(shard, write, replicas, state)
         if link is None:
