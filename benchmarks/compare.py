@@ -177,7 +177,10 @@ class Worker:
         if spec["cpu"] is not None:
             os.sched_setaffinity(0, {spec["cpu"]})  # before any thread starts: they inherit it
         value, keys = spec["value"], [f"cmp:k{i}" for i in range(spec["keyspace"])]
-        self.caches = {c: _build(c, spec) for c in CONTENDERS}
+        # Only the contenders of the operations asked: a base from before the asyncio client
+        # can still be timed on the sync ones.
+        asked = set(spec.get("operations", OPERATIONS))
+        self.caches = {c: _build(c, spec) for c, ops in CONTENDERS.items() if asked & set(ops)}
         self.calls: dict[str, dict[str, Any]] = {}
         import asyncio
 
@@ -477,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
                     "scale": args.scale,
                     "cpu": args.cpu if args.pin else None,
                     "hashseed": hashseed,  # the same str hashes (dict layouts) on both sides
+                    "operations": operations,
                 }
                 for side in paths
             }

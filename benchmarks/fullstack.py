@@ -406,7 +406,7 @@ def pinned_cpus() -> tuple[set[int], set[int]]:
     return {allowed[0]}, set(allowed[1:])
 
 
-def _list(cpus: set[int]) -> str:
+def _list(cpus: Iterable[int]) -> str:
     return ",".join(map(str, sorted(cpus)))
 
 
@@ -453,7 +453,10 @@ def run(
             for pid in cluster.pids:
                 for tid in os.listdir(f"/proc/{pid}/task"):
                     os.sched_setaffinity(int(tid), cpus[1])
-            data["settings"]["pinned"] = {"server": cpus[0], "wrk and data nodes": cpus[1]}
+            data["settings"]["pinned"] = {
+                "server": sorted(cpus[0]),
+                "wrk and data nodes": sorted(cpus[1]),
+            }
         masters = list(cluster.master_names)
         nodes: list[tuple[str, int]] = []
         for m in masters:
@@ -722,6 +725,12 @@ def tables(data: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]
             "processes summed, peak of the samples; server CPU: the server's processes' CPU "
             "time while wrk ran, per request answered (median of the rounds)."
         )
+        pinned = settings.get("pinned")
+        if pinned:
+            note += (
+                f" Pinned: the app server alone on CPU {_list(pinned['server'])}, wrk and the "
+                f"data nodes on CPU {_list(pinned['wrk and data nodes'])}."
+            )
         out.append((note, header, rows))
     return out
 

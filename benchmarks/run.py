@@ -127,6 +127,11 @@ def _parser() -> argparse.ArgumentParser:
         "--fullstack-seconds", type=float, default=10.0, help="wrk run per full-stack cell"
     )
     parser.add_argument(
+        "--fullstack-pin",
+        action="store_true",
+        help="full stack: the app server alone on one CPU, wrk and the data nodes on the others",
+    )
+    parser.add_argument(
         "--docs",
         action="store_true",
         help=f"also write {DOCS.relative_to(ROOT)} (every section: no --skip-* or --only)",
@@ -484,7 +489,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"full stack: Django under uvicorn and gunicorn, wrk, {fullstack_rounds} rounds")
         t0 = time.monotonic()
         data["fullstack"] = fullstack.run(
-            rounds=fullstack_rounds, seconds=args.fullstack_seconds, progress=log
+            rounds=fullstack_rounds,
+            seconds=args.fullstack_seconds,
+            pin=args.fullstack_pin,
+            progress=log,
         )
         timed("full stack", t0)
         data["targets"] += fullstack.targets(data["fullstack"])

@@ -193,7 +193,9 @@ def test_a_missing_contender_makes_its_targets_not_applicable_with_the_reason() 
 def test_the_tables_and_the_plot_show_every_measured_cell() -> None:
     cells = {
         "ours_1": {
-            "uvicorn": {"100": [_round(650, 100)]},
+            "uvicorn": {
+                "100": [{**_round(650, 100), "cpu_ms_per_request": c} for c in (1.2, 1.1, 9)]
+            },
             "gunicorn-sync": {"100": [_round(900, 50)]},
         },
         "django_vcache": {"uvicorn": {"100": [_round(325, 100)]}},
@@ -205,6 +207,15 @@ def test_the_tables_and_the_plot_show_every_measured_cell() -> None:
     ours = dict(zip(header, rows[0], strict=True))
     assert ours["contender"] == "sentinel_cache, 1 shard"
     assert ours["x django-vcache"] == "2.00" and ours["x django-redis"] == "-"
+    assert ours["server CPU ms/request"] == "1.20"  # the median of the rounds
+    vcache = dict(zip(header, rows[1], strict=True))
+    assert vcache["server CPU ms/request"] == "-"  # not measured (a report from before it)
+    assert "Pinned" not in tables[0][0]
+    data["settings"]["pinned"] = {"server": [0], "wrk and data nodes": [1, 2]}
+    assert (
+        "the app server alone on CPU 0, wrk and the data nodes on CPU 1,2"
+        in (fullstack.tables(data)[0][0])
+    )
     svg = fullstack.chart(data)
     assert svg is not None
     bars = ET.fromstring(svg).findall(".//{http://www.w3.org/2000/svg}rect[@class='bar']")
@@ -420,6 +431,37 @@ def test_every_option_the_docs_name_for_the_full_stack_exists() -> None:
         assert f"`{spec.id}`" in section, spec.id
     for shape in fullstack.servers():
         assert f"`{shape.id}`" in section, shape.id
+
+
+def test_pinned_the_app_server_is_alone_on_the_first_cpu_and_the_load_on_the_others(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.setattr(fullstack.os, "sched_getaffinity", lambda pid: {3, 1, 2})
+    assert fullstack.pinned_cpus() == ({1}, {2, 3})
+    shape = fullstack.servers()[0]
+    server = fullstack.AppServer("py", shape, {}, tmp_path / "log", "1")
+    assert server.argv[:5] == ["taskset", "-c", "1", "py", "-m"]
+    assert fullstack.AppServer("py", shape, {}, tmp_path / "log").argv[0] == "py"
+    monkeypatch.setattr(fullstack.os, "sched_getaffinity", lambda pid: {0})
+    with pytest.raises(
+        ValueError, match=r"--pin needs 2 CPUs at least, this process may use \[0\]"
+    ):
+        fullstack.pinned_cpus()
+
+
+def test_pinned_wrk_runs_on_the_cpus_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kwargs: Any) -> Any:
+        ran.append(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout=WRK_404, stderr="")
+
+    monkeypatch.setattr(fullstack_wrk.subprocess, "run", fake_run)
+    figures = fullstack_wrk.run("http://h/x", connections=20, seconds=2, cpus="2,3")
+    assert ran[0][:3] == ["taskset", "-c", "2,3"] and ran[0][3] == "wrk"
+    assert figures["command"].startswith("taskset -c 2,3 wrk ")  # what ran, in the report
+    fullstack_wrk.run("http://h/x", connections=20, seconds=2)
+    assert ran[1][0] == "wrk"
 
 
 def _spinner(seconds: float) -> subprocess.Popen[bytes]:
