@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import asyncio
 import contextlib
 import json
 import os
@@ -55,7 +56,7 @@ CONTENDERS: dict[str, tuple[str, ...]] = {
 OPERATIONS = SYNC_OPERATIONS + ASYNC_OPERATIONS
 TASKS = 64  # the asyncio contender's concurrent tasks
 SINGLE_CALLS, MULTI_CALLS = 1600, 400  # timed calls per operation, contender and round
-ASYNC_CALLS = 64 * 400  # the same for an asyncio operation (its tasks share them)
+ASYNC_CALLS = TASKS * 400  # the same for an asyncio operation (its tasks share them)
 CHUNKS = 4  # per operation the two contenders take turns, this many times
 
 
@@ -121,15 +122,13 @@ def _calls(cache: Any, op: str, keys: list[str], value: Any, counter: str) -> An
 
 class _Concurrent:
     """An asyncio operation as ``TASKS`` tasks on one loop sharing ``n`` calls: what a chunk of
-    it is timed on (its ``async_ops`` attribute tells :meth:`Worker.chunk`)."""
+    it runs (:func:`_timed` times it as one)."""
 
     def __init__(self, loop: Any, one: Any) -> None:
         self.loop = loop
         self.one = one  # one call, by index: a coroutine
 
     def __call__(self, start: int, n: int) -> None:
-        import asyncio
-
         per = max(1, n // TASKS)
 
         async def task(t: int) -> None:
@@ -182,8 +181,6 @@ class Worker:
         asked = set(spec.get("operations", OPERATIONS))
         self.caches = {c: _build(c, spec) for c, ops in CONTENDERS.items() if asked & set(ops)}
         self.calls: dict[str, dict[str, Any]] = {}
-        import asyncio
-
         self.loop = asyncio.new_event_loop()
         for contender, cache in self.caches.items():
             if CONTENDERS[contender] == ASYNC_OPERATIONS:

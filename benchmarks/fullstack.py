@@ -396,10 +396,10 @@ def setup(
 
 def pinned_cpus() -> tuple[set[int], set[int]]:
     """(the application server's CPUs, the load's: wrk and the data nodes): the server alone
-    on the first CPU this process may use, everything else on the rest. The server is what is
-    compared; alone on its CPU, its throughput is its own CPU per request, not where the
-    scheduler happened to put it next to wrk and the data nodes (the unpinned rounds of one
-    contender spread over +-15 % here)."""
+    on the first CPU this process may use, everything else on the rest, as a deployment with
+    one worker per core has it. Its throughput is then bounded by its own CPU per request, not
+    by where the scheduler put it next to wrk and the data nodes (which does not make a shared
+    machine quiet: see docs/benchmarks.md)."""
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < 2:
         raise ValueError(f"--pin needs 2 CPUs at least, this process may use {allowed}")
@@ -426,7 +426,8 @@ def run(
 ) -> dict[str, Any]:
     """Every round, every ready contender x server in a new random order; returns the settings,
     where each contender ran, the missing ones, and per cell the rounds' figures. ``pin``: the
-    application server on CPU 0, wrk and the data nodes on the others (see :data:`PINNED`)."""
+    application server alone on one CPU, wrk and the data nodes on the others
+    (:func:`pinned_cpus`)."""
     from sentinel_cache.testing import LocalSentinelCluster
 
     fullstack_wrk.ensure(progress)
@@ -440,7 +441,7 @@ def run(
         "settings": {
             "rounds": rounds, "seconds": seconds, "warmup_s": warmup,
             "connections": list(connections), "sync_workers": sync_workers,
-            "same_python": same_python, "pinned": pin, "seed": seed,
+            "same_python": same_python, "pinned": None, "seed": seed,
             "servers": {s.id: " ".join(s.argv) for s in shapes},
         },
         "contenders": ready, "missing": missing, "cells": cells, "failures": failures,
