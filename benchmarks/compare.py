@@ -275,13 +275,6 @@ def describe(ref: str | None, path: Path) -> str:
     return f"{ref or 'this checkout'} ({commit}{dirty})"
 
 
-def pin_processes(pids: list[int], cpu: int) -> None:
-    """Every thread of the given processes (the servers) on ``cpu``."""
-    for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            os.sched_setaffinity(int(tid), {cpu})
-
-
 class Process:
     """A worker subprocess running this file as a script with ``path``'s sentinel_cache."""
 
@@ -443,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         "base": _options(args.base_option, "--base-option"),
         "head": _options(args.head_option, "--head-option"),
     }
-    from benchmarks.measure import KEYSPACE, VALUE
+    from benchmarks.measure import KEYSPACE, VALUE, pin_threads
     from sentinel_cache.testing import LocalSentinelCluster
 
     def log(message: str) -> None:
@@ -461,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             LocalSentinelCluster(shards=args.shards, replicas=0, sentinels=1)
         )
         if args.pin:
-            pin_processes(cluster.pids, args.cpu)
+            pin_threads(cluster.pids, {args.cpu})
         config = cluster.config()
         rounds: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
         rng = random.Random(args.seed)

@@ -44,6 +44,7 @@ from typing import Any
 
 from benchmarks import fullstack_env, fullstack_wrk, plots
 from benchmarks.fullstack_app.caches import BY_ID, CONTENDERS
+from benchmarks.measure import pin_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
@@ -451,9 +452,7 @@ def run(
             tempfile.TemporaryDirectory(prefix="bench-fullstack-") as tmp:  # fmt: skip
         cpus = pinned_cpus() if pin else None
         if cpus is not None:
-            for pid in cluster.pids:
-                for tid in os.listdir(f"/proc/{pid}/task"):
-                    os.sched_setaffinity(int(tid), cpus[1])
+            pin_threads(cluster.pids, cpus[1])
             data["settings"]["pinned"] = {
                 "server": sorted(cpus[0]),
                 "wrk and data nodes": sorted(cpus[1]),

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.compare import TIMEOUT, _build, pin_processes
+from benchmarks.compare import TIMEOUT, _build
 from benchmarks.floor import Floor
-from benchmarks.measure import VALUE
+from benchmarks.measure import VALUE, pin_threads
 from sentinel_cache.core.ops.plans import pack
 from sentinel_cache.testing import LocalSentinelCluster
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with LocalSentinelCluster(shards=4, replicas=0, sentinels=1) as cluster:
         if args.pin:
-            pin_processes(cluster.pids, args.cpu)
+            pin_threads(cluster.pids, {args.cpu})
             os.sched_setaffinity(0, {args.cpu})
         config = cluster.config()
         spec = {"sentinels": config["sentinels"], "masters": config["masters"], "options": {}}

@@ -46,6 +46,8 @@ from typing import Any
 
 import hiredis
 
+from benchmarks.measure import pin_threads
+
 ROOT = Path(__file__).resolve().parent.parent
 THREADS = (1, 4, 8, 16, 32)
 OPERATIONS = ("get", "set")
@@ -361,16 +363,6 @@ def build(kind: str, spec: dict[str, Any]) -> _Client:
 # -- the worker: one contender, in its own process ------------------------------------------------
 
 
-def _pin_threads(pids: Sequence[int], cpus: set[int]) -> None:
-    """Every thread of the processes ``pids`` (0: this one) on ``cpus``."""
-    for pid in pids:
-        base = "/proc/self/task" if pid == 0 else f"/proc/{pid}/task"
-        with contextlib.suppress(FileNotFoundError):
-            for tid in os.listdir(base):
-                with contextlib.suppress(ProcessLookupError):  # a thread that just ended
-                    os.sched_setaffinity(int(tid), cpus)
-
-
 def phase(client: _Client, prefix: str, op: str, threads: int, seconds: float) -> dict[str, float]:
     """``threads`` threads calling ``op`` back to back for ``seconds``; every thread joined and
     its failure raised (``tests.threads.Workers``)."""
@@ -423,7 +415,7 @@ def _worker(kind: str) -> None:
         if order.get("quit"):
             break
         if "pin" in order:
-            _pin_threads([0], {0} if order["pin"] else everywhere)
+            pin_threads([0], {0} if order["pin"] else everywhere)
             print(json.dumps({"pinned": order["pin"]}), flush=True)
             continue
         before = getattr(client, "batches", 0)
@@ -514,7 +506,7 @@ def run(
         server_pids = list(cluster.pids)
         server = _server_pid(str(host), int(port))
         everywhere = os.sched_getaffinity(0)
-        stack.callback(_pin_threads, server_pids, everywhere)
+        stack.callback(pin_threads, server_pids, everywhere)
         spec = {
             "address": [str(host), int(port)],
             "masters": [name],
@@ -528,7 +520,7 @@ def run(
         for round_ in range(rounds):
             for mode in MODES if round_ % 2 == 0 else MODES[::-1]:
                 pin = mode == "pinned"
-                _pin_threads(server_pids, {0} if pin else everywhere)
+                pin_threads(server_pids, {0} if pin else everywhere)
                 for worker in workers:
                     worker.ask({"pin": pin})
                 for op in OPERATIONS:
