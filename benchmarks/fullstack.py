@@ -842,7 +842,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.page import text_table
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        fullstack_wrk.whole_seconds("--seconds", args.seconds)
+        fullstack_wrk.whole_seconds("--warmup", args.warmup, zero=True)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     def log(message: str) -> None:
         print(f"[fullstack {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

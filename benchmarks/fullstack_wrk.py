@@ -9,6 +9,7 @@ here (a 500 is the app's answer to a cache error).
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -76,10 +77,21 @@ def parse(text: str) -> dict[str, Any]:
     }
 
 
+def whole_seconds(name: str, value: float, *, zero: bool = False) -> int:
+    """``value`` as wrk's ``-d`` takes it: a whole number of seconds, at least 1 (``zero``: or
+    0, "no run"); else a ``ValueError`` naming ``name`` and the value (wrk would refuse
+    ``-d0.5s`` only once the servers were up)."""
+    if not math.isfinite(value) or value != int(value) or value < (0 if zero else 1):
+        least = "0" if zero else "1"
+        raise ValueError(f"{name} must be a whole number of seconds, {least} or more: {value!r}")
+    return int(value)
+
+
 def command(url: str, *, connections: int, seconds: float, threads: int = 2) -> list[str]:
     """A time-bounded wrk run (a request slower than 10 s is a timeout, counted as an error)."""
+    whole = whole_seconds("seconds", seconds)
     return [
-        "wrk", f"-t{min(threads, connections)}", f"-c{connections}", f"-d{seconds:g}s",
+        "wrk", f"-t{min(threads, connections)}", f"-c{connections}", f"-d{whole}s",
         "--timeout", "10s", "--latency", url,
     ]  # fmt: skip
 

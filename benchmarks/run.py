@@ -165,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--docs writes every section: drop {' '.join(partial)}")
     if args.quick:
         args.rounds, args.scale, args.duration = 2, 0.25, 0.25
+    try:
+        fullstack_wrk.whole_seconds("--fullstack-seconds", args.fullstack_seconds)
+    except ValueError as exc:
+        parser.error(str(exc))
     if not args.skip_fullstack:
         try:  # before an hour of other sections, not after
             fullstack_wrk.ensure(log)

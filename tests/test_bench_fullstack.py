@@ -90,6 +90,39 @@ def test_the_wrk_command_is_bounded_in_time_and_asks_for_the_distribution() -> N
     argv = fullstack_wrk.command("http://127.0.0.1:1/mix", connections=300, seconds=3)
     assert argv[0] == "wrk" and "--latency" in argv and "-d3s" in argv and "-c300" in argv
     assert "-t1" in fullstack_wrk.command("http://x/", connections=1, seconds=1)
+    assert "-d4s" in fullstack_wrk.command("http://x/", connections=1, seconds=4.0)
+
+
+@pytest.mark.parametrize("seconds", [0.5, 0, -1, float("nan"), float("inf")])
+def test_a_duration_wrk_would_refuse_is_refused_by_name_before_anything_starts(
+    seconds: float, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks import run
+
+    def nothing_starts(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("something started before the duration was checked")
+
+    monkeypatch.setattr(fullstack_wrk, "ensure", nothing_starts)
+    monkeypatch.setattr(fullstack, "run", nothing_starts)
+    monkeypatch.setattr("sentinel_cache.testing.LocalSentinelCluster", nothing_starts)
+    with pytest.raises(ValueError, match="seconds must be a whole number of seconds"):
+        fullstack_wrk.command("http://x/", connections=1, seconds=seconds)
+    for main, option in ((fullstack.main, "--seconds"), (run.main, "--fullstack-seconds")):
+        with pytest.raises(SystemExit) as stopped:
+            main([option, str(seconds)])
+        assert stopped.value.code == 2
+        assert f"{option} must be a whole number of seconds, 1 or more: {seconds!r}" in (
+            capsys.readouterr().err
+        )
+
+
+def test_no_warmup_is_allowed_but_a_fraction_of_a_second_is_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert fullstack_wrk.whole_seconds("--warmup", 0, zero=True) == 0
+    with pytest.raises(SystemExit):
+        fullstack.main(["--warmup", "0.5"])
+    assert "--warmup must be a whole number of seconds, 0 or more: 0.5" in capsys.readouterr().err
 
 
 def test_the_apps_connections_exclude_the_sampler_sentinels_replication_and_earlier_ones() -> None:
