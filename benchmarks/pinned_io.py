@@ -2,14 +2,14 @@
 with and without a replica (issue 37's "own CPU per sync call, pinned" target).
 
 ``make bench``'s pinned table runs the client and every server on CPU 0, on 4 masters with a
-replica each. This tool times the same calls on the same pinned layout with 0 and with 1
-replica per master, at two depths of ours: the Django backend's ``get``/``set`` (the table's
-contender), and the runner's :meth:`execute` of the same command on the key's shard (the I/O
-layer and its rules: the pool's checkout and its check, packing, the send, the reply's reading
-and checks, the release), against the floor's ``get``/``set`` (benchmarks/floor.py, its
-pickling included). A figure is the calling thread's CPU per call (``time.thread_time``, which counts the
-kernel's work in the thread's system calls) over 200 keys spread on the 4 shards; each round
-times every case once, in a random order; medians of the rounds.
+replica each. This tool times the same calls on the same pinned layout with 0 and with 1 replica
+per master, at two depths of ours: the Django backend's ``get``/``set`` (the table's contender),
+and the runner's :meth:`execute` of the same command on the key's shard (the I/O layer and its
+rules: the pool's checkout and its check, packing, the send, the reply's reading and checks, the
+release), against the floor's ``get``/``set`` (benchmarks/floor.py, its pickling included). A
+figure is the calling thread's CPU per call (``time.thread_time``, which counts the kernel's
+work in the thread's system calls) over 200 keys spread on the 4 shards; each round times every
+case once, in a random order; medians of the rounds.
 
     python -m benchmarks.pinned_io [--rounds 5] [--calls 4000] [--replicas 0 --replicas 1]
 """
@@ -29,7 +29,7 @@ from benchmarks.measure import VALUE, pinned
 
 KEYS = 200
 OPS = ("get", "set")
-#: The cases of one topology: (op, depth) -> the contender at that depth.
+#: What is timed of each op, in the table's column order.
 DEPTHS = ("ours Django", "ours execute", "floor")
 
 
@@ -109,7 +109,7 @@ def measure(replicas: int, rounds: int, calls: int, seed: int) -> dict[tuple[str
         todo = cases(built["ours_django"].cache, built["floor_sharded"])
         samples: dict[tuple[str, str], list[float]] = {case: [] for case in todo}
         with pinned(cluster.pids):
-            for run in todo.values():  # every key written once: the gets find values
+            for run in todo.values():  # a warm-up; its sets write every key the gets read
                 run(KEYS)
             for _ in range(rounds):
                 order = list(todo)
