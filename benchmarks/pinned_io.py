@@ -46,16 +46,6 @@ def cases(cache: Any, floor: Any) -> dict[tuple[str, str], Callable[[int], None]
     floor_keys = [f"pinned-io-floor:{i}" for i in range(KEYS)]
     execute = client.execute
 
-    def django_get(n: int) -> None:
-        get = cache.get
-        for i in range(n):
-            get(names[i % KEYS])
-
-    def django_set(n: int) -> None:
-        set_ = cache.set
-        for i in range(n):
-            set_(names[i % KEYS], VALUE)
-
     def execute_get(n: int) -> None:
         for i in range(n):
             execute(shards[i % KEYS], gets[i % KEYS], write=False)
@@ -64,24 +54,36 @@ def cases(cache: Any, floor: Any) -> dict[tuple[str, str], Callable[[int], None]
         for i in range(n):
             execute(shards[i % KEYS], sets[i % KEYS], write=True)
 
-    def floor_get(n: int) -> None:
-        get = floor.get
-        for i in range(n):
-            get(floor_keys[i % KEYS])
-
-    def floor_set(n: int) -> None:
-        set_ = floor.set
-        for i in range(n):
-            set_(floor_keys[i % KEYS], VALUE)
-
     return {
-        ("get", "ours Django"): django_get,
-        ("set", "ours Django"): django_set,
+        ("get", "ours Django"): getting(cache.get, names),
+        ("set", "ours Django"): setting(cache.set, names),
         ("get", "ours execute"): execute_get,
         ("set", "ours execute"): execute_set,
-        ("get", "floor"): floor_get,
-        ("set", "floor"): floor_set,
+        ("get", "floor"): getting(floor.get, floor_keys),
+        ("set", "floor"): setting(floor.set, floor_keys),
     }
+
+
+def getting(get: Callable[[str], Any], keys: list[str]) -> Callable[[int], None]:
+    """``run(n)``: ``n`` calls of ``get(key)``, the keys in turn."""
+
+    def run(n: int) -> None:
+        call, each = get, keys
+        for i in range(n):
+            call(each[i % KEYS])
+
+    return run
+
+
+def setting(set_: Callable[[str, Any], Any], keys: list[str]) -> Callable[[int], None]:
+    """``run(n)``: ``n`` calls of ``set_(key, VALUE)``, the keys in turn."""
+
+    def run(n: int) -> None:
+        call, each, value = set_, keys, VALUE
+        for i in range(n):
+            call(each[i % KEYS], value)
+
+    return run
 
 
 def cpu_per_call(run: Callable[[int], None], calls: int) -> float:
