@@ -171,7 +171,7 @@ class Floor(Contender):
         for group, (values,) in zip(groups.values(), self._batches(batches), strict=True):
             for key, value in zip(group, values, strict=True):
                 if value is not None:
-                    found[key] = loads(value)
+                    found[key] = int(value) if value.isdigit() else loads(value)
         return found
 
     def set_many(self, mapping: Mapping[str, Any]) -> Any:
@@ -207,6 +207,10 @@ class Floor(Contender):
     # -- async: asyncio streams, the same commands --------------------------------------------
 
     async def _asingle(self, key: str, command: bytes) -> Any:
+        return await self._ashard(0 if self.one else self._index(key), command)
+
+    async def _ashard(self, shard: int, command: bytes) -> Any:
+        """One command's round trip on master ``shard``, on the running loop's connections."""
         free = self._afree.setdefault(asyncio.get_running_loop(), [])
         try:
             conns = free.pop()
@@ -218,7 +222,7 @@ class Floor(Contender):
                     socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
                 )
                 conns.append((reader, writer, hiredis.Reader()))
-        reader, writer, parser = conns[0] if self.one else conns[self._index(key)]
+        reader, writer, parser = conns[shard]
         try:
             writer.write(command)
             reply = parser.gets()
@@ -244,9 +248,30 @@ class Floor(Contender):
         return int(data) if data.isdigit() else pickle.loads(data)
 
     async def aset(self, key: str, value: Any) -> Any:
-        data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        data = (
+            str(value).encode()
+            if type(value) is int
+            else pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        )
         command = _SET + _bulk(key.encode()) + _bulk(data) + _EX
         return await self._asingle(key, command) == b"OK"
+
+    async def aget_many(self, keys: Sequence[str]) -> Any:
+        found = {}
+        loads = pickle.loads
+        for shard, group in self._groups(keys).items():
+            command = self._header(self._mget, b"MGET", len(group)) + b"".join(
+                [_bulk(k.encode()) for k in group]
+            )
+            for key, value in zip(group, await self._ashard(shard, command), strict=True):
+                if value is not None:
+                    found[key] = int(value) if value.isdigit() else loads(value)
+        return found
+
+    async def aincr(self, key: str) -> Any:
+        encoded = key.encode()
+        command = _INCRBY + b"$%d\r\n%b" % (len(encoded), encoded) + _INCRBY_1
+        return await self._asingle(key, command)
 
     async def aclose(self) -> None:
         """Close the running loop's connections (they cannot outlive it)."""

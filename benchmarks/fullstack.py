@@ -52,11 +52,12 @@ CONNECTIONS = (100, 300)
 SAMPLE_EVERY = 0.25  # seconds between CLIENT LIST / RSS samples
 START_TIMEOUT = 60.0
 DRAIN_TIMEOUT = 60.0  # seconds a server may take to finish the requests of a run that ended
-OURS, VCACHE, DJANGO_REDIS, REDIS_CACHE = (
+OURS, VCACHE, DJANGO_REDIS, REDIS_CACHE, FLOOR = (
     "ours_1",
     "django_vcache",
     "dr_default",
     "django_redis_cache",
+    "floor_1",
 )
 CONNECTIONS_PER_SHARD = 2  # the target: per shard per uvicorn worker
 CHART = "bench-fullstack.svg"
@@ -664,7 +665,9 @@ def targets(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     for sid in ("gunicorn-sync", "gunicorn-gthread"):
         for conns in conns_list:
             label = f"full stack, {SERVER_LABELS[sid]}, {conns} connections"
-            others = [c.id for c in CONTENDERS if c.id not in (OURS, "ours_4")]
+            others = [
+                c.id for c in CONTENDERS if c.id not in (OURS, "ours_4") and not c.reference
+            ]
             measured = {c: ratio(summary, OURS, c, sid, conns) for c in others}
             present = {c: v for c, v in measured.items() if v is not None}
             worst = min(present, key=lambda c: present[c]) if present else None
@@ -750,6 +753,18 @@ def notes(data: Mapping[str, Any]) -> list[str]:
         )
     for cid, why in data.get("missing", {}).items():
         lines.append(f"{BY_ID[cid].label} missing: {why}")
+    summary = data.get("summary", {})
+    against = [
+        f"{sid} x{conns}: {x:.2f}x"
+        for sid in SERVER_LABELS
+        for conns in data.get("settings", {}).get("connections", CONNECTIONS)
+        if (x := ratio(summary, OURS, FLOOR, sid, conns)) is not None
+    ]
+    if against:
+        lines.append(
+            f"{BY_ID[OURS].label} over the {BY_ID[FLOOR].label}, req/s (the cost of ours' "
+            f"rules and layers in the whole request): {'; '.join(against)}."
+        )
     for what, why in data.get("failures", {}).items():
         lines.append(f"{what} failed in a round: {why}")
     for cid, per_server in data.get("cells", {}).items():

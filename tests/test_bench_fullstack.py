@@ -223,6 +223,29 @@ def test_a_missing_contender_makes_its_targets_not_applicable_with_the_reason() 
     assert "django-redis" in found[wsgi["target"]]["detail"]
 
 
+def test_the_floor_is_a_yardstick_in_the_notes_and_in_no_target() -> None:
+    cells = {
+        "ours_1": {"gunicorn-gthread": {"100": [_round(900, 50)]}},
+        "django_vcache": {"gunicorn-gthread": {"100": [_round(880, 50)]}},
+        "floor_1": {"gunicorn-gthread": {"100": [_round(1000, 40)]}},  # ahead of ours
+    }
+    data = _data(cells)
+    target = (
+        "full stack, WSGI, gunicorn gthread 1 worker x 8 threads, 100 connections: "
+        "ours (1 shard) req/s >= 1.0x every contender"
+    )
+    found = {t["target"]: t for t in fullstack.targets(data)}
+    assert found[target]["result"] == "PASS", found[target]  # 900 vs vcache's 880
+    assert "floor" not in found[target]["detail"]
+    text = "\n".join(fullstack.notes(data))
+    assert (
+        "sentinel_cache, 1 shard over the floor (pure Python, no rules), req/s (the cost of "
+        "ours' rules and layers in the whole request): gunicorn-gthread x100: 0.90x." in text
+    )
+    del cells["floor_1"]
+    assert "over the floor" not in "\n".join(fullstack.notes(_data(cells)))
+
+
 def test_the_tables_and_the_plot_show_every_measured_cell() -> None:
     cells = {
         "ours_1": {
@@ -304,17 +327,28 @@ def test_each_contender_has_settings_and_the_environment_names_a_bad_one() -> No
 # --------------------------------------------------------------------------- the app's views
 
 
-@pytest.fixture(params=["ours_1", "django_redis_cache"])
+@pytest.fixture(params=["ours_1", "django_redis_cache", "floor_1"])
 def app_cache(request: pytest.FixtureRequest, cluster: LocalSentinelCluster) -> Iterator[Any]:
     """The app's settings for a contender on the session topology (its first master is the
     plain server), with a key prefix of this test's own."""
+    yield from _app_cache(request.param, cluster)
+
+
+@pytest.fixture(params=["ours_1", "django_redis_cache"])
+def checked_cache(request: pytest.FixtureRequest, cluster: LocalSentinelCluster) -> Iterator[Any]:
+    """:func:`app_cache` of the caches whose ``incr`` of a missing key raises (the floor's
+    makes it: it has no rule to check)."""
+    yield from _app_cache(request.param, cluster)
+
+
+def _app_cache(cid: str, cluster: LocalSentinelCluster) -> Iterator[Any]:
     configure_django()
     from django.core.cache import cache
     from django.test import override_settings
 
     host, port = cluster.master_address(cluster.master_names[0])
     entry = caches.cache_entry(
-        request.param,
+        cid,
         "asgi",
         sentinels=[f"{h}:{p}" for h, p in cluster.sentinel_addresses],
         masters=list(cluster.master_names),
@@ -370,7 +404,7 @@ def test_the_async_view_does_its_six_operations_after_the_fill(app_cache: Any) -
     assert _counters(app_cache) == 3
 
 
-def test_a_cache_error_answers_500_naming_it(app_cache: Any) -> None:
+def test_a_cache_error_answers_500_naming_it(checked_cache: Any) -> None:
     from django.test import Client
 
     answer = Client().get("/mix")  # no fill: the incr of a missing counter raises

@@ -29,6 +29,8 @@ class FullstackContender:
     py312: bool
     note: str
     distribution: str = ""  # whose version the report gives (default: ``package``)
+    #: A yardstick, not a peer: in the tables, but in no "every contender" target.
+    reference: bool = False
 
     @property
     def reported(self) -> str:
@@ -65,6 +67,13 @@ CONTENDERS: tuple[FullstackContender, ...] = (
     FullstackContender(
         "django_redis_cache", "Django RedisCache", None, False,
         "django.core.cache.backends.redis.RedisCache (async: sync_to_async)", "Django",
+    ),
+    FullstackContender(
+        "floor_1", "floor (pure Python, no rules)", None, False,
+        "benchmarks.fullstack_app.floor_backend.FloorCache: Django's BaseCache over "
+        "benchmarks/floor.py (a blocking socket per thread, hiredis, pickle; no Sentinel, no "
+        "failover rule): a yardstick for ours, in no target",
+        "sentinel-cache", reference=True,
     ),
 )  # fmt: skip
 BY_ID = {c.id: c for c in CONTENDERS}
@@ -104,6 +113,8 @@ def cache_entry(
             "LOCATION": url,
             "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
         }
+    elif cid == "floor_1":
+        entry = {"BACKEND": "benchmarks.fullstack_app.floor_backend.FloorCache", "LOCATION": redis}
     elif cid == "django_redis_cache":
         entry = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
     else:
