@@ -324,6 +324,19 @@ def test_each_contender_has_settings_and_the_environment_names_a_bad_one() -> No
         caches.cache_entry("ours_1", "grpc", **topo)
 
 
+def test_the_floor_backend_is_one_floor_per_location_and_refuses_a_bad_one() -> None:
+    configure_django()
+    from benchmarks.fullstack_app.floor_backend import FloorCache
+
+    first, second = FloorCache("127.0.0.1:1", {}), FloorCache("127.0.0.1:1", {})
+    assert first._floor is second._floor  # Django builds a backend per thread and request
+    assert FloorCache("127.0.0.1:2", {})._floor is not first._floor
+    with pytest.raises(ValueError, match="'redis://h:6/0'"):
+        FloorCache("redis://h:6/0", {})
+    with pytest.raises(ValueError, match="by 1 only, not 2"):
+        first.incr("k", 2)
+
+
 # --------------------------------------------------------------------------- the app's views
 
 

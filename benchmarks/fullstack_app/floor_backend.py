@@ -58,8 +58,12 @@ class FloorCache(BaseCache):
     ) -> None:
         self._floor.set(self.make_and_validate_key(key, version=version), value)
 
+    def _made(self, keys: Iterable[Any], version: Any) -> dict[str, Any]:
+        """Stored key -> the caller's."""
+        return {self.make_and_validate_key(key, version=version): key for key in keys}
+
     def get_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
-        made = {self.make_and_validate_key(key, version=version): key for key in keys}
+        made = self._made(keys, version)
         if not made:
             return {}
         return {made[k]: v for k, v in self._floor.get_many(list(made)).items()}
@@ -83,7 +87,7 @@ class FloorCache(BaseCache):
         await self._floor.aset(self.make_and_validate_key(key, version=version), value)
 
     async def aget_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
-        made = {self.make_and_validate_key(key, version=version): key for key in keys}
+        made = self._made(keys, version)
         if not made:
             return {}
         return {made[k]: v for k, v in (await self._floor.aget_many(list(made))).items()}
