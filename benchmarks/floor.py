@@ -39,6 +39,12 @@ def _bulk(data: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(data), data)
 
 
+def _incr(key: str) -> bytes:
+    """``INCRBY key 1``, packed."""
+    encoded = key.encode()
+    return _INCRBY + b"$%d\r\n%b" % (len(encoded), encoded) + _INCRBY_1
+
+
 class _Conn:
     """One socket and its reply parser."""
 
@@ -201,8 +207,7 @@ class Floor(Contender):
         return sum(replies[0] for replies in self._batches(batches))
 
     def incr(self, key: str) -> Any:
-        encoded = key.encode()
-        return self._single(key, _INCRBY + b"$%d\r\n%b" % (len(encoded), encoded) + _INCRBY_1)
+        return self._single(key, _incr(key))
 
     # -- async: asyncio streams, the same commands --------------------------------------------
 
@@ -269,9 +274,7 @@ class Floor(Contender):
         return found
 
     async def aincr(self, key: str) -> Any:
-        encoded = key.encode()
-        command = _INCRBY + b"$%d\r\n%b" % (len(encoded), encoded) + _INCRBY_1
-        return await self._asingle(key, command)
+        return await self._asingle(key, _incr(key))
 
     async def aclose(self) -> None:
         """Close the running loop's connections (they cannot outlive it)."""

@@ -44,24 +44,26 @@ def cases(cache: Any, floor: Any) -> dict[tuple[str, str], Callable[[int], None]
     gets = [[("GET", key)] for key in keys]
     sets = [[("SET", key, data, "PX", TIMEOUT * 1000)] for key in keys]
     floor_keys = [f"pinned-io-floor:{i}" for i in range(KEYS)]
-    execute = client.execute
-
-    def execute_get(n: int) -> None:
-        for i in range(n):
-            execute(shards[i % KEYS], gets[i % KEYS], write=False)
-
-    def execute_set(n: int) -> None:
-        for i in range(n):
-            execute(shards[i % KEYS], sets[i % KEYS], write=True)
-
     return {
         ("get", "ours Django"): getting(cache.get, names),
         ("set", "ours Django"): setting(cache.set, names),
-        ("get", "ours execute"): execute_get,
-        ("set", "ours execute"): execute_set,
+        ("get", "ours execute"): executing(client.execute, shards, gets, write=False),
+        ("set", "ours execute"): executing(client.execute, shards, sets, write=True),
         ("get", "floor"): getting(floor.get, floor_keys),
         ("set", "floor"): setting(floor.set, floor_keys),
     }
+
+
+def executing(
+    execute: Callable[..., Any], shards: list[Any], commands: list[Any], *, write: bool
+) -> Callable[[int], None]:
+    """``run(n)``: ``n`` calls of ``execute(shard, commands)``, the keys' in turn."""
+
+    def run(n: int) -> None:
+        for i in range(n):
+            execute(shards[i % KEYS], commands[i % KEYS], write=write)
+
+    return run
 
 
 def getting(get: Callable[[str], Any], keys: list[str]) -> Callable[[int], None]:

@@ -1,5 +1,6 @@
-"""benchmarks/pinned_io.py's figures without servers: a case's CPU is per call, the table puts
-each depth of ours over the floor of the same replicas and op, and bad sizes are refused."""
+"""benchmarks/pinned_io.py without servers: each case calls its contender with the keys in
+turn, a case's CPU is per call, the table puts each depth of ours over the floor of the same
+replicas and op, and bad sizes are refused."""
 
 from __future__ import annotations
 
@@ -41,3 +42,57 @@ def test_bad_sizes_are_refused_before_anything_starts(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         pinned_io.main(argv)
     assert exc.value.code == 2
+
+
+def test_each_case_calls_its_contender_with_the_keys_in_turn() -> None:
+    calls: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+
+    def recorder(name: str):  # type: ignore[no-untyped-def]
+        return lambda *args, **kwargs: calls.append((name, args, kwargs))
+
+    class Core:
+        def shard_for(self, key: str) -> str:
+            return f"shard-of-{key}"
+
+    class Codec:
+        def dumps(self, value: object) -> bytes:
+            return b"data"
+
+    class Client:
+        core, codec, execute = Core(), Codec(), staticmethod(recorder("execute"))
+
+    class Cache:
+        client = Client()
+        get, set = staticmethod(recorder("django get")), staticmethod(recorder("django set"))
+
+        def make_and_validate_key(self, name: str) -> str:
+            return f"made:{name}"
+
+    class Floor:
+        get, set = staticmethod(recorder("floor get")), staticmethod(recorder("floor set"))
+
+    todo = pinned_io.cases(Cache(), Floor())
+    assert sorted(todo) == sorted((op, depth) for op in pinned_io.OPS for depth in pinned_io.DEPTHS)
+    expected = {
+        ("get", "ours Django"): ("django get", ("pinned-io:1",), {}),
+        ("set", "ours Django"): ("django set", ("pinned-io:1", pinned_io.VALUE), {}),
+        ("get", "ours execute"): (
+            "execute", ("shard-of-made:pinned-io:1", [("GET", "made:pinned-io:1")]), {"write": False}
+        ),
+        ("set", "ours execute"): (
+            "execute",
+            (
+                "shard-of-made:pinned-io:1",
+                [("SET", "made:pinned-io:1", b"data", "PX", pinned_io.TIMEOUT * 1000)],
+            ),
+            {"write": True},
+        ),
+        ("get", "floor"): ("floor get", ("pinned-io-floor:1",), {}),
+        ("set", "floor"): ("floor set", ("pinned-io-floor:1", pinned_io.VALUE), {}),
+    }
+    for case, call in expected.items():
+        calls.clear()
+        todo[case](pinned_io.KEYS + 2)  # the keys in turn, then around again
+        assert len(calls) == pinned_io.KEYS + 2, case
+        assert calls[1] == call, case
+        assert calls[pinned_io.KEYS + 1] == call, case
